@@ -1,0 +1,75 @@
+"""``gpuhint``: one console script, one subcommand per job.
+
+Each subcommand lives in ``gpuhint/cli/<name>.py`` and exposes ``register(subparsers)``;
+heavy imports (Faust, River, matplotlib) happen inside the handlers so ``--help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from gpuhint import __version__
+from gpuhint.cli.common import UserError
+
+SUBCOMMANDS = ("demo", "replay", "worker", "evaluate", "agent")
+
+DESCRIPTION = """\
+gpuhint: QSSF priority hints and CES power advisories for GPU clusters.
+
+Node agents and trace replays publish job events and GPU telemetry to Kafka; a
+Faust worker keeps online models of job duration and cluster load and writes
+priority hints and node power advisories to Redis, where any scheduler reads them.
+"""
+
+EPILOG = """\
+start here:
+  gpuhint demo                          replay a real Helios excerpt in-process (no Kafka/Redis)
+  gpuhint evaluate qssf --trace FILE    simulate FIFO/SJF/QSSF on a trace
+  gpuhint evaluate ces --series FILE    replay a cluster load series through CES
+
+configuration: GPUHINT_* environment variables or a TOML file (--config / GPUHINT_CONFIG);
+see docs/configuration.md.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuhint",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gpuhint {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"gpuhint.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        rc = args.handler(args)
+    except UserError as exc:
+        print(f"gpuhint {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Helpers shared by the subcommands: user errors, trace loading, settings."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gpuhint.config import ConfigError, Settings, load_settings
+from gpuhint.traces import OnError, TraceError, TraceRead, read_trace
+
+
+class UserError(Exception):
+    """A mistake of the user's (bad file, bad flag): printed as one line, exit code 2."""
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML settings file (else $GPUHINT_CONFIG)")
+
+
+def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
+    try:
+        return load_settings(getattr(args, "config", None), **overrides)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+
+
+def add_trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        choices=["auto", "helios", "philly", "plain"],
+        default="auto",
+        help="trace format (default: detect from name and header)",
+    )
+    p.add_argument(
+        "--on-error",
+        choices=["stop", "skip"],
+        default="stop",
+        help="bad rows: stop at the first (default) or skip and report each",
+    )
+
+
+def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") -> TraceRead:
+    """Read a trace, turning file problems into :class:`UserError`."""
+    try:
+        read = read_trace(path, fmt, on_error)  # type: ignore[arg-type]
+    except TraceError as exc:
+        raise UserError(
+            f"{exc}\n  (use --on-error skip to skip bad rows and report them)"
+        ) from None
+    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: {exc}") from None
+    if not read.jobs:
+        raise UserError(f"{path}: no usable jobs in the trace")
+    return read
+
+
+def report_skipped(read: TraceRead, limit: int = 10) -> None:
+    import sys
+
+    for err in read.errors[:limit]:
+        print(f"skipped {err}", file=sys.stderr)
+    if len(read.errors) > limit:
+        print(f"... and {len(read.errors) - limit} more bad rows skipped", file=sys.stderr)

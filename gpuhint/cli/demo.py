@@ -1,0 +1,132 @@
+"""``gpuhint demo``: the whole QSSF hint core in one process, on a real trace excerpt."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from gpuhint.cli.common import UserError, add_trace_args, load_trace, report_skipped
+
+HELP = "replay a real trace through the hint core in-process (no Kafka, no Redis)"
+DESCRIPTION = """\
+Replays a job trace through the same core the streaming worker runs: every submitted
+job gets a QSSF priority hint (predicted GPU-seconds) in an in-process store, started
+and finished jobs lose theirs, and the model learns from every finished job.
+
+By default it uses the shipped excerpt of the SenseTime Helios Venus trace
+(1,867 real jobs, CC-BY-4.0; see gpuhint/data/ATTRIBUTION.md).
+"""
+
+
+def shipped_trace() -> Path:
+    return Path(str(resources.files("gpuhint") / "data" / "venus_sept_2vc.csv"))
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from models.registry import DEFAULT_MODEL, DURATION_MODELS
+
+    p = sub.add_parser(
+        "demo",
+        help=HELP,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--trace", metavar="FILE", help="trace to replay (default: shipped excerpt)")
+    add_trace_args(p)
+    p.add_argument(
+        "--model", choices=sorted(DURATION_MODELS), default=DEFAULT_MODEL, help="duration model"
+    )
+    p.add_argument("--cluster", default="demo", help="cluster name on events (default: demo)")
+    p.add_argument("--top", type=int, default=5, help="queue head to show per VC (default: 5)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from gpuhint.core import HintEngine
+    from gpuhint.store import InMemoryStore
+    from gpuhint.traces import job_events
+    from models.registry import make_model
+
+    trace = Path(args.trace) if args.trace else shipped_trace()
+    read = load_trace(trace, args.format, args.on_error)
+    report_skipped(read)
+    events = job_events(read.jobs, cluster=args.cluster)
+    if args.top < 0:
+        raise UserError("--top must be >= 0")
+
+    store = InMemoryStore()
+    engine = HintEngine(make_model(args.model), store, clock=lambda: 0.0)
+    # Leave the last day's jobs pending: cut the replay where the last 5% of submits begin,
+    # so the store ends holding a real queue, as a live cluster would.
+    cut = read.jobs[int(len(read.jobs) * 0.95)].submit_time
+    t0 = time.perf_counter()
+    n = 0
+    bar = tqdm(
+        events, unit="ev", desc="replaying", disable=args.no_progress or args.json, leave=False
+    )
+    for ev in bar:
+        if ev.time > cut:
+            break
+        engine.on_job_event(ev)
+        n += 1
+        if n % 1000 == 0:
+            store.flush()
+    bar.close()
+    store.flush()
+    elapsed = time.perf_counter() - t0
+    s = engine.stats
+    queues = {vc: q for (c, vc), q in sorted(store.queues.items()) if q}
+    result = {
+        "trace": str(trace),
+        "format": read.fmt,
+        "model": args.model,
+        "jobs": len(read.jobs),
+        "rows_skipped": len(read.errors),
+        "events_replayed": n,
+        "hints_written": s.hints_written,
+        "hints_removed": s.hints_removed,
+        "hints_pending": len(store.hints),
+        "learned": s.learned,
+        "mae_log": s.mae_log,
+        "median_abs_pct_error": s.median_abs_pct_error,
+        "events_per_s": n / elapsed if elapsed > 0 else None,
+        "elapsed_s": elapsed,
+    }
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"trace            {trace.name} ({read.fmt}, {len(read.jobs):,} jobs)")
+    print(f"model            {args.model}")
+    print(
+        f"events replayed  {n:,} (submitted {s.submitted:,}, started {s.started:,}, "
+        f"finished {s.finished:,})"
+    )
+    print(
+        f"hints            {s.hints_written:,} written, {s.hints_removed:,} removed, "
+        f"{len(store.hints):,} pending now"
+    )
+    if s.mae_log is not None:
+        print(
+            f"prediction error MAE(log duration) {s.mae_log:.3f}, median |error| "
+            f"{100 * (s.median_abs_pct_error or 0):.0f}% over {s.scored:,} finished jobs"
+        )
+    print(f"throughput       {n / elapsed:,.0f} events/s, {elapsed:.2f} s")
+    for vc, q in queues.items():
+        head = sorted(q.items(), key=lambda kv: (kv[1], kv[0]))[: args.top]
+        print(f"queue {vc}: {len(q)} pending; run first:")
+        for job_id, prio in head:
+            h = store.hints[(args.cluster, job_id)]
+            print(
+                f"    job {job_id:>10}  {h.num_gpus:>3} GPUs  predicted "
+                f"{h.predicted_duration_s / 60:8.1f} min  priority {prio:12,.0f} GPU-s"
+            )
+    return 0

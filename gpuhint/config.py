@@ -1,0 +1,101 @@
+"""Frozen, validated settings: defaults < config file (TOML) < environment < CLI flags.
+
+Environment variables are ``GPUHINT_<FIELD>`` (e.g. ``GPUHINT_KAFKA_BOOTSTRAP``); a
+TOML file is named by ``--config`` or ``GPUHINT_CONFIG``. Secrets (the Redis URL may
+carry a password) are :class:`~pydantic.SecretStr` and never logged.
+
+>>> s = load_settings(kafka_bootstrap="k:9092")
+>>> s.kafka_bootstrap, s.topics.job_events
+('k:9092', 'gpuhint.job-events')
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from gpuhint.keys import RedisKeys
+from gpuhint.topics import Topics
+
+_CONFIG_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "gpuhint_config_file", default=None
+)
+
+
+class ConfigError(ValueError):
+    """Bad configuration, with a message meant for the user."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUHINT_", frozen=True, extra="forbid")
+
+    kafka_bootstrap: str = Field("localhost:9092", description="Kafka bootstrap HOST:PORT[,...]")
+    redis_url: SecretStr = Field(
+        SecretStr("redis://localhost:6379/0"), description="redis:// URL (may hold a password)"
+    )
+    topic_prefix: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$")
+    key_prefix: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$")
+    cluster: str = Field("default", min_length=1, description="cluster name for events")
+    partitions: int = Field(8, ge=1, le=1024, description="partitions of the job-event topic")
+    hint_ttl_s: int = Field(7 * 86400, ge=60, description="a hint key expires after this")
+    advisory_ttl_s: int = Field(3600, ge=60)
+    changes_maxlen: int = Field(100_000, ge=100, description="approximate change-stream length")
+    model: str = Field("history", description="duration model for QSSF hints")
+    app_id: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$", description="Faust app id")
+    state_dir: Path = Field(Path("var/worker"), description="worker state and checkpoints")
+    checkpoint_interval_s: float = Field(60.0, gt=0)
+    batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
+    batch_within_s: float = Field(0.05, gt=0, description="max wait to fill a batch")
+    log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _CONFIG_FILE.get()
+        if path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    @property
+    def keys(self) -> RedisKeys:
+        return RedisKeys(self.key_prefix)
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Load settings; raise :class:`ConfigError` with a readable message if invalid."""
+    path_s = config_file or os.environ.get("GPUHINT_CONFIG")
+    path = Path(path_s) if path_s else None
+    if path is not None and not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    token = _CONFIG_FILE.set(path)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(map(str, e['loc'])) or '?'}: {e['msg']}" for e in exc.errors()]
+        where = f" (file {path}, env GPUHINT_*)" if path else " (env GPUHINT_*)"
+        raise ConfigError("invalid configuration" + where + ":\n" + "\n".join(lines)) from None
+    except Exception as exc:  # TOML syntax errors and the like
+        raise ConfigError(f"cannot read configuration {path}: {exc}") from None
+    finally:
+        _CONFIG_FILE.reset(token)

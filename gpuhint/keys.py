@@ -1,0 +1,59 @@
+"""The Redis key schema a scheduler in any language reads (see docs/redis-keys.md).
+
+All keys live under ``{prefix}:v1:`` (prefix ``gpuhint`` by default):
+
+=====================================  ========  =============================================
+key                                    type      value
+=====================================  ========  =============================================
+``hint:{cluster}:{job_id}``            string    PriorityHint JSON; TTL ``hint_ttl_s``
+``queue:{cluster}:{vc}``               zset      member job_id, score priority (GPU-seconds)
+``advice:{cluster}``                   string    cluster PowerAdvisory JSON; TTL
+``advice-node:{cluster}:{node}``       string    node PowerAdvisory JSON; TTL
+``load:{cluster}``                     string    ClusterLoad JSON; TTL
+``changes``                            stream    one entry per change (see ``change_fields``)
+=====================================  ========  =============================================
+
+>>> RedisKeys().queue("venus", "vc1")
+'gpuhint:v1:queue:venus:vc1'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KEY_SCHEMA_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    prefix: str = "gpuhint"
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}:{KEY_SCHEMA_VERSION}"
+
+    def hint(self, cluster: str, job_id: str) -> str:
+        return f"{self.root}:hint:{cluster}:{job_id}"
+
+    def queue(self, cluster: str, vc: str) -> str:
+        return f"{self.root}:queue:{cluster}:{vc}"
+
+    def cluster_advice(self, cluster: str) -> str:
+        return f"{self.root}:advice:{cluster}"
+
+    def node_advice(self, cluster: str, node: str) -> str:
+        return f"{self.root}:advice-node:{cluster}:{node}"
+
+    def load(self, cluster: str) -> str:
+        return f"{self.root}:load:{cluster}"
+
+    @property
+    def changes(self) -> str:
+        return f"{self.root}:changes"
+
+
+# Change-stream entry types (field ``type`` of each ``changes`` entry).
+CHANGE_HINT = "hint"
+CHANGE_HINT_REMOVED = "hint_removed"
+CHANGE_ADVICE = "advice"
+CHANGE_LOAD = "load"

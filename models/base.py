@@ -1,0 +1,53 @@
+"""The interface every job-duration model implements (pure: no I/O, no Kafka/Redis).
+
+A model predicts at submit from what is known then, and learns once the job
+finishes. Every model is picklable (checkpoints) and must cope with unseen users,
+VCs and missing optional fields; ``tests/models/test_contract.py`` checks this for
+each model in :data:`models.registry.DURATION_MODELS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from gpuhint.contract import JobEvent
+
+Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class DurationPrediction:
+    """A duration forecast: point value, an 80% band, and why (feature contributions)."""
+
+    duration_s: float
+    log_std: float
+    p10_s: float
+    p90_s: float
+    reasons: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def from_log(
+        cls,
+        log_mean: float,
+        log_std: float,
+        point_s: float | None = None,
+        reasons: tuple[tuple[str, float], ...] = (),
+    ) -> DurationPrediction:
+        """Build from a prediction of ``log1p(duration)`` and its spread."""
+        log_std = max(0.0, log_std)
+        lo = max(0.0, math.expm1(log_mean - Z90 * log_std))
+        hi = max(0.0, math.expm1(min(log_mean + Z90 * log_std, 40.0)))
+        point = point_s if point_s is not None else max(0.0, math.expm1(min(log_mean, 40.0)))
+        return cls(duration_s=point, log_std=log_std, p10_s=lo, p90_s=hi, reasons=reasons)
+
+
+@runtime_checkable
+class DurationModel(Protocol):
+    name: str
+    version: str
+
+    def predict(self, job: JobEvent) -> DurationPrediction: ...
+
+    def learn(self, job: JobEvent, duration_s: float) -> None: ...

@@ -1,0 +1,24 @@
+"""Named duration models, for the CLI, the worker and the contract test suite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from models.base import DurationModel
+from models.history import HistoryEstimator
+
+DURATION_MODELS: dict[str, Callable[[], DurationModel]] = {
+    "history": HistoryEstimator,
+}
+
+DEFAULT_MODEL = "history"
+
+
+def make_model(name: str) -> DurationModel:
+    try:
+        factory = DURATION_MODELS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown model {name!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
+        ) from None
+    return factory()

@@ -293,7 +293,8 @@ def _iter_json_array(text: str) -> Iterator[tuple[int, Any]]:
         try:
             obj, end = dec.raw_decode(text, i)
         except json.JSONDecodeError as exc:
-            raise TraceError("", text.count("\n", 0, exc.pos) + 1, f"invalid JSON: {exc.msg}")
+            line_no = text.count("\n", 0, exc.pos) + 1
+            raise TraceError("", line_no, f"invalid JSON: {exc.msg}") from None
         yield line, obj
         i = skip_ws(end)
         if i < n and text[i] == ",":

@@ -1,16 +1,24 @@
-"""``gpuhint evaluate`` (being built)."""
+"""``gpuhint evaluate``: prove the models offline on real traces and load series.
+
+``evaluate qssf`` lives in ``gpuhint/cli/evaluate_qssf.py`` and ``evaluate ces`` in
+``gpuhint/cli/evaluate_ces.py``; each exposes ``register(subparsers)``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 
-from gpuhint.cli.common import UserError
+EVALUATIONS = ("qssf", "ces")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("evaluate", help="(not yet available)")
-    p.set_defaults(handler=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    raise UserError("'evaluate' is not available in this build yet")
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate QSSF (job completion time) or CES (utilization) on real data",
+        description="Replay real data through the online models exactly as the worker "
+        "would (no look-ahead) and measure what they are worth.",
+    )
+    inner = p.add_subparsers(dest="evaluation", metavar="WHAT", required=True)
+    for name in EVALUATIONS:
+        importlib.import_module(f"gpuhint.cli.evaluate_{name}").register(inner)

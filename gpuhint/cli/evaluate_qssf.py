@@ -1,0 +1,16 @@
+"""``gpuhint evaluate qssf`` (being built)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuhint.cli.common import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("qssf", help="(not yet available)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise UserError("'evaluate qssf' is not available in this build yet")

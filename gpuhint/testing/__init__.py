@@ -1,0 +1,1 @@
+"""Development and test helpers: real Kafka and Redis servers on loopback."""

@@ -1,0 +1,316 @@
+"""Start a real Apache Kafka broker (KRaft) and a real Redis server on free loopback ports.
+
+Used by the test fixtures, the benchmarks and ``scripts/kafka/run-kafka.sh``. Kafka's
+jars come from Maven Central (``scripts/kafka/fetch.sh``); Redis is Debian's
+``redis-server``. Each server runs in a temporary directory and is stopped on exit.
+
+    python -m gpuhint.testing.services kafka --port 9092
+    python -m gpuhint.testing.services redis --port 6379
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KAFKA_SCRIPTS = REPO / "scripts" / "kafka"
+
+
+class ServiceError(RuntimeError):
+    """A service could not be started; the message says why and what to install."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServiceError(f"process exited with code {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.2)
+    raise ServiceError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+class LocalProcess:
+    """A child process with a work directory and a log file, stopped on close."""
+
+    name = "service"
+
+    def __init__(self, workdir: Path | None = None) -> None:
+        self._tmp = None if workdir else tempfile.mkdtemp(prefix=f"gpuhint-{self.name}-")
+        self.workdir = Path(workdir or self._tmp or ".")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"{self.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> LocalProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalKafka(LocalProcess):
+    """Apache Kafka 4.x, single node, KRaft (broker + controller), PLAINTEXT on loopback."""
+
+    name = "kafka"
+
+    def __init__(self, port: int | None = None, workdir: Path | None = None) -> None:
+        super().__init__(workdir)
+        self.port = port or free_port()
+        self.controller_port = free_port()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _properties(self) -> Path:
+        props = self.workdir / "server.properties"
+        props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                    f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={self.workdir / 'data'}",
+                    "num.partitions=4",
+                    "auto.create.topics.enable=true",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=4",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "log.flush.interval.messages=10000000",
+                ]
+            )
+            + "\n"
+        )
+        return props
+
+    def start(self, timeout: float = 120.0) -> LocalKafka:
+        java = shutil.which("java")
+        if java is None:
+            raise ServiceError("Java 17+ is required to run the local Kafka broker")
+        fetch = subprocess.run(
+            ["bash", str(KAFKA_SCRIPTS / "fetch.sh")], capture_output=True, text=True
+        )
+        if fetch.returncode != 0:
+            raise ServiceError(f"could not fetch Kafka jars with Maven:\n{fetch.stderr[-3000:]}")
+        libs = fetch.stdout.strip().splitlines()[-1]
+        cp = f"{libs}/*"
+        props = self._properties()
+        jvm = [
+            java,
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={KAFKA_SCRIPTS / 'log4j2.properties'}",
+            "-cp",
+            cp,
+        ]
+        fmt = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}", "-c", str(props)],
+            capture_output=True,
+            text=True,
+        )
+        if fmt.returncode != 0:
+            raise ServiceError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
+        self._spawn([*jvm, "kafka.Kafka", str(props)])
+        try:
+            wait_port(self.port, timeout, self.proc)
+        except ServiceError as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise ServiceError(f"Kafka did not start: {exc}\n{tail}") from None
+        return self
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class LocalRedis(LocalProcess):
+    """Debian's redis-server on loopback, no persistence."""
+
+    name = "redis"
+
+    def __init__(self, port: int | None = None, workdir: Path | None = None) -> None:
+        super().__init__(workdir)
+        self.port = port or free_port()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 30.0) -> LocalRedis:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise ServiceError(
+                "redis-server not found: install it (Debian/Ubuntu: apt-get install -y "
+                "redis-server) or set GPUHINT_TEST_REDIS_URL to a running Redis"
+            )
+        self._spawn(
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ]
+        )
+        try:
+            wait_port(self.port, timeout, self.proc)
+        except ServiceError as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise ServiceError(f"Redis did not start: {exc}\n{tail}") from None
+        return self
+
+
+def docker_available() -> bool:
+    """True when a Docker daemon answers (testcontainers can then serve)."""
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        return True
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def kafka_service() -> Iterator[tuple[str, str]]:
+    """Yield (bootstrap, how) for a Kafka broker: env var, testcontainers, or local."""
+    env = os.environ.get("GPUHINT_TEST_KAFKA_BOOTSTRAP")
+    if env:
+        yield env, "env GPUHINT_TEST_KAFKA_BOOTSTRAP"
+        return
+    if docker_available():
+        try:
+            from testcontainers.community.kafka import KafkaContainer
+        except ImportError:  # testcontainers < 4.14
+            from testcontainers.kafka import KafkaContainer  # type: ignore[no-redef]
+        image = os.environ.get("GPUHINT_TEST_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0")
+        with KafkaContainer(image).with_kraft() as kc:
+            yield kc.get_bootstrap_server(), f"testcontainers {image}"
+        return
+    with LocalKafka() as k:
+        k.start()
+        yield k.bootstrap, f"local Kafka broker (KRaft) at {k.bootstrap}, log {k.log_path}"
+
+
+@contextlib.contextmanager
+def redis_service() -> Iterator[tuple[str, str]]:
+    """Yield (url, how) for a Redis server: env var, testcontainers, or local."""
+    env = os.environ.get("GPUHINT_TEST_REDIS_URL")
+    if env:
+        yield env, "env GPUHINT_TEST_REDIS_URL"
+        return
+    if docker_available():
+        try:
+            from testcontainers.community.redis import RedisContainer
+        except ImportError:  # testcontainers < 4.14
+            from testcontainers.redis import RedisContainer  # type: ignore[no-redef]
+        with RedisContainer("redis:7") as rc:
+            host = rc.get_container_host_ip()
+            port = rc.get_exposed_port(6379)
+            yield f"redis://{host}:{port}/0", "testcontainers redis:7"
+        return
+    with LocalRedis() as r:
+        r.start()
+        yield r.url, f"local redis-server at {r.url}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m gpuhint.testing.services",
+        description="Run a real Kafka (KRaft) or Redis server on loopback until Ctrl-C.",
+    )
+    p.add_argument("service", choices=["kafka", "redis"])
+    p.add_argument("--port", type=int, default=None)
+    args = p.parse_args(argv)
+    svc: LocalProcess
+    try:
+        if args.service == "kafka":
+            svc = LocalKafka(args.port).start()
+            print(f"Kafka {svc.bootstrap} (log {svc.log_path}); Ctrl-C stops it", flush=True)
+        else:
+            svc = LocalRedis(args.port).start()
+            print(f"Redis {svc.url}; Ctrl-C stops it", flush=True)
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        assert svc.proc is not None
+        svc.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        svc.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 """The version every message here is written with; bump it on any breaking change."""
 
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -214,7 +214,7 @@ Message = Annotated[
     JobEvent | GpuSample | NodeStatus | PriorityHint | PowerAdvisory | ClusterLoad,
     Field(discriminator="kind"),
 ]
-_MESSAGE = TypeAdapter(Message)
+_MESSAGE: TypeAdapter[Any] = TypeAdapter(Message)
 KINDS = ("job", "gpu_sample", "node_status", "priority_hint", "power_advisory", "cluster_load")
 
 

@@ -10,7 +10,8 @@ key                                    type      value
 ``advice:{cluster}``                   string    cluster PowerAdvisory JSON; TTL
 ``advice-node:{cluster}:{node}``       string    node PowerAdvisory JSON; TTL
 ``load:{cluster}``                     string    ClusterLoad JSON; TTL
-``changes``                            stream    one entry per change (see ``change_fields``)
+``stats``                              hash      counters (``dead_letter``, ...)
+``changes``                            stream    one entry per change (field ``type``)
 =====================================  ========  =============================================
 
 >>> RedisKeys().queue("venus", "vc1")
@@ -46,6 +47,10 @@ class RedisKeys:
 
     def load(self, cluster: str) -> str:
         return f"{self.root}:load:{cluster}"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.root}:stats"
 
     @property
     def changes(self) -> str:

@@ -50,7 +50,15 @@ class PutLoad:
     load: ClusterLoad
 
 
-Op = PutHint | RemoveHint | PutAdvisory | PutLoad
+@dataclass(frozen=True)
+class Count:
+    """Add ``n`` to the named counter (e.g. ``dead_letter``): at-least-once, not idempotent."""
+
+    name: str
+    n: int = 1
+
+
+Op = PutHint | RemoveHint | PutAdvisory | PutLoad | Count
 
 
 @runtime_checkable
@@ -61,6 +69,7 @@ class HintStore(Protocol):
     def remove_hint(self, cluster: str, vc: str, job_id: str) -> None: ...
     def put_advisory(self, advisory: PowerAdvisory) -> None: ...
     def put_load(self, load: ClusterLoad) -> None: ...
+    def count(self, name: str, n: int = 1) -> None: ...
     def flush(self) -> int: ...
     def close(self) -> None: ...
 
@@ -68,6 +77,7 @@ class HintStore(Protocol):
     def queue(self, cluster: str, vc: str) -> list[tuple[str, float]]: ...
     def get_advisory(self, cluster: str, node: str | None = None) -> PowerAdvisory | None: ...
     def get_load(self, cluster: str) -> ClusterLoad | None: ...
+    def counters(self) -> dict[str, int]: ...
 
 
 class BufferedStore(abc.ABC):
@@ -102,6 +112,9 @@ class BufferedStore(abc.ABC):
 
     def put_load(self, load: ClusterLoad) -> None:
         self._add(PutLoad(load))
+
+    def count(self, name: str, n: int = 1) -> None:
+        self._add(Count(name, n))
 
     @property
     def pending(self) -> int:
@@ -151,6 +164,7 @@ class InMemoryStore(BufferedStore):
         self.advisories: dict[tuple[str, str | None], PowerAdvisory] = {}
         self.loads: dict[str, ClusterLoad] = {}
         self.changes: list[Change] = []
+        self._counters: dict[str, int] = {}
         self.keep_changes = keep_changes
 
     def _change(self, change: Change) -> None:
@@ -183,6 +197,8 @@ class InMemoryStore(BufferedStore):
             elif isinstance(op, PutLoad):
                 self.loads[op.load.cluster] = op.load
                 self._change(Change(keys.CHANGE_LOAD, op.load.cluster, "", None))
+            elif isinstance(op, Count):
+                self._counters[op.name] = self._counters.get(op.name, 0) + op.n
 
     def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
         return self.hints.get((cluster, job_id))
@@ -196,3 +212,6 @@ class InMemoryStore(BufferedStore):
 
     def get_load(self, cluster: str) -> ClusterLoad | None:
         return self.loads.get(cluster)
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._counters)

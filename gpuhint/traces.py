@@ -208,7 +208,7 @@ def _read_csv(
             try:
                 if None in row:
                     raise ValueError(
-                        f"{len(reader.fieldnames) + len(row[None])} fields "  # type: ignore[index]
+                        f"{len(reader.fieldnames) + len(row[None])} fields "
                         f"where the header has {len(reader.fieldnames)}"
                     )
                 out.jobs.append(parse(row, line))

@@ -26,7 +26,7 @@ def shipped_trace() -> Path:
     return Path(str(resources.files("gpuhint") / "data" / "venus_sept_2vc.csv"))
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     from models.registry import DEFAULT_MODEL, DURATION_MODELS
 
     p = sub.add_parser(

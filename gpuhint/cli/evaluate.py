@@ -12,7 +12,7 @@ import importlib
 EVALUATIONS = ("qssf", "ces")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     p = sub.add_parser(
         "evaluate",
         help="evaluate QSSF (job completion time) or CES (utilization) on real data",

@@ -7,7 +7,7 @@ import argparse
 from gpuhint.cli.common import UserError
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     p = sub.add_parser("qssf", help="(not yet available)")
     p.set_defaults(handler=run)
 

@@ -1,16 +1,82 @@
-"""``gpuhint worker`` (being built)."""
+"""``gpuhint worker``: the Faust stream processor (job events -> hints in Redis)."""
 
 from __future__ import annotations
 
 import argparse
 
-from gpuhint.cli.common import UserError
+from gpuhint.cli.common import UserError, add_config_args, settings_from
+
+DESCRIPTION = """\
+Consumes job events from Kafka, keeps the duration model's per-key state in
+changelog-backed Faust tables, and writes a QSSF priority hint for every pending job
+to Redis (removed when the job starts or finishes). Malformed messages go to the
+dead-letter topic with the reason; the count is in Redis (HGET <prefix>:v1:stats
+dead_letter). Run one worker per partition group: start more with the same app id to
+spread the VCs over them.
+
+settings (flags override GPUHINT_* env vars, which override --config FILE):
+  --bootstrap / GPUHINT_KAFKA_BOOTSTRAP   Kafka, HOST:PORT[,HOST:PORT]
+  --redis-url / GPUHINT_REDIS_URL         redis://[:password@]HOST:PORT/DB
+  GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
+  GPUHINT_MODEL (history), GPUHINT_APP_ID, GPUHINT_STATE_DIR. See docs/configuration.md.
+"""
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("worker", help="(not yet available)")
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
+    p = sub.add_parser(
+        "worker",
+        help="run the Faust stream processor (Kafka -> models -> Redis)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.add_argument("--redis-url", metavar="URL", help="Redis URL")
+    p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history)")
+    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    add_config_args(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserError("'worker' is not available in this build yet")
+    import logging
+
+    import faust
+    import redis
+
+    from models.registry import DURATION_MODELS
+    from streams.app import build_app
+    from streams.redis_store import RedisStore
+
+    settings = settings_from(
+        args, kafka_bootstrap=args.bootstrap, redis_url=args.redis_url, model=args.model
+    )
+    if settings.model not in DURATION_MODELS:
+        raise UserError(
+            f"unknown model {settings.model!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
+        )
+    store = RedisStore.from_url(
+        settings.redis_url.get_secret_value(),
+        keys=settings.keys,
+        hint_ttl_s=settings.hint_ttl_s,
+        advisory_ttl_s=settings.advisory_ttl_s,
+        changes_maxlen=settings.changes_maxlen,
+    )
+    try:
+        store.r.ping()
+    except redis.RedisError as exc:
+        raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    app, _ = build_app(settings, store)
+    logging.getLogger("gpuhint").info(
+        "worker %s: kafka %s, model %s, %d partitions",
+        settings.app_id,
+        settings.kafka_bootstrap,
+        settings.model,
+        settings.partitions,
+    )
+    worker = faust.Worker(app, loglevel=args.loglevel.upper(), quiet=True)
+    try:
+        worker.execute_from_commandline()
+    finally:
+        store.close()
+    return 0

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[2]
 KAFKA_SCRIPTS = REPO / "scripts" / "kafka"
@@ -86,7 +87,7 @@ class LocalProcess:
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
-    def __enter__(self) -> LocalProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -160,7 +161,14 @@ class LocalKafka(LocalProcess):
             cp,
         ]
         fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}", "-c", str(props)],
+            [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={_cluster_id()}",
+                "-c",
+                str(props),
+            ],
             capture_output=True,
             text=True,
         )
@@ -230,7 +238,7 @@ class LocalRedis(LocalProcess):
 def docker_available() -> bool:
     """True when a Docker daemon answers (testcontainers can then serve)."""
     try:
-        import docker  # type: ignore[import-untyped]
+        import docker
 
         client = docker.from_env(timeout=3)
         client.ping()
@@ -250,7 +258,7 @@ def kafka_service() -> Iterator[tuple[str, str]]:
         try:
             from testcontainers.community.kafka import KafkaContainer
         except ImportError:  # testcontainers < 4.14
-            from testcontainers.kafka import KafkaContainer  # type: ignore[no-redef]
+            from testcontainers.kafka import KafkaContainer  # type: ignore[no-redef,unused-ignore]
         image = os.environ.get("GPUHINT_TEST_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0")
         with KafkaContainer(image).with_kraft() as kc:
             yield kc.get_bootstrap_server(), f"testcontainers {image}"
@@ -271,7 +279,7 @@ def redis_service() -> Iterator[tuple[str, str]]:
         try:
             from testcontainers.community.redis import RedisContainer
         except ImportError:  # testcontainers < 4.14
-            from testcontainers.redis import RedisContainer  # type: ignore[no-redef]
+            from testcontainers.redis import RedisContainer  # type: ignore[no-redef,unused-ignore]
         with RedisContainer("redis:7") as rc:
             host = rc.get_container_host_ip()
             port = rc.get_exposed_port(6379)
@@ -293,11 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     svc: LocalProcess
     try:
         if args.service == "kafka":
-            svc = LocalKafka(args.port).start()
-            print(f"Kafka {svc.bootstrap} (log {svc.log_path}); Ctrl-C stops it", flush=True)
+            kafka = LocalKafka(args.port).start()
+            svc = kafka
+            print(f"Kafka {kafka.bootstrap} (log {kafka.log_path}); Ctrl-C stops it", flush=True)
         else:
-            svc = LocalRedis(args.port).start()
-            print(f"Redis {svc.url}; Ctrl-C stops it", flush=True)
+            redis_ = LocalRedis(args.port).start()
+            svc = redis_
+            print(f"Redis {redis_.url}; Ctrl-C stops it", flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,67 @@
+"""kafka-python plumbing shared by the producers (trace replay, node agent): topics, producer."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+
+from gpuhint.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker cannot be reached; the message names the address."""
+
+
+def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: float = 30.0) -> None:
+    """Create gpuhint's topics if missing, with ``partitions`` partitions each.
+
+    The job-event topic's partition count must equal the worker's (its tables are
+    co-partitioned with it), so both read the same ``GPUHINT_PARTITIONS`` setting.
+    """
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="gpuhint-admin",
+            request_timeout_ms=int(timeout_s * 1000),
+        )
+    except NoBrokersAvailable:
+        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap}") from None
+    try:
+        existing = set(admin.list_topics())
+        wanted = [
+            NewTopic(name=t, num_partitions=partitions, replication_factor=1)
+            for t in topics.all()
+            if t not in existing
+        ]
+        if wanted:
+            with contextlib.suppress(TopicAlreadyExistsError):  # a concurrent creator won
+                admin.create_topics(wanted, raise_errors=False)
+            log.info("created topics %s", ", ".join(t.name for t in wanted))
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"Kafka at {bootstrap}: {exc}") from None
+    finally:
+        admin.close()
+
+
+def make_producer(bootstrap: str, **overrides: Any) -> KafkaProducer:
+    """A producer that waits for the broker's ack (acks=all) and batches briefly."""
+    config: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "client_id": "gpuhint",
+        "acks": "all",
+        "linger_ms": 5,
+        "retries": 5,
+        "max_in_flight_requests_per_connection": 1,  # keep per-partition order on retry
+    }
+    config.update(overrides)
+    try:
+        return KafkaProducer(**config)
+    except NoBrokersAvailable:
+        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap}") from None

@@ -1,0 +1,198 @@
+"""The Faust worker: job events in, QSSF hints out, bad messages to the dead-letter topic.
+
+The worker is a thin edge around :class:`gpuhint.core.HintEngine` (the same core the
+embedded demo runs). Per-key state lives in changelog-backed Faust tables, which are
+co-partitioned with the job-event topic (events are keyed by cluster/VC):
+
+* ``duration-stats``: the history estimator's per-(VC, user, GPUs) statistics;
+* ``pending-predictions``: each pending job's predicted duration, to score it at finish.
+
+Delivery: the Redis store buffers writes; they are flushed every ``batch_within_s``
+seconds, whenever ``batch_max`` writes are waiting, and always *before Faust commits
+offsets* (a sensor on ``on_commit_initiated``), so an acknowledged event's writes are
+in Redis before its offset is. Writes are idempotent, so a redelivery after a crash
+rewrites the same state.
+
+Agent concurrency is 1: with more, faust-streaming can commit past an in-flight
+message and lose it on restart (faust-streaming issue #606).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from faust.sensors import Sensor
+
+from gpuhint.config import Settings
+from gpuhint.contract import InvalidMessage, decode_job_event
+from gpuhint.core import HintEngine
+from gpuhint.store import HintStore
+from gpuhint.topics import job_key
+from models.base import DurationModel
+from models.history import HistoryEstimator
+from models.registry import make_model
+from streams.dead_letter import dead_letter_record
+
+log = logging.getLogger(__name__)
+
+
+class FlushOnCommit(Sensor):
+    """Flushes the store right before Faust commits consumer offsets."""
+
+    def __init__(self, store: HintStore, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+
+    def on_commit_initiated(self, consumer: Any) -> Any:
+        self.store.flush()
+        return None
+
+
+@dataclass
+class WorkerStats:
+    processed: int = 0
+    dead_letter: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def faust_broker_url(bootstrap: str) -> str:
+    """``h1:9092,h2:9092`` -> ``kafka://h1:9092;kafka://h2:9092`` (Faust's broker form)."""
+    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
+    return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
+
+
+def build_app(
+    settings: Settings, store: HintStore, model: DurationModel | None = None
+) -> tuple[faust.App, WorkerStats]:
+    """Build the Faust app; ``model=None`` uses ``settings.model`` (history: table-backed)."""
+    app = faust.App(
+        settings.app_id,
+        broker=faust_broker_url(settings.kafka_bootstrap),
+        store="memory://",
+        autodiscover=False,
+        web_enabled=False,
+        datadir=str(settings.state_dir),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        table_standby_replicas=0,
+        broker_commit_interval=1.0,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+    )
+    topics = settings.topics
+    job_topic = app.topic(
+        topics.job_events,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.partitions,
+    )
+    dead_letter = app.topic(
+        topics.dead_letter,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.partitions,
+    )
+    stats_table = app.Table(
+        "duration-stats",
+        default=None,
+        partitions=settings.partitions,
+        key_serializer="json",
+        value_serializer="json",
+    )
+    pending_table = app.Table(
+        "pending-predictions",
+        default=None,
+        partitions=settings.partitions,
+        key_serializer="json",
+        value_serializer="json",
+    )
+    if model is None:
+        model = (
+            HistoryEstimator(state=stats_table)
+            if settings.model == "history"
+            else make_model(settings.model)
+        )
+    engine = HintEngine(model, store, predictions=pending_table)
+    stats = WorkerStats()
+    app.sensors.add(FlushOnCommit(store))
+
+    async def flush() -> None:
+        await asyncio.to_thread(store.flush)
+
+    async def to_dead_letter(event: Any, reason: str) -> None:
+        msg = event.message
+        record = dead_letter_record(
+            reason=reason,
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=event.key,
+            value=event.value,
+        )
+        await dead_letter.send(key=event.key, value=record)
+        store.count("dead_letter")
+        stats.dead_letter += 1
+        short = reason.split(":")[0]
+        stats.reasons[short] = stats.reasons.get(short, 0) + 1
+        log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, reason)
+
+    @app.agent(job_topic, concurrency=1, name="job-events")
+    async def process_job_events(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                if not event.value:
+                    raise InvalidMessage("empty message")
+                ev = decode_job_event(event.value)
+                want = job_key(ev.cluster, ev.vc)
+                if event.key != want:
+                    raise InvalidMessage(
+                        f"key {event.key!r} is not the event's cluster/vc {want!r} "
+                        "(per-VC state must stay on one partition)"
+                    )
+            except InvalidMessage as exc:
+                await to_dead_letter(event, exc.reason)
+                continue
+            try:
+                engine.on_job_event(ev)
+            except Exception as exc:  # a bug must not lose the event nor stop the worker
+                log.exception("processing failed for job %s", ev.job_id)
+                await to_dead_letter(event, f"processing error: {type(exc).__name__}: {exc}")
+                continue
+            stats.processed += 1
+            if getattr(store, "pending", 0) >= settings.batch_max:
+                await flush()
+
+    @app.timer(interval=settings.batch_within_s)
+    async def periodic_flush() -> None:
+        await flush()
+
+    @app.timer(interval=60.0)
+    async def report() -> None:
+        s = engine.stats
+        log.info(
+            "events %d (dead-letter %d), hints written %d removed %d, learned %d, MAE(log) %s",
+            stats.processed,
+            stats.dead_letter,
+            s.hints_written,
+            s.hints_removed,
+            s.learned,
+            f"{s.mae_log:.3f}" if s.mae_log is not None else "n/a",
+        )
+
+    sweep = getattr(store, "sweep_stale", None)
+    if sweep is not None:
+
+        @app.timer(interval=300.0)
+        async def sweep_stale_queue_entries() -> None:
+            await asyncio.to_thread(sweep)
+
+    app.gpuhint_engine = engine  # type: ignore[attr-defined]
+    return app, stats

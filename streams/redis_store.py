@@ -1,0 +1,173 @@
+"""The Redis store: the key schema of :mod:`gpuhint.keys` written in pipelines.
+
+Writes are buffered (see :class:`gpuhint.store.BufferedStore`) and one ``flush()``
+sends them as a single non-transactional pipeline. Every write is idempotent: a hint
+is ``SET`` + ``ZADD``, a removal is ``DEL`` + ``ZREM`` (a Lua script, so the change
+stream records a removal only when a hint really existed).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+
+from gpuhint import keys as K
+from gpuhint.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.keys import RedisKeys
+from gpuhint.store import (
+    BufferedStore,
+    Count,
+    Op,
+    PutAdvisory,
+    PutHint,
+    PutLoad,
+    RemoveHint,
+)
+
+log = logging.getLogger(__name__)
+
+# KEYS: hint key, queue key, changes stream; ARGV: job_id, cluster, vc, maxlen
+_REMOVE_HINT = """
+if redis.call('DEL', KEYS[1]) == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*',
+             'type', 'hint_removed', 'cluster', ARGV[2], 'vc', ARGV[3], 'job_id', ARGV[1])
+  return 1
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 0
+"""
+
+
+class RedisStore(BufferedStore):
+    """Writes hints, advisories and load to Redis; reads them back for clients and tests."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: RedisKeys | None = None,
+        hint_ttl_s: int = 7 * 86400,
+        advisory_ttl_s: int = 3600,
+        changes_maxlen: int = 100_000,
+        max_buffer: int = 10_000,
+    ) -> None:
+        super().__init__(max_buffer)
+        self.r = client
+        self.k = keys or RedisKeys()
+        self.hint_ttl_s = hint_ttl_s
+        self.advisory_ttl_s = advisory_ttl_s
+        self.changes_maxlen = changes_maxlen
+        self._remove = self.r.register_script(_REMOVE_HINT)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisStore:
+        client = redis.Redis.from_url(url, socket_timeout=10, health_check_interval=30)
+        return cls(client, **kwargs)
+
+    def _xadd(self, pipe: Any, fields: dict[str, str]) -> None:
+        pipe.xadd(self.k.changes, fields, maxlen=self.changes_maxlen, approximate=True)
+
+    def _apply(self, ops: list[Op]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for op in ops:
+            if isinstance(op, PutHint):
+                h = op.hint
+                qkey = self.k.queue(h.cluster, h.vc)
+                pipe.set(self.k.hint(h.cluster, h.job_id), h.model_dump_json(), ex=self.hint_ttl_s)
+                pipe.zadd(qkey, {h.job_id: h.priority})
+                pipe.expire(qkey, self.hint_ttl_s)
+                self._xadd(
+                    pipe,
+                    {
+                        "type": K.CHANGE_HINT,
+                        "cluster": h.cluster,
+                        "vc": h.vc,
+                        "job_id": h.job_id,
+                        "priority": repr(h.priority),
+                    },
+                )
+            elif isinstance(op, RemoveHint):
+                self._remove(
+                    keys=[
+                        self.k.hint(op.cluster, op.job_id),
+                        self.k.queue(op.cluster, op.vc),
+                        self.k.changes,
+                    ],
+                    args=[op.job_id, op.cluster, op.vc, self.changes_maxlen],
+                    client=pipe,
+                )
+            elif isinstance(op, PutAdvisory):
+                a = op.advisory
+                key = (
+                    self.k.cluster_advice(a.cluster)
+                    if a.node is None
+                    else self.k.node_advice(a.cluster, a.node)
+                )
+                pipe.set(key, a.model_dump_json(), ex=self.advisory_ttl_s)
+                self._xadd(
+                    pipe,
+                    {
+                        "type": K.CHANGE_ADVICE,
+                        "cluster": a.cluster,
+                        "node": a.node or "",
+                        "action": a.action.value,
+                        "count": str(a.count),
+                    },
+                )
+            elif isinstance(op, PutLoad):
+                ld = op.load
+                pipe.set(self.k.load(ld.cluster), ld.model_dump_json(), ex=self.advisory_ttl_s)
+                self._xadd(pipe, {"type": K.CHANGE_LOAD, "cluster": ld.cluster})
+            elif isinstance(op, Count):
+                pipe.hincrby(self.k.stats, op.name, op.n)
+        pipe.execute()
+
+    def sweep_stale(self) -> int:
+        """Drop queue members whose hint key has expired; return how many were dropped."""
+        removed = 0
+        for raw_key in self.r.scan_iter(match=f"{self.k.root}:queue:*", count=500):
+            qkey = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            cluster = qkey.split(":")[3]
+            raw_members: Any = self.r.zrange(qkey, 0, -1)
+            members = [m.decode() for m in raw_members]
+            if not members:
+                continue
+            pipe = self.r.pipeline(transaction=False)
+            for m in members:
+                pipe.exists(self.k.hint(cluster, m))
+            stale = [m for m, ok in zip(members, pipe.execute(), strict=True) if not ok]
+            if stale:
+                removed += int(self.r.zrem(qkey, *stale))
+        if removed:
+            log.info("swept %d stale queue entries", removed)
+        return removed
+
+    # -- read side ---------------------------------------------------------------------
+    def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
+        raw: Any = self.r.get(self.k.hint(cluster, job_id))
+        return PriorityHint.model_validate_json(raw) if raw else None
+
+    def queue(self, cluster: str, vc: str) -> list[tuple[str, float]]:
+        rows: Any = self.r.zrange(self.k.queue(cluster, vc), 0, -1, withscores=True)
+        return [(m.decode(), float(s)) for m, s in rows]
+
+    def get_advisory(self, cluster: str, node: str | None = None) -> PowerAdvisory | None:
+        key = self.k.cluster_advice(cluster) if node is None else self.k.node_advice(cluster, node)
+        raw: Any = self.r.get(key)
+        return PowerAdvisory.model_validate_json(raw) if raw else None
+
+    def get_load(self, cluster: str) -> ClusterLoad | None:
+        raw: Any = self.r.get(self.k.load(cluster))
+        return ClusterLoad.model_validate_json(raw) if raw else None
+
+    def counters(self) -> dict[str, int]:
+        raw: Any = self.r.hgetall(self.k.stats)
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.r.close()

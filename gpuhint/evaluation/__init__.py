@@ -1,0 +1,1 @@
+"""Offline evaluations of the online models on real traces and load series."""

@@ -1,0 +1,312 @@
+"""Event-driven scheduling of one VC, with the Helios artifact's semantics.
+
+The artifact (``framework/QSSF Service/policies/*.py``) steps a clock one second at a
+time; at every step it (1) releases jobs that end now, (2) queues jobs submitted now,
+(3) orders the queue and (4) starts jobs in that order until one does not fit (no
+backfill). Its state only changes at submits and ends, so deciding at those instants
+gives the same schedule, without the millions of idle steps.
+
+Orders (ties: earlier submit, then trace order):
+
+* ``fifo`` -- submit time;
+* ``sjf``  -- true duration alone (as the artifact: not GPUs x duration);
+* ``qssf`` -- a priority per job (smaller first), ties broken by fewer GPUs. The oracle
+  passes true service (GPUs x duration); a predictor passes its predicted service. As
+  in the artifact, when every queued job arrived in this very instant the queue is
+  ordered by GPU count instead (the artifact only asks its estimator once a job has
+  waited), unless ``new_jobs_by_gpus=False``;
+* ``srtf`` -- preemptive shortest remaining time first (oracle), see :func:`_srtf`.
+
+``backfill=True`` lets a non-preemptive policy skip a job that does not fit and start
+later ones that do (greedy, no reservation: large jobs can wait longer).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from models.simulator.cluster import Alloc, Nodes
+
+PolicyKind = Literal["fifo", "sjf", "qssf", "srtf"]
+POLICY_KINDS: tuple[PolicyKind, ...] = ("fifo", "sjf", "qssf", "srtf")
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """A job as the simulator sees it: when it arrives, how long it runs, its GPUs."""
+
+    job_id: str
+    submit: float
+    duration: float
+    gpus: int
+
+    @property
+    def service(self) -> float:
+        return self.gpus * self.duration
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one job. ``queue`` is the total time it waited (all waits)."""
+
+    start: float
+    end: float
+    queue: float
+    preemptions: int = 0
+
+
+def ckpt_overhead(gpus: int) -> float:
+    """Seconds a preempted job loses (the artifact's checkpoint/restore cost)."""
+    return 7.0 if gpus == 1 else 30.0 if gpus <= 8 else 60.0
+
+
+def simulate_vc(
+    jobs: Sequence[SimJob],
+    num_nodes: int,
+    policy: PolicyKind,
+    *,
+    priorities: Sequence[float] | None = None,
+    backfill: bool = False,
+    new_jobs_by_gpus: bool = True,
+    gpus_per_node: int = 8,
+    tick: float = 1.0,
+) -> list[Outcome]:
+    """Schedule ``jobs`` on ``num_nodes`` nodes; return one :class:`Outcome` per job.
+
+    ``priorities`` (same order as ``jobs``) is required for ``qssf``. ``tick`` is the
+    artifact's clock step, used only by ``srtf`` (see :func:`_srtf`). Every job must
+    fit the VC (``gpus <= num_nodes * gpus_per_node``) and ask for at least one GPU.
+
+    >>> jobs = [SimJob("a", 0, 100, 8), SimJob("b", 1, 10, 8), SimJob("c", 2, 1, 8)]
+    >>> [o.end for o in simulate_vc(jobs, 1, "fifo")]
+    [100, 110, 111]
+    >>> [o.end for o in simulate_vc(jobs, 1, "sjf")]
+    [100, 111, 101]
+    """
+    capacity = num_nodes * gpus_per_node
+    for j in jobs:
+        if j.gpus < 1:
+            raise ValueError(f"job {j.job_id}: the simulator schedules GPU jobs only")
+        if j.gpus > capacity:
+            raise ValueError(
+                f"job {j.job_id} needs {j.gpus} GPUs but the VC has {capacity}: it could never run"
+            )
+        if not (math.isfinite(j.duration) and j.duration >= 0 and math.isfinite(j.submit)):
+            raise ValueError(f"job {j.job_id}: submit and duration must be finite, duration >= 0")
+    if policy == "srtf":
+        return _srtf(jobs, Nodes(num_nodes, gpus_per_node), tick)
+    if policy == "fifo":
+        keys: list[tuple[float, ...]] = [(j.submit,) for j in jobs]
+    elif policy == "sjf":
+        keys = [(j.duration,) for j in jobs]
+    elif policy == "qssf":
+        if priorities is None or len(priorities) != len(jobs):
+            raise ValueError("qssf needs one priority per job")
+        keys = [(float(p), j.gpus) for p, j in zip(priorities, jobs, strict=True)]
+    else:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_KINDS)}")
+    return _nonpreemptive(
+        jobs,
+        Nodes(num_nodes, gpus_per_node),
+        keys,
+        backfill,
+        new_jobs_by_gpus and policy == "qssf",
+    )
+
+
+def _arrival_order(jobs: Sequence[SimJob]) -> list[int]:
+    return sorted(range(len(jobs)), key=lambda i: (jobs[i].submit, i))
+
+
+def _nonpreemptive(
+    jobs: Sequence[SimJob],
+    nodes: Nodes,
+    keys: Sequence[tuple[float, ...]],
+    backfill: bool,
+    new_by_gpus: bool,
+) -> list[Outcome]:
+    n = len(jobs)
+    order = _arrival_order(jobs)
+    rank = [0] * n
+    for r, i in enumerate(order):
+        rank[i] = r
+    gpus = [j.gpus for j in jobs]
+    start = [0.0] * n
+    end = [0.0] * n
+    allocs: list[Alloc] = [[] for _ in range(n)]
+    # Pending jobs, one heap per GPU count: (key..., arrival rank, index).
+    queues: dict[int, list[tuple[tuple[float, ...], int, int]]] = {}
+    queued = 0
+    running: list[tuple[float, int]] = []  # (end, index)
+    nxt = 0
+
+    def start_job(i: int, t: float, alloc: Alloc) -> None:
+        allocs[i] = alloc
+        start[i] = t
+        end[i] = t + jobs[i].duration
+        heapq.heappush(running, (end[i], i))
+
+    while nxt < n or running:
+        t = jobs[order[nxt]].submit if nxt < n else math.inf
+        if running and running[0][0] < t:
+            t = running[0][0]
+        while running and running[0][0] == t:
+            _, i = heapq.heappop(running)
+            nodes.release(allocs[i])
+        arrived = []
+        while nxt < n and jobs[order[nxt]].submit == t:
+            arrived.append(order[nxt])
+            nxt += 1
+        if new_by_gpus and queued == 0 and arrived:
+            # Only fresh jobs wait: the artifact orders them by GPU count.
+            arrived.sort(key=lambda i: (gpus[i], rank[i]))
+            blocked = False
+            for i in arrived:
+                alloc = None if blocked else nodes.place(gpus[i])
+                if alloc is not None:
+                    start_job(i, t, alloc)
+                    continue
+                blocked = not backfill
+                heapq.heappush(queues.setdefault(gpus[i], []), (keys[i], rank[i], i))
+                queued += 1
+            continue
+        for i in arrived:
+            heapq.heappush(queues.setdefault(gpus[i], []), (keys[i], rank[i], i))
+            queued += 1
+        while queued:
+            best = None
+            for g, heap in queues.items():
+                if (
+                    heap
+                    and (best is None or heap[0] < best[0])
+                    and (not backfill or nodes.can_place(g))
+                ):
+                    best = (heap[0], g)
+            if best is None:
+                break
+            g = best[1]
+            alloc = nodes.place(g)
+            if alloc is None:  # the head does not fit: wait (no backfill)
+                break
+            _, _, i = heapq.heappop(queues[g])
+            queued -= 1
+            start_job(i, t, alloc)
+    return [Outcome(start[i], end[i], start[i] - jobs[i].submit) for i in range(n)]
+
+
+def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
+    """Preemptive shortest-remaining-time-first, as the artifact's ``srtf.py``.
+
+    At each decision the artifact lists queued jobs then running ones, sorts them by
+    remaining time (stable), and walks the list with a GPU quota equal to the VC's
+    size: a job that fits the quota keeps running or is started; a running job that
+    does not fit is preempted (it loses :func:`ckpt_overhead` seconds); a queued one that
+    does not fit is skipped (so SRTF backfills). A job picked but not placeable (nodes
+    fragmented) keeps waiting. Its 1-second clock sees a job end one step after its
+    remaining time reaches zero, so every run segment lasts ``remaining + tick``.
+
+    Decisions are taken at submits and ends. The artifact re-decides every second, which
+    differs only when a running job's shrinking remaining time overtakes a queued job
+    that was picked but could not be placed.
+    """
+    n = len(jobs)
+    order = _arrival_order(jobs)
+    gpus = [j.gpus for j in jobs]
+    remain = [j.duration for j in jobs]  # at the start of the current segment / while queued
+    vend = [0.0] * n  # running: start of segment + remaining at that start
+    seg = [0] * n
+    first_start = [math.nan] * n
+    end = [0.0] * n
+    queue = [0.0] * n
+    ckpt_at = [0.0] * n
+    preempted = [0] * n
+    allocs: list[Alloc] = [[] for _ in range(n)]
+    run_rank = [0] * n
+    counter = itertools.count()
+    queues: dict[int, list[tuple[float, int, int]]] = {}  # gpus -> (remain, rank, index)
+    queued = 0
+    running: set[int] = set()
+    ends: list[tuple[float, int, int]] = []  # (time, index, segment)
+    total = nodes.total_gpus
+    nxt = 0
+
+    def enqueue(i: int, rank: int) -> None:
+        nonlocal queued
+        heapq.heappush(queues.setdefault(gpus[i], []), (remain[i], rank, i))
+        queued += 1
+
+    while nxt < n or ends:
+        t = jobs[order[nxt]].submit if nxt < n else math.inf
+        if ends and ends[0][0] < t:
+            t = ends[0][0]
+        while ends and ends[0][0] == t:
+            _, i, s = heapq.heappop(ends)
+            if s != seg[i]:
+                continue  # a preempted segment
+            nodes.release(allocs[i])
+            running.discard(i)
+            end[i] = t
+        while nxt < n and jobs[order[nxt]].submit == t:
+            i = order[nxt]
+            nxt += 1
+            enqueue(i, next(counter))
+        if not queued:
+            continue
+        # Walk queued + running jobs in order of remaining time with the GPU quota.
+        run_sorted = sorted(running, key=lambda i: (vend[i], run_rank[i]))
+        quota = total
+        picked: list[tuple[tuple[float, int, int], int]] = []
+        to_preempt: list[int] = []
+        r = 0
+        while True:
+            best = None
+            for g, heap in queues.items():
+                if heap and g <= quota and (best is None or heap[0] < best[0]):
+                    best = (heap[0], g)
+            if r < len(run_sorted):
+                ri = run_sorted[r]
+                # Queued jobs come first on a tie (the artifact sorts queue + running).
+                if best is None or vend[ri] - t < best[0][0]:
+                    if gpus[ri] <= quota:
+                        quota -= gpus[ri]
+                    else:
+                        to_preempt.append(ri)
+                    r += 1
+                    continue
+            if best is None:
+                break
+            entry = heapq.heappop(queues[best[1]])
+            queued -= 1
+            quota -= best[1]
+            picked.append((entry, best[1]))
+        for i in to_preempt:
+            nodes.release(allocs[i])
+            running.discard(i)
+            seg[i] += 1
+            remain[i] = vend[i] - t + ckpt_overhead(gpus[i])
+            ckpt_at[i] = t
+            preempted[i] += 1
+            enqueue(i, next(counter))
+        for entry, g in picked:
+            i = entry[2]
+            alloc = nodes.place(g)
+            if alloc is None:  # fragmented: keep its place in the queue
+                heapq.heappush(queues[g], entry)
+                queued += 1
+                continue
+            allocs[i] = alloc
+            if math.isnan(first_start[i]):
+                first_start[i] = t
+                queue[i] = t - jobs[i].submit
+            else:
+                queue[i] += t - ckpt_at[i]
+            running.add(i)
+            run_rank[i] = next(counter)
+            vend[i] = t + remain[i]
+            heapq.heappush(ends, (vend[i] + tick, i, seg[i]))
+    return [Outcome(first_start[i], end[i], queue[i], preempted[i]) for i in range(n)]

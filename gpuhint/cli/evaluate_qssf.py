@@ -1,16 +1,268 @@
-"""``gpuhint evaluate qssf`` (being built)."""
+"""``gpuhint evaluate qssf``: what gpuhint's priority hints are worth in job completion time."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
 
-from gpuhint.cli.common import UserError
+from gpuhint.cli.common import UserError, add_trace_args, load_trace, report_skipped
+
+HELP = "simulate FIFO/SJF/SRTF/QSSF on a job trace with gpuhint's online hints"
+
+DESCRIPTION = """\
+Replays a job trace through gpuhint's online duration model exactly as the streaming
+worker would (each job is predicted when it is submitted, the model learns from each
+job when it finishes, nothing is looked up ahead), keeps each job's QSSF priority hint
+(predicted GPU-seconds = GPUs x predicted duration), and then schedules the trace's GPU
+jobs under every policy in a simulator faithful to the Helios paper's artifact (SC '21):
+one simulation per virtual cluster (VC), 8-GPU nodes, consolidating placement (a job
+of up to 8 GPUs goes to the fullest node it fits on, larger jobs take whole nodes), jobs
+started in queue order until one does not fit (no backfill unless --backfill).
+
+policies:
+  fifo          first in, first out: the baseline
+  sjf           shortest job first by the TRUE duration (an oracle; as the artifact, by
+                duration alone, not GPUs x duration)
+  srtf          shortest remaining TRUE time first, preemptive (an oracle; a preempted
+                job pays the artifact's checkpoint cost: 7 s / 30 s / 60 s)
+  qssf-oracle   quasi-shortest-service-first with the TRUE service (GPUs x duration):
+                the best QSSF could do with a perfect predictor ("the oracle")
+  qssf          QSSF with gpuhint's online hints (the model of --model)
+  qssf-given    QSSF with the priorities of --priorities (e.g. a published predictor)
+  X+backfill    with --backfill: the non-preemptive policies again, letting jobs that
+                fit start ahead of a blocked head (greedy, no reservation)
+
+the table:
+  avg JCT       average job completion time (finish - submit), all GPU jobs
+  avg queue     average time waiting before start (for srtf: all waits)
+  xFIFO         policy's avg JCT / FIFO's: below 1 is better than FIFO
+  xoracle       policy's avg JCT / qssf-oracle's: 1.10 means 10% behind the oracle
+
+JCT depends on how big each VC is: --vc-config gives node counts (a CSV with a header
+and rows vc,nodes: the artifact's vc_config files read as they are); VCs it does not
+list are sized so that their offered load (GPU-seconds submitted / (GPUs x time from the
+first to the last submit)) is --target-load, with at least enough nodes for their
+largest job. The sizes used are printed. Jobs without GPUs feed the predictor but are
+not scheduled.
+"""
+
+EPILOG = """\
+examples:
+  gpuhint evaluate qssf --trace venus_sept_2vc.csv --vc-config venus_vc_config.csv \\
+      --priorities venus_sept_artifact_lgb_predictions.csv --priority-times-gpus
+  gpuhint evaluate qssf --trace philly_sampled_jobs.json --target-load 0.9 --json
+
+--json prints one object: policies.<name>.{avg_jct_s, avg_queue_s, p50/p95/p99_jct_s,
+by_gpus}, jct_ratio_fifo_over_qssf, jct_ratio_qssf_over_sjf, jct_ratio_qssf_over_oracle,
+mae_log (mean |log(1+predicted) - log(1+true)|), median_abs_pct_error (a fraction:
+0.5 = 50%), vc_sizes. Progress goes to stderr.
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
-    p = sub.add_parser("qssf", help="(not yet available)")
+    from models.registry import DEFAULT_MODEL, DURATION_MODELS
+
+    p = sub.add_parser(
+        "qssf",
+        help=HELP,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--trace", metavar="FILE", required=True, help="job trace (Helios, Philly, plain)"
+    )
+    add_trace_args(p)
+    p.add_argument(
+        "--model",
+        choices=sorted(DURATION_MODELS),
+        default=DEFAULT_MODEL,
+        help=f"online duration model behind the hints (default: {DEFAULT_MODEL})",
+    )
+    p.add_argument("--vc-config", metavar="CSV", help="nodes per VC: header, then rows vc,nodes")
+    p.add_argument(
+        "--target-load",
+        type=float,
+        default=0.9,
+        metavar="U",
+        help="size VCs not in --vc-config to this offered load, 0 < U <= 1 (default: 0.9)",
+    )
+    p.add_argument(
+        "--priorities",
+        metavar="CSV",
+        help="job_id,priority (smaller runs first): adds policy qssf-given; jobs not in the "
+        "file run after all that are",
+    )
+    p.add_argument(
+        "--priority-times-gpus",
+        action="store_true",
+        help="multiply each given priority by the job's GPUs: for files of predicted "
+        "durations, such as the Helios artifact's *_lgb.csv (its LGBEstimator does this)",
+    )
+    p.add_argument(
+        "--backfill",
+        action="store_true",
+        help="also run each non-preemptive policy with backfilling",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        default="qssf_jct_cdf.png",
+        help="where to write the JCT CDF plot (default: ./qssf_jct_cdf.png)",
+    )
+    p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(handler=run)
 
 
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    raise UserError("'evaluate qssf' is not available in this build yet")
+    from gpuhint.evaluation.qssf import (
+        InputError,
+        evaluate_qssf,
+        plot_jct_cdf,
+        read_priorities,
+        read_vc_config,
+    )
+
+    if not 0 < args.target_load <= 1:
+        raise UserError(f"--target-load must be in (0, 1], got {args.target_load}")
+    if args.priority_times_gpus and not args.priorities:
+        raise UserError("--priority-times-gpus needs --priorities")
+    t0 = time.perf_counter()
+    try:
+        vc_nodes = read_vc_config(args.vc_config) if args.vc_config else None
+        given = read_priorities(args.priorities) if args.priorities else None
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    _progress(f"reading {args.trace}")
+    read = load_trace(args.trace, args.format, args.on_error)
+    report_skipped(read)
+    try:
+        report = evaluate_qssf(
+            read.jobs,
+            model=args.model,
+            vc_nodes=vc_nodes,
+            target_load=args.target_load,
+            given_priorities=given,
+            given_times_gpus=args.priority_times_gpus,
+            backfill=args.backfill,
+            progress=_progress,
+        )
+    except InputError as exc:
+        raise UserError(str(exc).replace("VC config", args.vc_config or "VC sizes")) from None
+    plot_path = None
+    if not args.no_plot:
+        try:
+            plot_path = plot_jct_cdf(
+                report, args.plot, title=f"{Path(args.trace).name}: JCT by policy"
+            ).resolve()
+        except OSError as exc:
+            raise UserError(f"cannot write the plot to {args.plot}: {exc}") from None
+        _progress(f"plot written to {plot_path}")
+    elapsed = time.perf_counter() - t0
+    if args.json:
+        out: dict[str, Any] = {
+            "trace": str(args.trace),
+            "format": read.fmt,
+            "rows_skipped": len(read.errors),
+            **report.as_dict(),
+            "plot": str(plot_path) if plot_path else None,
+        }
+        out["seconds"]["command"] = round(elapsed, 3)
+        print(json.dumps(_finite(out), indent=2))
+        return 0
+    _print_text(args, read.fmt, report, plot_path, elapsed)
+    return 0
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/Infinity: write them as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _print_text(
+    args: argparse.Namespace, fmt: str, report: Any, plot_path: Path | None, elapsed: float
+) -> None:
+    r = report
+    p = r.predictions
+    print(
+        f"{args.trace} ({fmt}): {r.jobs_total:,} jobs, {r.jobs_simulated:,} GPU jobs scheduled"
+        + (
+            f", {r.jobs_without_gpus:,} without GPUs (predictor only)"
+            if r.jobs_without_gpus
+            else ""
+        )
+    )
+    sizes = ", ".join(f"{vc} {n}" for vc, n in r.vc_sizes.items())
+    how = sorted(set(r.vc_sizing.values()))
+    print(f"VC sizes (8-GPU nodes, {sum(r.vc_sizes.values())} in all; {' / '.join(how)}): {sizes}")
+    if p.mae_log is not None:
+        print(
+            f"predictor {p.model} v{p.model_version}: MAE(log duration) {p.mae_log:.3f}, "
+            f"median |error| {100 * (p.median_abs_pct_error or 0):.0f}% over {p.scored:,} "
+            f"finished jobs"
+        )
+    if r.given is not None:
+        print(
+            f"given priorities ({args.priorities}"
+            + (", x GPUs" if r.given["times_gpus"] else "")
+            + f"): {r.given['missing']:,} scheduled jobs missing, {r.given['missing_treatment']}"
+        )
+    print()
+    head = (
+        f"{'policy':<22} {'avg JCT s':>11} {'avg queue s':>12} {'p50 JCT':>10} "
+        f"{'p95 JCT':>10} {'p99 JCT':>10} {'xFIFO':>6} {'xoracle':>7}"
+    )
+    print(head)
+    print("-" * len(head))
+    for name, res in r.policies.items():
+        s = res.summary
+        print(
+            f"{name:<22} {s.avg_jct_s:>11,.0f} {s.avg_queue_s:>12,.0f} {s.p50_jct_s:>10,.0f} "
+            f"{s.p95_jct_s:>10,.0f} {s.p99_jct_s:>10,.0f} {_fmt_ratio(r.ratio(name, 'fifo')):>6} "
+            f"{_fmt_ratio(r.ratio(name, 'qssf-oracle')):>7}"
+        )
+    print()
+    buckets = list(r.policies["fifo"].summary.by_gpus)
+    print("average JCT (s) by GPUs per job:")
+    print(f"{'policy':<22}" + "".join(f"{b:>10}" for b in buckets))
+    jobs_row = r.policies["fifo"].summary.by_gpus
+    print(f"{'(jobs)':<22}" + "".join(f"{jobs_row[b].jobs:>10,}" for b in buckets))
+    for name, res in r.policies.items():
+        by = res.summary.by_gpus
+        print(f"{name:<22}" + "".join(f"{by[b].avg_jct_s:>10,.0f}" for b in buckets))
+    print()
+    fq, qs, qo = (
+        r.ratio("fifo", "qssf"),
+        r.ratio("qssf", "sjf"),
+        r.ratio("qssf", "qssf-oracle"),
+    )
+    print(
+        f"QSSF with gpuhint hints: {_fmt_ratio(fq)}x better than FIFO, "
+        f"{_fmt_ratio(qs)}x SJF's JCT, {_fmt_ratio(qo)}x the oracle's"
+    )
+    if plot_path:
+        print(f"JCT CDF plot: {plot_path}")
+    print(
+        f"time: predict {r.seconds['predict']:.2f} s, simulate {r.seconds['simulate']:.2f} s, "
+        f"whole command {elapsed:.2f} s"
+    )

@@ -1,0 +1,417 @@
+"""QSSF on a real trace: the online predictor's hints, then every policy in the simulator.
+
+1. The trace's events go through :class:`gpuhint.core.HintEngine` over an
+   :class:`gpuhint.store.InMemoryStore` exactly as the streaming worker sees them
+   (predict at submit, learn at finish, no look-ahead); each job keeps the priority of
+   the hint written at its submit.
+2. Each VC is simulated (``models.simulator``) under FIFO, SJF, SRTF, the QSSF oracle
+   (true GPUs x duration), QSSF with those hints, and QSSF with given priorities.
+
+No printing here: the CLI (``gpuhint/cli/evaluate_qssf.py``) formats the report.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuhint.traces import TraceJob
+from models.simulator import PolicyKind, SimJob, Summary, simulate_vc, size_vcs, summarize
+
+GPUS_PER_NODE = 8
+
+Progress = Callable[[str], None]
+
+
+class InputError(ValueError):
+    """A bad line in a side file (VC sizes, priorities): ``path:line: reason``."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}" if line else f"{path}: {reason}")
+
+
+def _open_csv_rows(path: str | Path) -> list[tuple[int, list[str]]]:
+    p = Path(path)
+    try:
+        with open(p, encoding="utf-8", newline="") as fh:
+            reader = csv.reader(fh)
+            return [(reader.line_num, row) for row in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(str(p), 0, str(exc)) from None
+
+
+def read_vc_config(path: str | Path) -> dict[str, int]:
+    """Nodes per VC from a two-column CSV with a header (``vc,nodes``; the artifact's
+    ``,num`` files read as they are).
+
+    >>> import tempfile, os
+    >>> f = tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False)
+    >>> _ = f.write(",num\\nvcA,20\\nvcB,2\\n"); f.close()
+    >>> read_vc_config(f.name)
+    {'vcA': 20, 'vcB': 2}
+    >>> os.unlink(f.name)
+    """
+    rows = _open_csv_rows(path)
+    if not rows:
+        raise InputError(str(path), 1, "empty file: expected a header then vc,nodes rows")
+    sizes: dict[str, int] = {}
+    for line, row in rows[1:]:
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) < 2:
+            raise InputError(str(path), line, f"expected vc,nodes, got {','.join(row)!r}")
+        vc, raw = row[0].strip(), row[1].strip()
+        if not vc:
+            raise InputError(str(path), line, "missing VC name")
+        try:
+            nodes = int(raw)
+        except ValueError:
+            raise InputError(
+                str(path), line, f"nodes must be a whole number, got {raw!r}"
+            ) from None
+        if nodes < 0:
+            raise InputError(str(path), line, f"nodes must be >= 0, got {nodes}")
+        if vc in sizes:
+            raise InputError(str(path), line, f"VC {vc!r} listed twice")
+        sizes[vc] = nodes
+    return sizes
+
+
+def read_priorities(path: str | Path) -> dict[str, float]:
+    """``job_id,priority`` (header required; other columns ignored); smaller runs first."""
+    rows = _open_csv_rows(path)
+    if not rows:
+        raise InputError(str(path), 1, "empty file: expected a job_id,priority header")
+    header = [c.strip().lower() for c in rows[0][1]]
+    if "job_id" not in header or "priority" not in header:
+        raise InputError(
+            str(path), rows[0][0], f"header must name job_id and priority, got {rows[0][1]!r}"
+        )
+    ji, pi = header.index("job_id"), header.index("priority")
+    out: dict[str, float] = {}
+    for line, row in rows[1:]:
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) <= max(ji, pi):
+            raise InputError(
+                str(path), line, f"{len(row)} fields where the header has {len(header)}"
+            )
+        job_id, raw = row[ji].strip(), row[pi].strip()
+        if not job_id:
+            raise InputError(str(path), line, "missing job_id")
+        try:
+            prio = float(raw)
+        except ValueError:
+            raise InputError(str(path), line, f"priority is not a number: {raw!r}") from None
+        if not math.isfinite(prio):
+            raise InputError(str(path), line, f"priority must be finite, got {raw!r}")
+        if job_id in out:
+            raise InputError(str(path), line, f"job {job_id!r} listed twice")
+        out[job_id] = prio
+    return out
+
+
+@dataclass
+class OnlinePredictions:
+    """Each job's hint priority (GPUs x predicted duration) at its submit, by trace index."""
+
+    priority: list[float]
+    predicted_duration: list[float]
+    model: str
+    model_version: str
+    events: int
+    seconds: float
+    mae_log: float | None
+    median_abs_pct_error: float | None
+    scored: int
+
+
+def predict_online(
+    jobs: Sequence[TraceJob], model_name: str, cluster: str = "eval"
+) -> OnlinePredictions:
+    """Replay ``jobs`` through the hint core as the worker would; keep each job's hint."""
+    from gpuhint.core import HintEngine
+    from gpuhint.store import InMemoryStore
+    from gpuhint.traces import job_events
+    from models.registry import make_model
+
+    model = make_model(model_name)
+    engine = HintEngine(model, InMemoryStore(), clock=lambda: 0.0)
+    pending: dict[str, deque[int]] = defaultdict(deque)
+    for k, j in enumerate(jobs):
+        pending[j.job_id].append(k)
+    priority = [math.nan] * len(jobs)
+    predicted = [math.nan] * len(jobs)
+    events = job_events(jobs, cluster=cluster)
+    t0 = time.perf_counter()
+    for ev in events:
+        hint = engine.on_job_event(ev)
+        if hint is not None:
+            k = pending[ev.job_id].popleft()
+            priority[k] = hint.priority
+            predicted[k] = hint.predicted_duration_s
+    engine.store.flush()
+    s = engine.stats
+    return OnlinePredictions(
+        priority=priority,
+        predicted_duration=predicted,
+        model=model.name,
+        model_version=model.version,
+        events=len(events),
+        seconds=time.perf_counter() - t0,
+        mae_log=s.mae_log,
+        median_abs_pct_error=s.median_abs_pct_error,
+        scored=s.scored,
+    )
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    kind: PolicyKind
+    describe: str
+    priority: str | None = None  # "oracle" | "online" | "given"
+    backfill: bool = False
+
+
+@dataclass
+class PolicyResult:
+    spec: PolicySpec
+    summary: Summary
+    jct: list[float]
+    seconds: float
+
+
+@dataclass
+class QssfReport:
+    jobs_total: int
+    jobs_simulated: int
+    jobs_without_gpus: int
+    vc_sizes: dict[str, int]
+    vc_sizing: dict[str, str]
+    target_load: float
+    predictions: OnlinePredictions
+    policies: dict[str, PolicyResult]
+    given: dict[str, Any] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def avg(self, name: str) -> float:
+        return self.policies[name].summary.avg_jct_s
+
+    def ratio(self, num: str, den: str) -> float | None:
+        if num not in self.policies or den not in self.policies:
+            return None
+        d = self.avg(den)
+        return self.avg(num) / d if d > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        p = self.predictions
+        return {
+            "jobs": self.jobs_total,
+            "jobs_simulated": self.jobs_simulated,
+            "jobs_without_gpus": self.jobs_without_gpus,
+            "vc_sizes": dict(self.vc_sizes),
+            "vc_sizing": dict(self.vc_sizing),
+            "target_load": self.target_load,
+            "gpus_per_node": GPUS_PER_NODE,
+            "model": p.model,
+            "model_version": p.model_version,
+            "mae_log": p.mae_log,
+            "median_abs_pct_error": p.median_abs_pct_error,
+            "jobs_scored": p.scored,
+            "policies": {
+                name: {"description": r.spec.describe, **r.summary.as_dict()}
+                for name, r in self.policies.items()
+            },
+            "jct_ratio_fifo_over_qssf": self.ratio("fifo", "qssf"),
+            "jct_ratio_qssf_over_sjf": self.ratio("qssf", "sjf"),
+            "jct_ratio_qssf_over_oracle": self.ratio("qssf", "qssf-oracle"),
+            "given_priorities": self.given,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+        }
+
+
+def policy_specs(given: bool, backfill: bool) -> list[PolicySpec]:
+    specs = [
+        PolicySpec("fifo", "fifo", "first in, first out"),
+        PolicySpec("sjf", "sjf", "shortest true duration first (oracle)"),
+        PolicySpec("srtf", "srtf", "shortest true remaining time first, preemptive (oracle)"),
+        PolicySpec(
+            "qssf-oracle", "qssf", "shortest true service (GPUs x duration) first", "oracle"
+        ),
+        PolicySpec("qssf", "qssf", "QSSF with gpuhint's online hints", "online"),
+    ]
+    if given:
+        specs.append(PolicySpec("qssf-given", "qssf", "QSSF with the given priorities", "given"))
+    if backfill:
+        specs += [
+            PolicySpec(
+                f"{s.name}+backfill", s.kind, f"{s.describe}, with backfill", s.priority, True
+            )
+            for s in list(specs)
+            if s.kind != "srtf"
+        ]
+    return specs
+
+
+def _check_fit(
+    jobs: Sequence[TraceJob], sizes: Mapping[str, int], sized: Mapping[str, str]
+) -> None:
+    for j in jobs:
+        cap = sizes[j.vc] * GPUS_PER_NODE
+        if j.num_gpus > cap:
+            raise InputError(
+                "VC config",
+                0,
+                f"job {j.job_id} (trace line {j.line}) needs {j.num_gpus} GPUs but VC "
+                f"{j.vc!r} has {sizes[j.vc]} nodes ({cap} GPUs, {sized[j.vc]}): it could "
+                "never run; give the VC more nodes",
+            )
+
+
+def evaluate_qssf(
+    jobs: Sequence[TraceJob],
+    *,
+    model: str,
+    vc_nodes: Mapping[str, int] | None = None,
+    target_load: float = 0.9,
+    given_priorities: Mapping[str, float] | None = None,
+    given_times_gpus: bool = False,
+    backfill: bool = False,
+    progress: Progress | None = None,
+) -> QssfReport:
+    """Run the online predictor over ``jobs`` and simulate every policy on each VC."""
+    say = progress or (lambda _msg: None)
+    t_start = time.perf_counter()
+    say(f"predicting with {model!r} over {len(jobs):,} jobs (predict at submit, learn at finish)")
+    preds = predict_online(jobs, model)
+    say(f"  {preds.events:,} events in {preds.seconds:.2f} s")
+
+    gpu_idx = [k for k, j in enumerate(jobs) if j.num_gpus > 0]
+    by_vc: dict[str, list[int]] = defaultdict(list)
+    for k in gpu_idx:
+        by_vc[jobs[k].vc].append(k)
+    if not gpu_idx:
+        raise InputError("trace", 0, "no job asks for a GPU: nothing to schedule")
+
+    sizing: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    to_size = [vc for vc in by_vc if vc_nodes is None or vc not in vc_nodes]
+    load_sizes: dict[str, int] = {}
+    if to_size:
+        load_sizes = size_vcs(
+            {
+                vc: [(jobs[k].submit_time, jobs[k].duration, jobs[k].num_gpus) for k in ks]
+                for vc, ks in by_vc.items()
+            },
+            target_load,
+            GPUS_PER_NODE,
+        )
+    for vc in sorted(by_vc):
+        if vc_nodes is not None and vc in vc_nodes:
+            sizes[vc], sizing[vc] = vc_nodes[vc], "given"
+        else:
+            sizes[vc], sizing[vc] = load_sizes[vc], f"sized to load {target_load:g}"
+    _check_fit([jobs[k] for k in gpu_idx], sizes, sizing)
+
+    given_info = None
+    given_prio: list[float] = []
+    if given_priorities is not None:
+        missing = 0
+        for j in jobs:
+            p = given_priorities.get(j.job_id)
+            if p is None:
+                if j.num_gpus > 0:
+                    missing += 1
+                given_prio.append(math.inf)
+            else:
+                given_prio.append(p * j.num_gpus if given_times_gpus else p)
+        given_info = {
+            "missing": missing,
+            "missing_treatment": "ranked after every job that has a priority "
+            "(among themselves: fewer GPUs first, then submit order)",
+            "times_gpus": given_times_gpus,
+        }
+
+    sim_jobs = {vc: [_sim_job(jobs[k]) for k in ks] for vc, ks in by_vc.items()}
+    prio_sources: dict[str, list[float]] = {
+        "oracle": [j.num_gpus * j.duration for j in jobs],
+        "online": preds.priority,
+        "given": given_prio,
+    }
+    results: dict[str, PolicyResult] = {}
+    for spec in policy_specs(given_priorities is not None, backfill):
+        t0 = time.perf_counter()
+        gpus: list[int] = []
+        jct: list[float] = []
+        queue: list[float] = []
+        for vc, ks in by_vc.items():
+            sj = sim_jobs[vc]
+            prios = None
+            if spec.priority is not None:
+                src = prio_sources[spec.priority]
+                prios = [src[k] for k in ks]
+            out = simulate_vc(sj, sizes[vc], spec.kind, priorities=prios, backfill=spec.backfill)
+            for job, o in zip(sj, out, strict=True):
+                gpus.append(job.gpus)
+                jct.append(o.end - job.submit)
+                queue.append(o.queue)
+        secs = time.perf_counter() - t0
+        results[spec.name] = PolicyResult(spec, summarize(gpus, jct, queue), jct, secs)
+        say(f"  simulated {spec.name:<22} {secs:6.2f} s")
+    total = time.perf_counter() - t_start
+    return QssfReport(
+        jobs_total=len(jobs),
+        jobs_simulated=len(gpu_idx),
+        jobs_without_gpus=len(jobs) - len(gpu_idx),
+        vc_sizes=sizes,
+        vc_sizing=sizing,
+        target_load=target_load,
+        predictions=preds,
+        policies=results,
+        given=given_info,
+        seconds={
+            "predict": preds.seconds,
+            "simulate": sum(r.seconds for r in results.values()),
+            "total": total,
+        },
+    )
+
+
+def _sim_job(j: TraceJob) -> SimJob:
+    return SimJob(j.job_id, j.submit_time, j.duration, j.num_gpus)
+
+
+def plot_jct_cdf(report: QssfReport, path: str | Path, title: str = "") -> Path:
+    """Write a PNG of each policy's JCT CDF (log-scale time axis); return its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, r in report.policies.items():
+        xs = sorted(max(x, 1.0) for x in r.jct)
+        n = len(xs)
+        ys = [(i + 1) / n for i in range(n)]
+        style = "--" if r.spec.backfill else "-"
+        ax.step(xs, ys, style, where="post", label=f"{name} ({r.summary.avg_jct_s:,.0f} s)")
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (s, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_ylim(0, 1.0)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title="policy (average JCT)", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -38,6 +38,12 @@ class _Wire(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
 
 
+class _Part(BaseModel):
+    """A nested part of a message (no version of its own)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 class JobPhase(StrEnum):
     SUBMITTED = "submitted"
     STARTED = "started"
@@ -80,12 +86,12 @@ class JobEvent(_Wire):
     nodes: tuple[str, ...] = ()
 
 
-class GpuProcess(_Wire):
+class GpuProcess(_Part):
     pid: NonNegInt
     used_memory_mb: NonNegFloat | None = None
 
 
-class MigInstance(_Wire):
+class MigInstance(_Part):
     gpu_instance_id: NonNegInt
     profile: str | None = None
     memory_total_mb: NonNegFloat | None = None
@@ -117,7 +123,7 @@ class GpuSample(_Wire):
     mig_instances: tuple[MigInstance, ...] = ()
 
 
-class GpuHealth(_Wire):
+class GpuHealth(_Part):
     gpu_index: NonNegInt
     ok: bool
     error: str | None = None
@@ -139,7 +145,7 @@ class NodeStatus(_Wire):
     samples_dropped: NonNegInt = 0
 
 
-class FeatureContribution(_Wire):
+class FeatureContribution(_Part):
     feature: str
     contribution: float
 

@@ -1,4 +1,4 @@
-"""kafka-python plumbing shared by the producers (trace replay, node agent): topics, producer."""
+"""kafka-python plumbing shared by producers (trace replay, node agent) and the worker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from gpuhint.topics import Topics
 
@@ -31,8 +31,8 @@ def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: fl
             client_id="gpuhint-admin",
             request_timeout_ms=int(timeout_s * 1000),
         )
-    except NoBrokersAvailable:
-        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap}") from None
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap} ({exc})") from None
     try:
         existing = set(admin.list_topics())
         wanted = [
@@ -63,5 +63,26 @@ def make_producer(bootstrap: str, **overrides: Any) -> KafkaProducer:
     config.update(overrides)
     try:
         return KafkaProducer(**config)
-    except NoBrokersAvailable:
-        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap}") from None
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap} ({exc})") from None
+
+
+def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 30.0) -> int | None:
+    """Number of partitions of ``topic``, or None if it does not exist."""
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="gpuhint-admin",
+            request_timeout_ms=int(timeout_s * 1000),
+        )
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap} ({exc})") from None
+    try:
+        if topic not in set(admin.list_topics()):
+            return None
+        desc = admin.describe_topics([topic])
+        return len(desc[0]["partitions"])
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"Kafka at {bootstrap}: {exc}") from None
+    finally:
+        admin.close()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.exceptions import PartitionsMismatch
 from faust.sensors import Sensor
 
 from gpuhint.config import Settings
@@ -104,15 +105,13 @@ def build_app(
         "duration-stats",
         default=None,
         partitions=settings.partitions,
-        key_serializer="json",
-        value_serializer="json",
+        schema=faust.Schema(key_serializer="json", value_serializer="json"),
     )
     pending_table = app.Table(
         "pending-predictions",
         default=None,
         partitions=settings.partitions,
-        key_serializer="json",
-        value_serializer="json",
+        schema=faust.Schema(key_serializer="json", value_serializer="json"),
     )
     if model is None:
         model = (
@@ -162,6 +161,8 @@ def build_app(
                 continue
             try:
                 engine.on_job_event(ev)
+            except PartitionsMismatch:
+                raise  # misconfiguration: stop loudly rather than dead-letter every event
             except Exception as exc:  # a bug must not lose the event nor stop the worker
                 log.exception("processing failed for job %s", ev.job_id)
                 await to_dead_letter(event, f"processing error: {type(exc).__name__}: {exc}")

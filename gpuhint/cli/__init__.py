@@ -60,6 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # client libraries narrate every connection at INFO
+        for noisy in ("kafka", "aiokafka", "faust.transport.producer"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        # Faust's changelog back-pressure warns on every table burst; it is not a fault.
+        logging.getLogger("faust.transport.producer").setLevel(logging.ERROR)
     try:
         rc = args.handler(args)
     except UserError as exc:

@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from agents.kafka_io import KafkaUnavailable, ensure_topics, make_producer
+    from gpuhint.kafka_io import KafkaUnavailable, ensure_topics, make_producer
     from agents.replay import paced, replay
     from gpuhint.traces import job_events, parse_time
 

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import faust
     import redis
 
+    from gpuhint.kafka_io import KafkaUnavailable, topic_partitions
     from models.registry import DURATION_MODELS
     from streams.app import build_app
     from streams.redis_store import RedisStore
@@ -65,6 +66,16 @@ def run(args: argparse.Namespace) -> int:
         store.r.ping()
     except redis.RedisError as exc:
         raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
+    try:
+        found = topic_partitions(settings.kafka_bootstrap, settings.topics.job_events)
+    except KafkaUnavailable as exc:
+        raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
+    if found is not None and found != settings.partitions:
+        raise UserError(
+            f"topic {settings.topics.job_events} has {found} partitions but "
+            f"GPUHINT_PARTITIONS={settings.partitions}: the worker's tables must be "
+            "co-partitioned with it; set GPUHINT_PARTITIONS to match"
+        )
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     app, _ = build_app(settings, store)
     logging.getLogger("gpuhint").info(

@@ -1,0 +1,5 @@
+import sys
+
+from gpuhint.cli import main
+
+sys.exit(main())

@@ -1,0 +1,232 @@
+"""End to end on real services: replay -> Kafka -> Faust worker -> Redis, plus dead letters.
+
+Runs the real CLI commands as a user would (``gpuhint replay``, ``gpuhint worker``)
+against the real broker and Redis from the session fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from kafka import KafkaConsumer, KafkaProducer
+
+from gpuhint.contract import JobEvent, JobPhase, encode_message
+from gpuhint.kafka_io import ensure_topics
+from gpuhint.keys import RedisKeys
+from gpuhint.topics import Topics, job_key
+from gpuhint.traces import job_events, parse_time, read_trace
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TRACE = DATA / "philly_excerpt.json"
+CUT = "2017-10-08 00:00:00"
+CLUSTER = "philly"
+
+
+def _env(prefix: str, kafka: str, redis_url: str, tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        GPUHINT_KAFKA_BOOTSTRAP=kafka,
+        GPUHINT_REDIS_URL=redis_url,
+        GPUHINT_TOPIC_PREFIX=prefix,
+        GPUHINT_KEY_PREFIX=prefix,
+        GPUHINT_APP_ID=f"{prefix}-worker",
+        GPUHINT_PARTITIONS="4",
+        GPUHINT_CLUSTER=CLUSTER,
+        GPUHINT_STATE_DIR=str(tmp / "state"),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _gpuhint(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpuhint", *args]
+
+
+def expected_state() -> tuple[set[str], set[str]]:
+    """(jobs pending at the cut, jobs started or finished by then), from the trace itself."""
+    cut = parse_time(CUT)
+    pending: dict[str, bool] = {}
+    for ev in job_events(read_trace(TRACE).jobs, cluster=CLUSTER):
+        if ev.time > cut:
+            break
+        pending[ev.job_id] = ev.phase is JobPhase.SUBMITTED
+    return {j for j, p in pending.items() if p}, {j for j, p in pending.items() if not p}
+
+
+@pytest.fixture
+def worker_proc(
+    kafka_bootstrap: str, redis_url: str, unique_prefix: str, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], Path]]:
+    env = _env(unique_prefix, kafka_bootstrap, redis_url, tmp_path)
+    log = tmp_path / "worker.log"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        with open(log, "ab") as fh:
+            p = subprocess.Popen(_gpuhint("worker"), env=env, stdout=fh, stderr=fh)
+        procs.append(p)
+        return p
+
+    yield start, env, log  # type: ignore[misc]
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _bad_messages(topic: str) -> list[tuple[bytes, bytes, str]]:
+    good = JobEvent(
+        phase="submitted", job_id="x1", cluster=CLUSTER, vc="v", time=0, submit_time=0
+    )
+    wrong_version = json.loads(encode_message(good))
+    wrong_version["schema_version"] = 99
+    missing = json.loads(encode_message(good))
+    del missing["job_id"]
+    key = job_key(CLUSTER, "v")
+    return [
+        (key, b"\xff\xfenot json", "not JSON"),
+        (key, json.dumps(wrong_version).encode(), "unsupported schema_version"),
+        (key, json.dumps(missing).encode(), "job_id"),
+        (b"wrong/key", encode_message(good), "key"),
+    ]
+
+
+def _wait(predicate, timeout: float, what: str, log: Path) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\nworker log:\n{tail}")
+
+
+def test_replay_worker_redis_end_to_end(
+    kafka_bootstrap: str, redis_url: str, unique_prefix: str, worker_proc, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    start_worker, env, log = worker_proc
+    topics, keys = Topics(unique_prefix), RedisKeys(unique_prefix)
+    pending, done = expected_state()
+    assert len(pending) > 10 and len(done) > 100  # the excerpt really exercises both
+
+    # 1. replay the real trace excerpt up to the cut, with the real CLI
+    rep = subprocess.run(
+        _gpuhint("replay", str(TRACE), "--until", CUT, "--max", "--no-progress"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rep.returncode == 0, rep.stderr[-3000:]
+
+    # 2. plant bad messages among them
+    bad = _bad_messages(topics.job_events)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    for key, value, _ in bad:
+        producer.send(topics.job_events, key=key, value=value)
+    producer.flush(30)
+    producer.close()
+
+    # 3. run the real worker until Redis holds exactly the pending set
+    start_worker()
+    r = redis.Redis.from_url(redis_url)
+
+    def hinted() -> set[str]:
+        out = set()
+        for k in r.scan_iter(match=f"{keys.root}:hint:{CLUSTER}:*", count=1000):
+            out.add(k.decode().rsplit(":", 1)[1])
+        return out
+
+    def settled() -> bool:
+        dlq = int(r.hget(keys.stats, "dead_letter") or 0)
+        return hinted() == pending and dlq >= len(bad)
+
+    _wait(settled, 180, "hints for every pending job and the dead letters", log)
+
+    # every pending job has a hint and a place in its VC's queue; no started/finished one has
+    assert hinted() == pending
+    assert not (hinted() & done)
+    queued = set()
+    for qk in r.scan_iter(match=f"{keys.root}:queue:{CLUSTER}:*"):
+        rows = r.zrange(qk, 0, -1, withscores=True)
+        assert all(score >= 0 for _, score in rows)
+        queued |= {m.decode() for m, _ in rows}
+    assert queued == pending
+    hint = json.loads(r.get(keys.hint(CLUSTER, next(iter(pending)))))
+    assert hint["schema_version"] == 1 and hint["priority"] > 0
+    assert hint["duration_p10_s"] <= hint["duration_p90_s"]
+    assert r.ttl(keys.hint(CLUSTER, next(iter(pending)))) > 0  # stale keys expire
+    assert r.xlen(keys.changes) > 0
+
+    # 4. the planted bad messages reached the dead-letter topic, each with its reason
+    consumer = KafkaConsumer(
+        topics.dead_letter,
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+        group_id=None,
+    )
+    records = [json.loads(m.value) for m in consumer]
+    consumer.close()
+    assert len(records) == len(bad)
+    reasons = sorted(rec["reason"] for rec in records)
+    for _, _, expected in bad:
+        assert any(expected in reason for reason in reasons), (expected, reasons)
+    assert all(rec["topic"] == topics.job_events and rec["value_b64"] for rec in records)
+    assert int(r.hget(keys.stats, "dead_letter")) == len(bad)
+
+
+def test_worker_restart_keeps_table_state(
+    kafka_bootstrap: str, redis_url: str, unique_prefix: str, worker_proc, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A restarted worker recovers its per-user history from the changelog, not from zero."""
+    start_worker, env, log = worker_proc
+    topics, keys = Topics(unique_prefix), RedisKeys(unique_prefix)
+    ensure_topics(kafka_bootstrap, topics, partitions=4)  # as every gpuhint producer does
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+
+    def send(ev: JobEvent) -> None:
+        producer.send(topics.job_events, key=job_key(ev.cluster, ev.vc), value=encode_message(ev))
+
+    base = dict(cluster=CLUSTER, vc="vcA", user="alice", num_gpus=2)
+    for i, dur in enumerate([100.0, 300.0]):  # alice's history: mean 200 s
+        jid = f"h{i}"
+        send(JobEvent(phase="submitted", job_id=jid, time=i, submit_time=i, **base))
+        send(
+            JobEvent(
+                phase="finished", job_id=jid, time=i + 1, submit_time=i, duration_s=dur, **base
+            )
+        )
+    send(JobEvent(phase="submitted", job_id="probe1", time=10, submit_time=10, **base))
+    producer.flush(30)
+
+    r = redis.Redis.from_url(redis_url)
+    p = start_worker()
+    _wait(lambda: r.exists(keys.hint(CLUSTER, "probe1")), 120, "first probe hint", log)
+    assert json.loads(r.get(keys.hint(CLUSTER, "probe1")))["predicted_duration_s"] == 200.0
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 0, log.read_text(errors="replace")[-3000:]
+
+    # after restart the worker must still know alice's mean (recovered from the changelog)
+    send(JobEvent(phase="submitted", job_id="probe2", time=20, submit_time=20, **base))
+    producer.flush(30)
+    producer.close()
+    start_worker()
+    _wait(lambda: r.exists(keys.hint(CLUSTER, "probe2")), 120, "second probe hint", log)
+    hint = json.loads(r.get(keys.hint(CLUSTER, "probe2")))
+    assert hint["predicted_duration_s"] == 200.0
+    assert hint["reasons"][0]["feature"] == "history:user+gpus"

@@ -189,6 +189,7 @@ class PowerPolicy:
         n_changes = self._changes_in_day(slot)
         hist = st.recent_used
         hist_mean = sum(hist) / len(hist) if hist else float(used)
+        recent_peak = max(hist) if hist else used
         hist.append(used)
         while len(hist) > cfg.history_slots:
             hist.popleft()
@@ -218,8 +219,14 @@ class PowerPolicy:
             )
             action = "wake"
         else:
-            reason = self._why_not_down(slot, used, total, forecast, lvl, prev, hist_mean)
-            if reason is None:
+            # never below the recent peak + buffer: a dip of a slot or two (a job
+            # restarting, a telemetry dropout) is no reason to power nodes down
+            if cfg.use_band:
+                lvl = max(lvl, min(total, recent_peak + buf))
+            why_not = self._why_not_down(slot, used, total, forecast, lvl, prev, hist_mean)
+            if why_not is not None:
+                reason = why_not
+            else:
                 target = lvl
                 fc_txt = (
                     f"forecast peak {forecast.point:.1f} (upper {forecast.upper:.1f}) "

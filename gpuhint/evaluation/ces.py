@@ -107,7 +107,7 @@ def parse_day(value: str) -> date:
         raise ValueError(f"not a date (YYYY-MM-DD): {value!r}") from None
 
 
-def test_window(
+def window_slots(
     series: LoadSeries, test_from: str | None = None, test_to: str | None = None, days: int = 7
 ) -> tuple[int, int]:
     """Slot range ``[lo, hi)`` of the test days (both included; default: the last ``days``)."""
@@ -193,20 +193,25 @@ def first_divergence(
     config: PowerPolicyConfig | None = None,
     forecaster_factory: ForecasterFactory | None = None,
     alter: Callable[[int, int], int] | None = None,
+    factory_for: Callable[[LoadSeries], ForecasterFactory] | None = None,
 ) -> int | None:
     """Causality check: replay ``series`` and a copy whose slots after ``cut`` are altered.
 
     Every decision and forecast made at the end of slots ``0 .. cut`` must be identical,
     since none of them may depend on what happens later. Returns the first slot where
-    they differ, or None when the replay is causal up to ``cut``.
+    they differ, or None when the replay is causal up to ``cut``. ``factory_for(series)``
+    builds the forecaster factory from the series being replayed (a forecaster that is
+    handed the data, e.g. by mistake, is then caught).
     """
     alter = alter or (lambda i, u: 0)  # default: the cluster empties after the cut
     used2 = list(series.used)
     for i in range(cut + 1, len(used2)):
         used2[i] = max(0, min(series.total[i], alter(i, used2[i])))
     s2 = LoadSeries(series.name, series.start, series.slot_s, used2, list(series.total))
-    a = replay(series, config, forecaster_factory, progress=False)
-    b = replay(s2, config, forecaster_factory, progress=False)
+    fa = factory_for(series) if factory_for else forecaster_factory
+    fb = factory_for(s2) if factory_for else forecaster_factory
+    a = replay(series, config, fa, progress=False)
+    b = replay(s2, config, fb, progress=False)
     for i in range(min(cut + 1, series.n_slots)):
         if (
             a.plan[i] != b.plan[i]
@@ -227,7 +232,7 @@ def plot(rec: CesReplay, path: str, lo: int = 0, hi: int | None = None) -> None:
 
     s = rec.series
     hi = len(rec.active) if hi is None else hi
-    xs = [datetime.fromtimestamp(s.slot_time(i), UTC) for i in range(lo, hi)]
+    xs: Any = [datetime.fromtimestamp(s.slot_time(i), UTC) for i in range(lo, hi)]
     used = s.used[lo:hi]
     eff = [max(a, u) for a, u in zip(rec.active[lo:hi], used, strict=True)]
     fig, ax = plt.subplots(figsize=(12, 4))

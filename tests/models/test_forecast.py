@@ -1,0 +1,70 @@
+"""Tests for models/forecast.py: band, causality of the online forecaster, learning."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from models.forecast import LoadForecaster
+
+
+def _series(n: int, seed: int = 0, total: int = 100) -> list[int]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        base = 50 + 30 * math.sin(2 * math.pi * i / 144)  # daily cycle at 10-min slots
+        out.append(max(0, min(total, round(base + rng.gauss(0, 3)))))
+    return out
+
+
+def test_band_is_ordered_and_bounded() -> None:
+    f = LoadForecaster(horizon_slots=6)
+    for i, u in enumerate(_series(400)):
+        fc = f.update(i * 600.0, u, 100)
+        assert 0 <= fc.lower <= fc.point <= fc.upper <= 100
+        assert fc.horizon_s == 6 * 600
+
+
+def test_not_warm_means_whole_cluster_upper() -> None:
+    f = LoadForecaster(horizon_slots=3, warmup_slots=50)
+    fc = f.update(0.0, 10, 40)
+    assert not fc.warm and fc.upper == 40
+
+
+def test_learning_is_delayed_by_the_horizon() -> None:
+    f = LoadForecaster(horizon_slots=5)
+    for i, u in enumerate(_series(30)):
+        f.update(i * 600.0, u, 100)
+        assert f.learned == max(0, i + 1 - 5)
+
+
+def test_forecaster_is_causal() -> None:
+    """Same past, different future: identical forecasts up to the cut."""
+    a, b = _series(600, seed=1), _series(600, seed=1)
+    cut = 350
+    b[cut + 1 :] = [100 - x for x in b[cut + 1 :]]
+    fa, fb = LoadForecaster(), LoadForecaster()
+    for i in range(cut + 1):
+        assert fa.update(i * 600.0, a[i], 100) == fb.update(i * 600.0, b[i], 100)
+
+
+def test_learns_a_daily_cycle_better_than_at_the_start() -> None:
+    s = _series(144 * 10, seed=2)
+    f = LoadForecaster(horizon_slots=18)
+    errs = []
+    for i, u in enumerate(s):
+        fc = f.update(i * 600.0, u, 100)
+        if i + 18 < len(s):
+            errs.append(abs(fc.point - max(s[i + 1 : i + 19])))
+    first, last = errs[144 : 2 * 144], errs[-144:]
+    assert sum(last) / len(last) < sum(first) / len(first)
+    # the band covers roughly its nominal share of what happened
+    assert sum(last) / len(last) < 10
+
+
+@pytest.mark.parametrize("bad", [{"horizon_slots": 0}, {"band_quantile": 1.0}])
+def test_bad_parameters(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        LoadForecaster(**bad)  # type: ignore[arg-type]

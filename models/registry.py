@@ -5,10 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from models.base import DurationModel
+from models.duration_river import (
+    ForestDurationModel,
+    KeyedDurationModel,
+    LinearDurationModel,
+    TreeDurationModel,
+)
 from models.history import HistoryEstimator
 
 DURATION_MODELS: dict[str, Callable[[], DurationModel]] = {
     "history": HistoryEstimator,
+    "history_mix": KeyedDurationModel,
+    "river_linear": LinearDurationModel,
+    "river_tree": TreeDurationModel,
+    "river_arf": ForestDurationModel,
 }
 
 DEFAULT_MODEL = "history"

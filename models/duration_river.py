@@ -1,0 +1,280 @@
+"""Online duration models: keyed history features feeding a River learner.
+
+Every model here predicts ``log1p(duration)`` at submit as
+
+    base + correction
+
+where ``base`` is the median log duration of the most specific key with history (see
+:mod:`models.features`) and ``correction`` is what a River regressor, trained online
+on ``log1p(duration) - base``, adds from all features. The spread of the prediction
+is an online estimate of the model's own absolute log error at the most specific key
+that has enough of it (scaled to a normal standard deviation), so the p10/p90 band
+widens for users whose jobs the model gets wrong.
+
+Features are computed at submit and kept until the job finishes, so the learner is
+trained on what was known at submit (no look-ahead), as in the streaming worker.
+
+>>> from gpuhint.contract import JobEvent
+>>> m = LinearDurationModel()
+>>> job = JobEvent(phase="submitted", job_id="1", user="u", num_gpus=1, time=0, submit_time=0)
+>>> for _ in range(5):
+...     m.learn(job, 600.0)
+>>> 500 < m.predict(job).duration_s < 720
+True
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from typing import Any, NamedTuple
+
+from river import forest, linear_model, optim, preprocessing, tree
+
+from gpuhint.contract import JobEvent
+from models.base import DurationPrediction
+from models.features import LEVELS, HistoryFeatures
+
+MAX_LOG = math.log1p(365 * 86400.0)
+"""Predictions are clipped to [0 s, one year]."""
+MAX_CORRECTION = 6.0
+"""The learner may move the base estimate by at most this much (log units, x400)."""
+ABS_TO_STD = math.sqrt(math.pi / 2.0)
+"""E|e| = sigma * sqrt(2/pi) for normal errors."""
+
+
+class _Submitted(NamedTuple):
+    """What a model knew about a job at submit (kept until it finishes)."""
+
+    x: dict[str, float]
+    experts: dict[str, float]
+    level: str
+    base: float
+    correction: float
+    gate_weight: float
+    log_pred: float
+    top: str
+    top_weight: float
+
+
+class Hedge:
+    """Exponentially weighted average of expert forecasts (absolute loss, discounted).
+
+    One set of weights per context (here: the most specific history level a job has),
+    so the mix learned for jobs with a user's history is not used for new users.
+
+    >>> h = Hedge(eta=1.0)
+    >>> for _ in range(50):
+    ...     h.learn("c", {"good": 5.0, "bad": 9.0}, 5.0)
+    >>> round(h.predict("c", {"good": 5.0, "bad": 9.0})[0], 2)
+    5.0
+    """
+
+    def __init__(self, eta: float = 0.5, discount: float = 0.999) -> None:
+        self.eta = eta
+        self.discount = discount
+        self.loss: dict[str, dict[str, float]] = {}
+
+    def weights(self, ctx: str, names: list[str]) -> list[float]:
+        loss = self.loss.get(ctx)
+        if not loss:
+            return [1.0 / len(names)] * len(names)
+        mean = sum(loss.values()) / len(loss)
+        ls = [loss.get(n, mean) for n in names]  # a newcomer starts as an average expert
+        lo = min(ls)
+        w = [math.exp(-self.eta * (v - lo)) for v in ls]
+        tot = sum(w)
+        return [v / tot for v in w]
+
+    def predict(self, ctx: str, experts: dict[str, float]) -> tuple[float, str, float]:
+        """Mixed forecast, the most weighted expert, and its weight."""
+        names = list(experts)
+        w = self.weights(ctx, names)
+        best = max(range(len(names)), key=w.__getitem__)
+        return sum(wi * experts[n] for wi, n in zip(w, names, strict=True)), names[best], w[best]
+
+    def learn(self, ctx: str, experts: dict[str, float], y: float) -> None:
+        loss = self.loss.setdefault(ctx, {})
+        d = self.discount
+        mean = sum(loss.values()) / len(loss) if loss else 0.0
+        for n, v in experts.items():
+            loss[n] = d * loss.get(n, mean) + abs(v - y)
+
+
+_DELTAS = (*(f"{lv}:med" for lv in (*LEVELS, "global")), "user+gpus:fast", "gpus:fast")
+"""Experts whose difference from the mix is a feature of the River learner."""
+
+
+class KeyedDurationModel:
+    """Base of the models here: history experts mixed by Hedge, a River correction.
+
+    Subclasses override :meth:`_correct` and :meth:`_learn_correction`; this class on
+    its own predicts the Hedge mix of the keyed history statistics
+    (``history_mix``), no River learner.
+    """
+
+    name = "history_mix"
+    version = "1"
+
+    def __init__(
+        self,
+        features: HistoryFeatures | None = None,
+        hedge: Hedge | None = None,
+        prior_log_std: float = 2.0,
+        max_pending: int = 200_000,
+    ) -> None:
+        self.hist = features if features is not None else HistoryFeatures()
+        self.hedge = hedge if hedge is not None else Hedge()
+        # second stage: trust the learner's correction only where it has paid off
+        self.gate = Hedge()
+        self.use_learner = type(self)._correct is not KeyedDurationModel._correct
+        self.prior_log_std = prior_log_std
+        self.max_pending = max_pending
+        # job key -> what was known at submit, for learning at finish
+        self._pending: OrderedDict[str, _Submitted] = OrderedDict()
+
+    # -- learner hooks ----------------------------------------------------------------
+    def _correct(self, x: dict[str, float]) -> float:
+        return 0.0
+
+    def _learn_correction(self, x: dict[str, float], target: float) -> None:
+        return None
+
+    def _contributions(self, x: dict[str, float]) -> list[tuple[str, float]]:
+        """Feature contributions to the correction (log units), largest first."""
+        return []
+
+    # -- DurationModel ----------------------------------------------------------------
+    def _submit(self, job: JobEvent) -> _Submitted:
+        x, experts, level = self.hist.features(job)
+        base, top, top_w = self.hedge.predict(level, experts)
+        for name in _DELTAS:
+            x[f"d:{name}"] = experts.get(name, base) - base
+        corr = 0.0
+        gate_w = 0.0
+        if self.use_learner:
+            corr = max(-MAX_CORRECTION, min(MAX_CORRECTION, self._correct(x)))
+            if not math.isfinite(corr):
+                corr = 0.0
+            gate_w = self.gate.weights(level, ["mix", "learner"])[1]
+        log_pred = min(MAX_LOG, max(0.0, base + gate_w * corr))
+        return _Submitted(x, experts, level, base, corr, gate_w, log_pred, top, top_w)
+
+    def predict(self, job: JobEvent) -> DurationPrediction:
+        sub = self._submit(job)
+        self.hist.observe_submit(job)
+        jk = self.hist.job_key(job)
+        self._pending[jk] = sub
+        self._pending.move_to_end(jk)
+        while len(self._pending) > self.max_pending:
+            self._pending.popitem(last=False)
+        spread = self.hist.spread(job)
+        log_std = spread * ABS_TO_STD if spread is not None else self.prior_log_std
+        reasons: list[tuple[str, float]] = [
+            (f"history:{sub.level}", round(sub.base, 4)),
+            (f"mix:{sub.top}", round(sub.top_weight, 4)),
+        ]
+        if self.use_learner:
+            reasons.append(("learner:correction", round(sub.gate_weight * sub.correction, 4)))
+            reasons += [(f, round(c, 4)) for f, c in self._contributions(sub.x)[:2]]
+        return DurationPrediction.from_log(sub.log_pred, log_std, reasons=tuple(reasons))
+
+    def learn(self, job: JobEvent, duration_s: float) -> None:
+        lg = math.log1p(max(0.0, duration_s))
+        sub = self._pending.pop(self.hist.job_key(job), None)
+        if sub is None:  # never predicted (e.g. submitted before a restart)
+            sub = self._submit(job)
+        if self.use_learner:
+            self._learn_correction(sub.x, lg - sub.base)
+            self.gate.learn(sub.level, {"mix": sub.base, "learner": sub.base + sub.correction}, lg)
+        self.hedge.learn(sub.level, sub.experts, lg)
+        self.hist.update(job, lg, abs(lg - sub.log_pred))
+
+
+class LinearDurationModel(KeyedDurationModel):
+    """Online linear regression of the residual on the features.
+
+    Reasons are the largest ``weight * value`` terms.
+    """
+
+    name = "river_linear"
+    version = "1"
+
+    def __init__(
+        self,
+        lr: float = 0.01,
+        l2: float = 0.0,
+        scale: bool = False,
+        optimizer: str = "sgd",
+        loss: str = "huber",
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self.scaler = preprocessing.StandardScaler() if scale else None
+        opt = optim.AdaGrad(lr) if optimizer == "adagrad" else optim.SGD(lr)
+        lo: optim.losses.RegressionLoss = optim.losses.Huber(1.0)
+        if loss == "absolute":
+            lo = optim.losses.Absolute()
+        elif loss == "squared":
+            lo = optim.losses.Squared()
+        self.reg = linear_model.LinearRegression(optimizer=opt, loss=lo, l2=l2, intercept_lr=lr)
+
+    def _x(self, x: dict[str, float]) -> dict[str, float]:
+        return self.scaler.transform_one(x) if self.scaler is not None else x
+
+    def _correct(self, x: dict[str, float]) -> float:
+        return float(self.reg.predict_one(self._x(x)))
+
+    def _learn_correction(self, x: dict[str, float], target: float) -> None:
+        if self.scaler is not None:
+            self.scaler.learn_one(x)
+        self.reg.learn_one(self._x(x), target)
+
+    def _contributions(self, x: dict[str, float]) -> list[tuple[str, float]]:
+        xs = self._x(x)
+        w = self.reg.weights
+        terms = [(f, w.get(f, 0.0) * v) for f, v in xs.items()]
+        return heapq.nlargest(2, terms, key=lambda t: abs(t[1]))
+
+
+class TreeDurationModel(KeyedDurationModel):
+    """Hoeffding tree regressor of the residual (adaptive leaves: mean or linear)."""
+
+    name = "river_tree"
+    version = "1"
+
+    def __init__(
+        self, grace_period: int = 100, max_depth: int = 10, leaf: str = "mean", **kw: Any
+    ) -> None:
+        super().__init__(**kw)
+        self.reg = tree.HoeffdingTreeRegressor(
+            grace_period=grace_period, max_depth=max_depth, leaf_prediction=leaf
+        )
+
+    def _correct(self, x: dict[str, float]) -> float:
+        return float(self.reg.predict_one(x))
+
+    def _learn_correction(self, x: dict[str, float], target: float) -> None:
+        self.reg.learn_one(x, target)
+
+
+class ForestDurationModel(KeyedDurationModel):
+    """Adaptive random forest regressor of the residual (accurate, slow)."""
+
+    name = "river_arf"
+    version = "1"
+
+    def __init__(
+        self, n_models: int = 10, max_depth: int = 8, grace_period: int = 200, **kw: Any
+    ) -> None:
+        super().__init__(**kw)
+        self.reg = forest.ARFRegressor(
+            n_models=n_models, max_depth=max_depth, grace_period=grace_period, seed=42
+        )
+
+    def _correct(self, x: dict[str, float]) -> float:
+        return float(self.reg.predict_one(x))
+
+    def _learn_correction(self, x: dict[str, float], target: float) -> None:
+        self.reg.learn_one(x, target)

@@ -89,9 +89,7 @@ def worker_proc(
 
 
 def _bad_messages(topic: str) -> list[tuple[bytes, bytes, str]]:
-    good = JobEvent(
-        phase="submitted", job_id="x1", cluster=CLUSTER, vc="v", time=0, submit_time=0
-    )
+    good = JobEvent(phase="submitted", job_id="x1", cluster=CLUSTER, vc="v", time=0, submit_time=0)
     wrong_version = json.loads(encode_message(good))
     wrong_version["schema_version"] = 99
     missing = json.loads(encode_message(good))

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The whole test suite, starting what it needs: the README's test command; .ci/run calls it.
+#
+#   ./scripts/test.sh [PYTEST ARGS...]
+#
+# 1. installs redis-server (Debian/Ubuntu, when run as root) if it is missing,
+# 2. checks Java 17+ and Maven (they fetch and run the real Kafka broker),
+# 3. makes a virtualenv (.venv, or $GPUHINT_VENV) with gpuhint and its dev extras,
+# 4. fetches Apache Kafka's jars from Maven Central (once; cached in .cache/kafka),
+# 5. runs ruff, mypy and pytest. The tests start a real Kafka (KRaft) and a real Redis
+#    themselves, unless GPUHINT_TEST_KAFKA_BOOTSTRAP / GPUHINT_TEST_REDIS_URL point at
+#    running ones (or Docker is there for testcontainers).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf '\n== %s\n' "$*"; }
+die() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
+
+say "system dependencies"
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    die "redis-server is missing: install it (sudo apt-get install -y redis-server)"
+  fi
+fi
+command -v java >/dev/null 2>&1 || die "Java 17+ is missing (it runs the Kafka broker)"
+command -v mvn >/dev/null 2>&1 || die "Maven is missing (it fetches Kafka from Maven Central)"
+echo "redis: $(redis-server --version | cut -d' ' -f3)  java: $(java -version 2>&1 | head -1)"
+
+say "python environment"
+venv="${GPUHINT_VENV:-.venv}"
+py="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+  "$py" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+"$venv/bin/python" --version
+
+say "Kafka jars"
+bash scripts/kafka/fetch.sh
+
+say "ruff"
+"$venv/bin/ruff" check .
+"$venv/bin/ruff" format --check .
+
+say "mypy"
+"$venv/bin/mypy"
+
+say "pytest"
+exec "$venv/bin/python" -m pytest "$@"

@@ -1,0 +1,97 @@
+"""The Redis store on a real Redis server: same behaviour as its in-memory twin."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from gpuhint.contract import ClusterLoad, PowerAction, PowerAdvisory, PriorityHint
+from gpuhint.keys import RedisKeys
+from gpuhint.store import HintStore, InMemoryStore
+from streams.redis_store import RedisStore
+
+pytestmark = pytest.mark.integration
+
+
+def hint(job: str, prio: float, vc: str = "a") -> PriorityHint:
+    return PriorityHint(
+        job_id=job,
+        vc=vc,
+        num_gpus=1,
+        submit_time=0,
+        predicted_duration_s=prio,
+        priority=prio,
+        model="m",
+        model_version="1",
+        created_at=0,
+    )
+
+
+@pytest.fixture
+def store(redis_url: str, unique_prefix: str) -> RedisStore:
+    return RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix), hint_ttl_s=60)
+
+
+def scenario(s: HintStore) -> None:
+    for j, p in [("big", 100), ("small", 1), ("mid", 10), ("other", 7)]:
+        s.put_hint(hint(j, p, vc="b" if j == "other" else "a"))
+    s.remove_hint("default", "a", "mid")
+    s.remove_hint("default", "a", "ghost")
+    s.put_advisory(PowerAdvisory(time=1, action=PowerAction.KEEP, reason="r"))
+    s.put_advisory(PowerAdvisory(time=1, node="n1", action=PowerAction.POWER_DOWN, reason="idle"))
+    s.put_load(ClusterLoad(time=1, total_nodes=4, active_nodes=3, used_nodes=2))
+    s.count("dead_letter", 2)
+    s.flush()
+
+
+def test_redis_store_matches_its_in_memory_twin(store: RedisStore) -> None:
+    twin = InMemoryStore()
+    for s in (store, twin):
+        scenario(s)
+        assert s.queue("default", "a") == [("small", 1.0), ("big", 100.0)]
+        assert s.queue("default", "b") == [("other", 7.0)]
+        assert s.get_hint("default", "small") == hint("small", 1)
+        assert s.get_hint("default", "mid") is None
+        assert s.get_advisory("default").action is PowerAction.KEEP  # type: ignore[union-attr]
+        assert s.get_advisory("default", "n1").action is PowerAction.POWER_DOWN  # type: ignore[union-attr]
+        assert s.get_load("default").used_nodes == 2  # type: ignore[union-attr]
+        assert s.counters() == {"dead_letter": 2}
+
+
+def test_change_stream_and_ttls(store: RedisStore) -> None:
+    scenario(store)
+    entries = store.r.xrange(store.k.changes)
+    types = [fields[b"type"].decode() for _, fields in entries]
+    # 4 hints, 1 real removal (the ghost is not announced), 2 advisories, 1 load
+    assert types.count("hint") == 4 and types.count("hint_removed") == 1
+    assert types.count("advice") == 2 and types.count("load") == 1
+    assert 0 < store.r.ttl(store.k.hint("default", "small")) <= 60
+    assert store.r.ttl(store.k.queue("default", "a")) > 0
+
+
+def test_replay_writes_the_same_state(store: RedisStore) -> None:
+    scenario(store)
+    before = {
+        k: store.r.dump(k)
+        for k in store.r.scan_iter(f"{store.k.root}:*")
+        if b"changes" not in k and b"stats" not in k
+    }
+    scenario(store)
+    after = {
+        k: store.r.dump(k)
+        for k in store.r.scan_iter(f"{store.k.root}:*")
+        if b"changes" not in k and b"stats" not in k
+    }
+    assert before == after
+
+
+def test_sweep_drops_queue_entries_whose_hint_expired(store: RedisStore) -> None:
+    store.put_hint(hint("short", 1))
+    store.put_hint(hint("long", 2))
+    store.flush()
+    store.r.pexpire(store.k.hint("default", "short"), 1)
+    time.sleep(0.05)
+    assert store.sweep_stale() == 1
+    assert store.queue("default", "a") == [("long", 2.0)]

@@ -1,0 +1,174 @@
+"""One contract suite for every registered duration model (like river's estimator checks)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import random
+
+import pytest
+
+from gpuhint.contract import JobEvent, JobPhase
+from models.base import DurationModel, DurationPrediction
+from models.registry import DEFAULT_MODEL, DURATION_MODELS, make_model
+
+NAMES = sorted(DURATION_MODELS)
+
+
+def _job(i: int, user: str | None = "alice", gpus: int = 1, **kw: object) -> JobEvent:
+    fields: dict[str, object] = {
+        "phase": JobPhase.SUBMITTED,
+        "job_id": str(i),
+        "vc": "vc1",
+        "user": user,
+        "name": f"train_{i % 3}",
+        "num_gpus": gpus,
+        "num_cpus": 4 * gpus,
+        "num_nodes": 1,
+        "time": 1000.0 * i,
+        "submit_time": 1000.0 * i,
+    }
+    fields.update(kw)
+    return JobEvent(**fields)  # type: ignore[arg-type]
+
+
+def _stream(n: int = 300, seed: int = 0) -> list[tuple[JobEvent, float]]:
+    """Jobs whose duration depends on user and size, with noise."""
+    rng = random.Random(seed)
+    users = {"alice": 600.0, "bob": 20_000.0, "carol": 90.0}
+    out = []
+    for i in range(n):
+        user = rng.choice(sorted(users))
+        gpus = rng.choice([1, 2, 8])
+        dur = users[user] * (1 + 0.2 * math.log2(gpus)) * math.exp(rng.gauss(0, 0.3))
+        out.append((_job(i, user=user, gpus=gpus), dur))
+    return out
+
+
+def _replay(model: DurationModel, stream: list[tuple[JobEvent, float]]) -> list[float]:
+    """Predict at submit, learn at finish (immediately); return the point predictions."""
+    preds = []
+    for job, dur in stream:
+        preds.append(model.predict(job).duration_s)
+        model.learn(job.model_copy(update={"phase": JobPhase.FINISHED, "duration_s": dur}), dur)
+    return preds
+
+
+def _check_prediction(p: DurationPrediction) -> None:
+    assert isinstance(p, DurationPrediction)
+    for v in (p.duration_s, p.p10_s, p.p90_s, p.log_std):
+        assert math.isfinite(v) and v >= 0.0
+    # the band brackets the point, up to rounding of the point estimate
+    assert p.p10_s <= p.duration_s * 1.000001 + 1e-9
+    assert p.duration_s <= p.p90_s * 1.000001 + 1e-9
+    for name, contribution in p.reasons:
+        assert isinstance(name, str) and name
+        assert math.isfinite(contribution)
+
+
+def test_default_model_is_registered() -> None:
+    assert DEFAULT_MODEL in DURATION_MODELS
+
+
+def test_unknown_model_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        make_model("nope")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_has_name_and_version(name: str) -> None:
+    m = make_model(name)
+    assert isinstance(m, DurationModel)
+    assert m.name == name
+    assert isinstance(m.version, str) and m.version
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_predict_before_learning(name: str) -> None:
+    p = make_model(name).predict(_job(1))
+    _check_prediction(p)
+    assert p.duration_s > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_learn_one_then_predict(name: str) -> None:
+    m = make_model(name)
+    job = _job(1)
+    m.learn(job, 500.0)
+    p = m.predict(_job(2))
+    _check_prediction(p)
+    # one job of this user and size: the prediction moves towards it from the prior
+    assert abs(math.log1p(p.duration_s) - math.log1p(500.0)) < 1.0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_learn_without_predict_first(name: str) -> None:
+    m = make_model(name)
+    for i in range(5):
+        m.learn(_job(i), 100.0)  # e.g. jobs submitted before a restart
+    _check_prediction(m.predict(_job(99)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unseen_user_and_vc(name: str) -> None:
+    m = make_model(name)
+    _replay(m, _stream(100))
+    _check_prediction(m.predict(_job(1000, user="nobody-seen")))
+    _check_prediction(m.predict(_job(1001, vc="fresh-vc", gpus=64)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_missing_optional_fields(name: str) -> None:
+    m = make_model(name)
+    bare = JobEvent(phase=JobPhase.SUBMITTED, job_id="b", time=0.0, submit_time=0.0)
+    _check_prediction(m.predict(bare))
+    m.learn(bare, 42.0)
+    _check_prediction(m.predict(bare.model_copy(update={"job_id": "c"})))
+    nothing = _job(5, user=None, name=None, num_cpus=None, num_nodes=None, gpus=0)
+    _check_prediction(m.predict(nothing))
+    m.learn(nothing, 0.0)  # zero-length job
+    _check_prediction(m.predict(nothing))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_extreme_durations_stay_finite(name: str) -> None:
+    m = make_model(name)
+    for i, d in enumerate([0.0, 1e9, 0.0, 1e9, 3.0, 1e7] * 5):
+        m.predict(_job(i))
+        m.learn(_job(i), d)
+    _check_prediction(m.predict(_job(999)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pickle_round_trip_gives_identical_predictions(name: str) -> None:
+    m = make_model(name)
+    stream = _stream(150)
+    _replay(m, stream[:100])
+    pending = _job(500, user="bob", gpus=2)
+    m.predict(pending)  # a job in flight at checkpoint time
+    clone = pickle.loads(pickle.dumps(m))
+    assert _replay(m, stream[100:]) == _replay(clone, stream[100:])
+    assert m.predict(_job(600)) == clone.predict(_job(600))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_given_the_same_stream(name: str) -> None:
+    stream = _stream(200, seed=3)
+    assert _replay(make_model(name), stream) == _replay(make_model(name), stream)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_predict_is_repeatable(name: str) -> None:
+    m = make_model(name)
+    _replay(m, _stream(50))
+    job = _job(777, user="alice", gpus=2)
+    assert m.predict(job) == m.predict(job)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_learns_per_user_differences(name: str) -> None:
+    m = make_model(name)
+    _replay(m, _stream(300))
+    fast = m.predict(_job(2000, user="carol", gpus=1)).duration_s
+    slow = m.predict(_job(2001, user="bob", gpus=1)).duration_s
+    assert slow > 20 * fast

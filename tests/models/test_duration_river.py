@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import math
+import random
+
+from gpuhint.contract import JobEvent, JobPhase
+from models.duration_river import Hedge, KeyedDurationModel, LinearDurationModel
+from models.history import HistoryEstimator
+
+
+def test_hedge_converges_to_the_best_expert() -> None:
+    h = Hedge(eta=0.5, discount=0.99)
+    rng = random.Random(1)
+    for _ in range(300):
+        y = rng.gauss(5.0, 0.1)
+        h.learn("c", {"good": 5.0, "bad": 7.0, "worse": 1.0}, y)
+    value, top, w = h.predict("c", {"good": 5.0, "bad": 7.0, "worse": 1.0})
+    assert top == "good" and w > 0.99
+    assert abs(value - 5.0) < 0.05
+    # a newcomer starts as an average expert, not as the best one
+    _, top, _ = h.predict("c", {"good": 5.0, "new": 9.0})
+    assert top == "good"
+    # an unseen context starts uniform
+    assert h.weights("other", ["a", "b"]) == [0.5, 0.5]
+
+
+def _stream(n: int, seed: int = 0) -> list[tuple[JobEvent, float]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        user = rng.choice(["a", "b", "c", "d"])
+        base = {"a": 60.0, "b": 3600.0, "c": 600.0, "d": 36000.0}[user]
+        gpus = rng.choice([1, 8])
+        dur = base * (4.0 if gpus == 8 else 1.0) * math.exp(rng.gauss(0, 0.5))
+        job = JobEvent(
+            phase=JobPhase.SUBMITTED,
+            job_id=str(i),
+            user=user,
+            num_gpus=gpus,
+            time=60.0 * i,
+            submit_time=60.0 * i,
+        )
+        out.append((job, dur))
+    return out
+
+
+def _mae_log(model: object, stream: list[tuple[JobEvent, float]]) -> float:
+    err = 0.0
+    for job, dur in stream:
+        err += abs(math.log1p(model.predict(job).duration_s) - math.log1p(dur))  # type: ignore[attr-defined]
+        model.learn(job, dur)  # type: ignore[attr-defined]
+    return err / len(stream)
+
+
+def test_learned_models_beat_the_paper_rule_on_skewed_durations() -> None:
+    stream = _stream(600)
+    paper = _mae_log(HistoryEstimator(), stream)
+    assert _mae_log(KeyedDurationModel(), stream) < paper
+    assert _mae_log(LinearDurationModel(), stream) < paper
+
+
+def test_reasons_name_the_history_level_and_the_learner() -> None:
+    m = LinearDurationModel()
+    for job, dur in _stream(200):
+        m.predict(job)
+        m.learn(job, dur)
+    job = _stream(1)[0][0].model_copy(update={"job_id": "new"})
+    names = [r[0] for r in m.predict(job).reasons]
+    assert names[0] == "history:user+gpus"
+    assert names[1].startswith("mix:")
+    assert "learner:correction" in names
+    assert len(names) >= 4  # top feature contributions of the linear correction
+
+
+def test_uncertainty_widens_for_noisy_users() -> None:
+    m = KeyedDurationModel()
+    rng = random.Random(0)
+    for i in range(400):
+        user = "steady" if i % 2 else "erratic"
+        dur = 1000.0 if user == "steady" else math.exp(rng.uniform(2, 12))
+        job = JobEvent(
+            phase=JobPhase.SUBMITTED, job_id=str(i), user=user, num_gpus=1, time=i, submit_time=i
+        )
+        m.predict(job)
+        m.learn(job, dur)
+
+    def std(user: str) -> float:
+        job = JobEvent(
+            phase=JobPhase.SUBMITTED, job_id=user, user=user, num_gpus=1, time=1e6, submit_time=1e6
+        )
+        return m.predict(job).log_std
+
+    assert std("erratic") > 5 * std("steady")

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import math
+import pickle
+
+from gpuhint.contract import JobEvent, JobPhase
+from models.features import LEVELS, HistoryFeatures, KeyStats, name_template
+
+
+def _job(i: int, user: str | None = "u", gpus: int = 1, t: float | None = None, **kw: object):
+    t = 100.0 * i if t is None else t
+    return JobEvent(
+        phase=JobPhase.SUBMITTED,
+        job_id=str(i),
+        user=user,
+        num_gpus=gpus,
+        time=t,
+        submit_time=t,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_name_template_strips_digits() -> None:
+    assert name_template("Run_12") == name_template("run_13") == "run_#"
+    assert name_template(None) is None
+    assert name_template("   ") is None
+
+
+def test_keystats_window_is_bounded_and_stats_match() -> None:
+    s = KeyStats(window=4)
+    for v in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]:
+        s.add(v, 0.5, 0.1)
+    assert list(s.recent) == [3.0, 4.0, 5.0, 6.0]
+    assert s.count == 6
+    assert s.median() == 4.5
+    assert math.isclose(s.std, math.sqrt(sum((v - 4.5) ** 2 for v in s.recent) / 3))
+    med, fast, slow, amean = s.values
+    assert med == 4.5 and 4.5 < fast < 6.0 and slow < fast
+    assert math.isclose(amean, math.log1p(sum(math.expm1(v) for v in range(1, 7)) / 6))
+
+
+def test_most_specific_level_wins() -> None:
+    hf = HistoryFeatures()
+    hf.update(_job(1, user="a", gpus=8), math.log1p(1000.0))
+    _, experts, level = hf.features(_job(2, user="a", gpus=8))
+    assert level == "user+gpus"
+    _, _, level = hf.features(_job(3, user="a", gpus=1))
+    assert level == "user"
+    _, experts, level = hf.features(_job(4, user="b", gpus=8))
+    assert level == "gpus"
+    assert math.isclose(experts["gpus:med"], math.log1p(1000.0))
+    _, _, level = hf.features(_job(5, user="b", gpus=2))
+    assert level == "vc"
+    _, experts, level = HistoryFeatures().features(_job(6))
+    assert level == "prior" and set(experts) == {
+        "global:med",
+        "global:fast",
+        "global:slow",
+        "global:amean",
+    }
+
+
+def test_named_jobs_use_name_level() -> None:
+    hf = HistoryFeatures()
+    hf.update(_job(1, name="bert_seed1"), math.log1p(50.0))
+    x, _experts, level = hf.features(_job(2, name="bert_seed2"))
+    assert level == "name"
+    assert x["name:n"] > 0
+    _, _, level = hf.features(_job(3, name="gpt_seed2"))
+    assert level == "user+gpus"
+
+
+def test_no_user_trace_uses_size_history() -> None:
+    hf = HistoryFeatures()
+    for i in range(5):
+        hf.update(_job(i, user=None, gpus=4), math.log1p(7200.0))
+    x, experts, level = hf.features(_job(9, user=None, gpus=4))
+    assert level == "gpus"
+    assert not any(k.startswith(("user", "name")) for k in experts)
+    assert x["user:n"] == 0.0 and x["user:submits_1h"] == 0.0
+
+
+def test_every_feature_is_finite_and_keys_are_stable() -> None:
+    hf = HistoryFeatures()
+    keys = None
+    for i in range(20):
+        job = _job(i, user=None if i % 3 == 0 else "u", gpus=i % 4, num_cpus=None)
+        x, experts, _ = hf.features(job)
+        assert all(math.isfinite(v) for v in (*x.values(), *experts.values()))
+        keys = keys or set(x)
+        assert set(x) == keys  # same feature names whatever is missing
+        hf.update(job, math.log1p(10.0 * i))
+    assert {f"{lv}:n" for lv in LEVELS} <= keys  # type: ignore[operator]
+
+
+def test_queue_state_counts_recent_submissions_and_inflight() -> None:
+    hf = HistoryFeatures(recent_s=3600.0)
+    for i in range(3):
+        hf.observe_submit(_job(i, t=1000.0 + i))
+    hf.observe_submit(_job(0, t=1000.0))  # repeated: idempotent
+    x, _, _ = hf.features(_job(10, t=2000.0))
+    assert x["user:submits_1h"] == math.log1p(3)
+    assert x["user:inflight"] == math.log1p(3)
+    hf.update(_job(1, t=1001.0), 1.0)  # finished
+    x, _, _ = hf.features(_job(10, t=2000.0))
+    assert x["user:inflight"] == math.log1p(2)
+    x, _, _ = hf.features(_job(11, t=1000.0 + 7200.0))
+    assert x["user:submits_1h"] == 0.0  # older than an hour
+
+
+def test_features_are_pure() -> None:
+    hf = HistoryFeatures()
+    hf.update(_job(1), 3.0)
+    job = _job(2)
+    hf.observe_submit(job)
+    assert hf.features(job) == hf.features(job)
+
+
+def test_memory_is_bounded() -> None:
+    hf = HistoryFeatures(window=8, max_keys=10, max_pending=5)
+    for i in range(200):
+        job = _job(i, user=f"user{i}", gpus=i % 7)
+        hf.observe_submit(job)
+        hf.update(_job(i + 10_000, user=f"user{i}"), 1.0)
+    assert len(hf.stats) <= 10
+    assert len(hf.pending) <= 5
+    assert len(hf.submits) <= 10
+    assert all(len(s.recent) <= 8 for s in hf.stats.values())
+
+
+def test_pickle_round_trip() -> None:
+    hf = HistoryFeatures()
+    for i in range(30):
+        hf.observe_submit(_job(i, gpus=i % 3))
+        hf.update(_job(i, gpus=i % 3), math.log1p(i))
+    clone = pickle.loads(pickle.dumps(hf))
+    job = _job(99, gpus=2)
+    assert clone.features(job) == hf.features(job)

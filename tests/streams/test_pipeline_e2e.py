@@ -192,7 +192,7 @@ def test_worker_restart_keeps_table_state(
     kafka_bootstrap: str, redis_url: str, unique_prefix: str, worker_proc, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     """A restarted worker recovers its per-user history from the changelog, not from zero."""
-    start_worker, env, log = worker_proc
+    start_worker, _env, log = worker_proc
     topics, keys = Topics(unique_prefix), RedisKeys(unique_prefix)
     ensure_topics(kafka_bootstrap, topics, partitions=4)  # as every gpuhint producer does
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")

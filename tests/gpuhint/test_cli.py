@@ -1,0 +1,181 @@
+"""The console script as a user meets it: help, the demo, and user mistakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gpuhint.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("replay", "worker", "demo", "evaluate", "agent"):
+        assert cmd in out
+
+
+def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["jobs"] == 1867 and out["rows_skipped"] == 0
+    assert out["hints_written"] > 1000
+    assert out["hints_written"] >= out["hints_pending"] >= 0
+    assert out["learned"] > 1000 and 0 < out["mae_log"] < 10
+    assert out["events_replayed"] <= 3 * out["jobs"]
+
+
+def test_demo_text_shows_what_a_user_wants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    for word in ("events replayed", "hints", "prediction error", "throughput"):
+        assert word in out
+
+
+def test_bad_trace_is_one_line_with_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submission_time,duration,num_gpu\na,1,2,3\nb,x,2,3\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhint", "demo", "--trace", str(bad)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert f"{bad}:3: submission_time is not a number" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    skipped = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuhint",
+            "demo",
+            "--trace",
+            str(bad),
+            "--on-error",
+            "skip",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert skipped.returncode == 0, skipped.stderr
+    assert json.loads(skipped.stdout)["rows_skipped"] == 1
+    assert f"skipped {bad}:3" in skipped.stderr
+
+
+def test_missing_trace_and_bad_config_are_user_errors(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhint", "demo", "--trace", str(tmp_path / "nope.csv")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    env = dict(os.environ, GPUHINT_PARTITIONS="many")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhint", "replay", str(REPO / "tests/data/philly_excerpt.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 2
+    assert "partitions" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_replay_without_a_broker_says_so(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuhint",
+            "replay",
+            str(REPO / "tests/data/philly_excerpt.json"),
+            "--bootstrap",
+            f"127.0.0.1:{port}",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert f"127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_demo_works_from_a_clean_install(tmp_path: Path) -> None:
+    """Build the wheel, install it alone into an empty directory, run the demo from elsewhere.
+
+    This catches what only a real install shows: the shipped trace excerpt missing from the
+    wheel, the console script, or code that reads files relative to the repository.
+    """
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(REPO),
+        ],
+        check=True,
+    )
+    (wheel,) = wheel_dir.glob("gpuhint-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "gpuhint/data/venus_sept_2vc.csv" in names
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+    )
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(target))
+    probe = subprocess.run(
+        [sys.executable, "-c", "import gpuhint; print(gpuhint.__file__)"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip().startswith(str(target))  # the installed copy, not the repo
+    proc = subprocess.run(
+        [str(target / "bin" / "gpuhint"), "demo", "--json"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["jobs"] == 1867 and out["hints_written"] > 0

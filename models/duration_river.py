@@ -54,8 +54,7 @@ class _Submitted(NamedTuple):
     correction: float
     gate_weight: float
     log_pred: float
-    top: str
-    top_weight: float
+    top: tuple[tuple[str, float], ...]
 
 
 class Hedge:
@@ -87,12 +86,16 @@ class Hedge:
         tot = sum(w)
         return [v / tot for v in w]
 
-    def predict(self, ctx: str, experts: dict[str, float]) -> tuple[float, str, float]:
-        """Mixed forecast, the most weighted expert, and its weight."""
+    def predict(
+        self, ctx: str, experts: dict[str, float], top: int = 3
+    ) -> tuple[float, tuple[tuple[str, float], ...]]:
+        """Mixed forecast, and the ``top`` most weighted experts with ``weight * value``
+        (their share of the forecast)."""
         names = list(experts)
         w = self.weights(ctx, names)
-        best = max(range(len(names)), key=w.__getitem__)
-        return sum(wi * experts[n] for wi, n in zip(w, names, strict=True)), names[best], w[best]
+        terms = [(n, wi * experts[n]) for wi, n in zip(w, names, strict=True)]
+        best = heapq.nlargest(top, range(len(names)), key=w.__getitem__)
+        return sum(t for _, t in terms), tuple(terms[i] for i in best)
 
     def learn(self, ctx: str, experts: dict[str, float], y: float) -> None:
         loss = self.loss.setdefault(ctx, {})
@@ -148,7 +151,7 @@ class KeyedDurationModel:
     # -- DurationModel ----------------------------------------------------------------
     def _submit(self, job: JobEvent) -> _Submitted:
         x, experts, level = self.hist.features(job)
-        base, top, top_w = self.hedge.predict(level, experts)
+        base, top = self.hedge.predict(level, experts)
         for name in _DELTAS:
             x[f"d:{name}"] = experts.get(name, base) - base
         corr = 0.0
@@ -159,7 +162,7 @@ class KeyedDurationModel:
                 corr = 0.0
             gate_w = self.gate.weights(level, ["mix", "learner"])[1]
         log_pred = min(MAX_LOG, max(0.0, base + gate_w * corr))
-        return _Submitted(x, experts, level, base, corr, gate_w, log_pred, top, top_w)
+        return _Submitted(x, experts, level, base, corr, gate_w, log_pred, top)
 
     def predict(self, job: JobEvent) -> DurationPrediction:
         sub = self._submit(job)
@@ -171,13 +174,17 @@ class KeyedDurationModel:
             self._pending.popitem(last=False)
         spread = self.hist.spread(job)
         log_std = spread * ABS_TO_STD if spread is not None else self.prior_log_std
-        reasons: list[tuple[str, float]] = [
-            (f"history:{sub.level}", round(sub.base, 4)),
-            (f"mix:{sub.top}", round(sub.top_weight, 4)),
-        ]
+        # contributions in log1p-seconds: the base, then what moved it
+        reasons: list[tuple[str, float]] = [(f"history:{sub.level}", round(sub.base, 4))]
+        mix = [(f"mix:{n}", round(c, 4)) for n, c in sub.top]
         if self.use_learner:
             reasons.append(("learner:correction", round(sub.gate_weight * sub.correction, 4)))
-            reasons += [(f, round(c, 4)) for f, c in self._contributions(sub.x)[:2]]
+            reasons += [
+                (f, round(sub.gate_weight * c, 4)) for f, c in self._contributions(sub.x)[:1]
+            ]
+            reasons += mix[:2]
+        else:
+            reasons += mix
         return DurationPrediction.from_log(sub.log_pred, log_std, reasons=tuple(reasons))
 
     def learn(self, job: JobEvent, duration_s: float) -> None:

@@ -14,12 +14,12 @@ def test_hedge_converges_to_the_best_expert() -> None:
     for _ in range(300):
         y = rng.gauss(5.0, 0.1)
         h.learn("c", {"good": 5.0, "bad": 7.0, "worse": 1.0}, y)
-    value, top, w = h.predict("c", {"good": 5.0, "bad": 7.0, "worse": 1.0})
-    assert top == "good" and w > 0.99
+    value, top = h.predict("c", {"good": 5.0, "bad": 7.0, "worse": 1.0})
+    assert top[0][0] == "good" and top[0][1] > 0.99 * 5.0
     assert abs(value - 5.0) < 0.05
     # a newcomer starts as an average expert, not as the best one
-    _, top, _ = h.predict("c", {"good": 5.0, "new": 9.0})
-    assert top == "good"
+    _, top = h.predict("c", {"good": 5.0, "new": 9.0})
+    assert top[0][0] == "good"
     # an unseen context starts uniform
     assert h.weights("other", ["a", "b"]) == [0.5, 0.5]
 
@@ -67,9 +67,24 @@ def test_reasons_name_the_history_level_and_the_learner() -> None:
     job = _stream(1)[0][0].model_copy(update={"job_id": "new"})
     names = [r[0] for r in m.predict(job).reasons]
     assert names[0] == "history:user+gpus"
-    assert names[1].startswith("mix:")
-    assert "learner:correction" in names
-    assert len(names) >= 4  # top feature contributions of the linear correction
+    assert names[1] == "learner:correction"
+    assert names[2] in job_feature_names(m, job)  # the linear term that moved it most
+    assert names[3].startswith("mix:user")
+
+
+def job_feature_names(m: LinearDurationModel, job: JobEvent) -> set[str]:
+    return set(m._submit(job).x)
+
+
+def test_mix_reasons_are_the_weighted_experts() -> None:
+    m = KeyedDurationModel()
+    for job, dur in _stream(200):
+        m.predict(job)
+        m.learn(job, dur)
+    p = m.predict(_stream(1)[0][0].model_copy(update={"job_id": "new"}))
+    assert p.reasons[0][0] == "history:user+gpus"
+    assert [r[0].startswith("mix:") for r in p.reasons[1:]] == [True] * 3
+    assert sum(c for _, c in p.reasons[1:]) <= p.reasons[0][1] + 1e-3
 
 
 def test_uncertainty_widens_for_noisy_users() -> None:

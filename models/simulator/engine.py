@@ -23,6 +23,7 @@ later ones that do (greedy, no reservation: large jobs can wait longer).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -230,7 +231,7 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
     counter = itertools.count()
     queues: dict[int, list[tuple[float, int, int]]] = {}  # gpus -> (remain, rank, index)
     queued = 0
-    running: set[int] = set()
+    running: list[tuple[float, int, int]] = []  # sorted: (vend, run rank, index)
     ends: list[tuple[float, int, int]] = []  # (time, index, segment)
     total = nodes.total_gpus
     nxt = 0
@@ -249,7 +250,7 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
             if s != seg[i]:
                 continue  # a preempted segment
             nodes.release(allocs[i])
-            running.discard(i)
+            del running[bisect.bisect_left(running, (vend[i], run_rank[i], i))]
             end[i] = t
         while nxt < n and jobs[order[nxt]].submit == t:
             i = order[nxt]
@@ -258,35 +259,43 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
         if not queued:
             continue
         # Walk queued + running jobs in order of remaining time with the GPU quota.
-        run_sorted = sorted(running, key=lambda i: (vend[i], run_rank[i]))
         quota = total
         picked: list[tuple[tuple[float, int, int], int]] = []
-        to_preempt: list[int] = []
+        to_preempt: list[tuple[float, int, int]] = []
         r = 0
+        n_run = len(running)
+        best: tuple[tuple[float, int, int], int] | None = None
+        stale = True
         while True:
-            best = None
-            for g, heap in queues.items():
-                if heap and g <= quota and (best is None or heap[0] < best[0]):
-                    best = (heap[0], g)
-            if r < len(run_sorted):
-                ri = run_sorted[r]
+            # The best queued job that fits the quota; it stays best while it still fits.
+            if stale or (best is not None and best[1] > quota):
+                best = None
+                for g, heap in queues.items():
+                    if heap and g <= quota and (best is None or heap[0] < best[0]):
+                        best = (heap[0], g)
+                stale = False
+            if r < n_run:
+                run_entry = running[r]
                 # Queued jobs come first on a tie (the artifact sorts queue + running).
-                if best is None or vend[ri] - t < best[0][0]:
+                if best is None or run_entry[0] - t < best[0][0]:
+                    ri = run_entry[2]
                     if gpus[ri] <= quota:
                         quota -= gpus[ri]
                     else:
-                        to_preempt.append(ri)
+                        to_preempt.append(run_entry)
                     r += 1
                     continue
             if best is None:
                 break
+            stale = True
             entry = heapq.heappop(queues[best[1]])
             queued -= 1
             quota -= best[1]
             picked.append((entry, best[1]))
-        for i in to_preempt:
+        for run_entry in to_preempt:
+            i = run_entry[2]
             nodes.release(allocs[i])
-            running.discard(i)
+            del running[bisect.bisect_left(running, run_entry)]
             seg[i] += 1
             remain[i] = vend[i] - t + ckpt_overhead(gpus[i])
             ckpt_at[i] = t
@@ -305,8 +314,8 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
                 queue[i] = t - jobs[i].submit
             else:
                 queue[i] += t - ckpt_at[i]
-            running.add(i)
             run_rank[i] = next(counter)
             vend[i] = t + remain[i]
+            bisect.insort(running, (vend[i], run_rank[i], i))
             heapq.heappush(ends, (vend[i] + tick, i, seg[i]))
     return [Outcome(first_start[i], end[i], queue[i], preempted[i]) for i in range(n)]

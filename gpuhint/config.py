@@ -50,13 +50,20 @@ class Settings(BaseSettings):
     hint_ttl_s: int = Field(7 * 86400, ge=60, description="a hint key expires after this")
     advisory_ttl_s: int = Field(3600, ge=60)
     changes_maxlen: int = Field(100_000, ge=100, description="approximate change-stream length")
-    model: str = Field("history", description="duration model for QSSF hints")
+    model: str = Field("history_mix", description="duration model for QSSF hints")
     app_id: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$", description="Faust app id")
     state_dir: Path = Field(Path("var/worker"), description="worker state and checkpoints")
     checkpoint_interval_s: float = Field(60.0, gt=0)
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
     batch_within_s: float = Field(0.05, gt=0, description="max wait to fill a batch")
     log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+    ces_enabled: bool = Field(True, description="worker: derive cluster load, advise power")
+    ces_slot_s: int = Field(600, ge=1, le=86400, description="CES slot length (10 min)")
+    ces_watts_per_node: float = Field(700.0, gt=0, description="idle node draw, for kWh")
+    node_name: str | None = Field(None, min_length=1, description="agent: node name (hostname)")
+    agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
+    agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")
+    agent_spill_dir: Path | None = Field(None, description="agent: spill the buffer to disk here")
 
     @classmethod
     def settings_customise_sources(

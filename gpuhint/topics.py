@@ -35,8 +35,19 @@ class Topics:
     def dead_letter(self) -> str:
         return f"{self.prefix}.dead-letter"
 
+    @property
+    def cluster_telemetry(self) -> str:
+        """Internal: node status and job placements re-keyed by cluster for the CES agent."""
+        return f"{self.prefix}.cluster-telemetry"
+
     def all(self) -> tuple[str, ...]:
-        return (self.job_events, self.gpu_samples, self.node_status, self.dead_letter)
+        return (
+            self.job_events,
+            self.gpu_samples,
+            self.node_status,
+            self.dead_letter,
+            self.cluster_telemetry,
+        )
 
 
 def job_key(cluster: str, vc: str) -> bytes:
@@ -47,3 +58,8 @@ def job_key(cluster: str, vc: str) -> bytes:
 def node_key(cluster: str, node: str) -> bytes:
     """Partition key of telemetry from one node."""
     return f"{cluster}/{node}".encode()
+
+
+def cluster_key(cluster: str) -> bytes:
+    """Partition key of the internal cluster-telemetry topic: one cluster, one partition."""
+    return cluster.encode()

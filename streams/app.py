@@ -22,20 +22,32 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import faust
 from faust.exceptions import PartitionsMismatch
 from faust.sensors import Sensor
 
+from gpuhint.ces_core import CesEngine, ClusterLoadTracker
 from gpuhint.config import Settings
-from gpuhint.contract import InvalidMessage, decode_job_event
+from gpuhint.contract import (
+    InvalidMessage,
+    JobEvent,
+    JobPhase,
+    NodeStatus,
+    decode_job_event,
+    decode_message,
+)
 from gpuhint.core import HintEngine
 from gpuhint.store import HintStore
-from gpuhint.topics import job_key
+from gpuhint.topics import cluster_key, job_key
+from models import checkpoint
 from models.base import DurationModel
 from models.history import HistoryEstimator
+from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
+from streams.cluster_load import ClusterLoadProcessor
 from streams.dead_letter import dead_letter_record
 
 log = logging.getLogger(__name__)
@@ -60,16 +72,59 @@ class WorkerStats:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+class ModelCheckpointer:
+    """Saves a model's state to a versioned checkpoint file and restores it at start.
+
+    Used for models whose state is not in Faust tables (every model but ``history``).
+    Saving happens on the event loop, between events, so the model is never pickled
+    while it is being updated.
+    """
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name
+        self.path = path
+
+    def load_or_new(self) -> DurationModel:
+        if self.path.exists():
+            try:
+                model = checkpoint.load(self.path, expect_model=self.name)
+                log.info("restored model %s from %s", self.name, self.path)
+                return model
+            except checkpoint.CheckpointError as exc:
+                bad = self.path.with_suffix(self.path.suffix + ".rejected")
+                self.path.replace(bad)
+                log.warning("%s; moved it to %s and starting the model afresh", exc, bad)
+        return make_model(self.name)
+
+    def save(self, model: DurationModel) -> None:
+        checkpoint.save(model, self.path)
+        log.info("checkpointed model %s to %s", self.name, self.path)
+
+
 def faust_broker_url(bootstrap: str) -> str:
     """``h1:9092,h2:9092`` -> ``kafka://h1:9092;kafka://h2:9092`` (Faust's broker form)."""
     hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
     return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
 
 
-def build_app(
-    settings: Settings, store: HintStore, model: DurationModel | None = None
-) -> tuple[faust.App, WorkerStats]:
-    """Build the Faust app; ``model=None`` uses ``settings.model`` (history: table-backed)."""
+@dataclass
+class Worker:
+    app: faust.App
+    stats: WorkerStats
+    engine: HintEngine
+    checkpointer: ModelCheckpointer | None
+
+    def save_checkpoint(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.save(self.engine.model)
+
+
+def build_app(settings: Settings, store: HintStore, model: DurationModel | None = None) -> Worker:
+    """Build the Faust app.
+
+    ``model=None`` uses ``settings.model``: ``history`` keeps its state in a Faust table;
+    any other model is restored from and saved to ``state_dir/model-<name>.ckpt``.
+    """
     app = faust.App(
         settings.app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
@@ -113,12 +168,44 @@ def build_app(
         partitions=settings.partitions,
         schema=faust.Schema(key_serializer="json", value_serializer="json"),
     )
-    if model is None:
-        model = (
-            HistoryEstimator(state=stats_table)
-            if settings.model == "history"
-            else make_model(settings.model)
+
+    def raw_topic(name: str) -> Any:
+        return app.topic(
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
         )
+
+    node_topic = raw_topic(topics.node_status)
+    telemetry = raw_topic(topics.cluster_telemetry)
+    ces_table = app.Table(
+        "ces-state",
+        default=None,
+        partitions=settings.partitions,
+        schema=faust.Schema(key_serializer="json", value_serializer="raw"),
+    )
+    ces = ClusterLoadProcessor(
+        ClusterLoadTracker(slot_s=settings.ces_slot_s),
+        CesEngine(
+            store,
+            PowerPolicyConfig(
+                slot_s=settings.ces_slot_s, watts_per_node=settings.ces_watts_per_node
+            ),
+        ),
+        checkpoints=ces_table,
+    )
+    checkpointer: ModelCheckpointer | None = None
+    if model is None:
+        if settings.model == "history":
+            model = HistoryEstimator(state=stats_table)
+        else:
+            checkpointer = ModelCheckpointer(
+                settings.model, settings.state_dir / f"model-{settings.model}.ckpt"
+            )
+            model = checkpointer.load_or_new()
     engine = HintEngine(model, store, predictions=pending_table)
     stats = WorkerStats()
     app.sensors.add(FlushOnCommit(store))
@@ -168,8 +255,41 @@ def build_app(
                 await to_dead_letter(event, f"processing error: {type(exc).__name__}: {exc}")
                 continue
             stats.processed += 1
+            if settings.ces_enabled and ev.nodes and ev.phase is not JobPhase.SUBMITTED:
+                await telemetry.send(key=cluster_key(ev.cluster), value=event.value)
             if getattr(store, "pending", 0) >= settings.batch_max:
                 await flush()
+
+    if settings.ces_enabled:
+
+        @app.agent(node_topic, concurrency=1, name="node-status")
+        async def route_node_status(stream: Any) -> None:
+            """Validate node status and re-key it by cluster for the CES agent."""
+            async for event in stream.events():
+                try:
+                    if not event.value:
+                        raise InvalidMessage("empty message")
+                    msg = decode_message(event.value)
+                    if not isinstance(msg, NodeStatus):
+                        raise InvalidMessage(f"expected kind 'node_status', got {msg.kind!r}")
+                except InvalidMessage as exc:
+                    await to_dead_letter(event, exc.reason)
+                    continue
+                await telemetry.send(key=cluster_key(msg.cluster), value=event.value)
+
+        @app.agent(telemetry, concurrency=1, name="cluster-load")
+        async def process_cluster_load(stream: Any) -> None:
+            async for event in stream.events():
+                try:
+                    msg = decode_message(event.value)
+                    if not isinstance(msg, NodeStatus | JobEvent):
+                        raise InvalidMessage(f"unexpected kind {msg.kind!r}")
+                    ces.on_message(msg)
+                except PartitionsMismatch:
+                    raise
+                except Exception as exc:
+                    log.exception("cluster-load processing failed")
+                    await to_dead_letter(event, f"processing error: {type(exc).__name__}: {exc}")
 
     @app.timer(interval=settings.batch_within_s)
     async def periodic_flush() -> None:
@@ -195,5 +315,12 @@ def build_app(
         async def sweep_stale_queue_entries() -> None:
             await asyncio.to_thread(sweep)
 
-    app.gpuhint_engine = engine  # type: ignore[attr-defined]
-    return app, stats
+    if checkpointer is not None:
+        ckpt = checkpointer
+
+        @app.timer(interval=settings.checkpoint_interval_s)
+        async def checkpoint_model() -> None:
+            ckpt.save(engine.model)
+
+    app.gpuhint_ces = ces  # type: ignore[attr-defined]
+    return Worker(app, stats, engine, checkpointer)

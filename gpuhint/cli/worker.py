@@ -18,7 +18,7 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   --bootstrap / GPUHINT_KAFKA_BOOTSTRAP   Kafka, HOST:PORT[,HOST:PORT]
   --redis-url / GPUHINT_REDIS_URL         redis://[:password@]HOST:PORT/DB
   GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
-  GPUHINT_MODEL (history), GPUHINT_APP_ID, GPUHINT_STATE_DIR. See docs/configuration.md.
+  GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR. See docs/configuration.md.
 """
 
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     )
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
     p.add_argument("--redis-url", metavar="URL", help="Redis URL")
-    p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history)")
+    p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
     p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     add_config_args(p)
     p.set_defaults(handler=run)
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             "co-partitioned with it; set GPUHINT_PARTITIONS to match"
         )
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    app, _ = build_app(settings, store)
+    handle = build_app(settings, store)
     logging.getLogger("gpuhint").info(
         "worker %s: kafka %s, model %s, %d partitions",
         settings.app_id,
@@ -85,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
         settings.model,
         settings.partitions,
     )
-    worker = faust.Worker(app, loglevel=args.loglevel.upper(), quiet=True)
+    worker = faust.Worker(handle.app, loglevel=args.loglevel.upper(), quiet=True)
     try:
         worker.execute_from_commandline()
     finally:
+        handle.save_checkpoint()  # the loop has stopped: the model is quiescent
         store.close()
     return 0

@@ -20,10 +20,13 @@ import redis
 from kafka import KafkaConsumer, KafkaProducer
 
 from gpuhint.contract import JobEvent, JobPhase, encode_message
+from gpuhint.core import HintEngine
 from gpuhint.kafka_io import ensure_topics
 from gpuhint.keys import RedisKeys
+from gpuhint.store import InMemoryStore
 from gpuhint.topics import Topics, job_key
 from gpuhint.traces import job_events, parse_time, read_trace
+from models.registry import make_model
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +36,9 @@ CUT = "2017-10-08 00:00:00"
 CLUSTER = "philly"
 
 
-def _env(prefix: str, kafka: str, redis_url: str, tmp: Path) -> dict[str, str]:
+def _env(
+    prefix: str, kafka: str, redis_url: str, tmp: Path, model: str = "history_mix"
+) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         GPUHINT_KAFKA_BOOTSTRAP=kafka,
@@ -44,6 +49,7 @@ def _env(prefix: str, kafka: str, redis_url: str, tmp: Path) -> dict[str, str]:
         GPUHINT_PARTITIONS="4",
         GPUHINT_CLUSTER=CLUSTER,
         GPUHINT_STATE_DIR=str(tmp / "state"),
+        GPUHINT_MODEL=model,
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -64,11 +70,16 @@ def expected_state() -> tuple[set[str], set[str]]:
     return {j for j, p in pending.items() if p}, {j for j, p in pending.items() if not p}
 
 
+@pytest.fixture(params=["history_mix"])
+def model_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
 def worker_proc(
-    kafka_bootstrap: str, redis_url: str, unique_prefix: str, tmp_path: Path
+    kafka_bootstrap: str, redis_url: str, unique_prefix: str, tmp_path: Path, model_name: str
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], Path]]:
-    env = _env(unique_prefix, kafka_bootstrap, redis_url, tmp_path)
+    env = _env(unique_prefix, kafka_bootstrap, redis_url, tmp_path, model=model_name)
     log = tmp_path / "worker.log"
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -188,10 +199,21 @@ def test_replay_worker_redis_end_to_end(
     assert int(r.hget(keys.stats, "dead_letter")) == len(bad)
 
 
-def test_worker_restart_keeps_table_state(
-    kafka_bootstrap: str, redis_url: str, unique_prefix: str, worker_proc, tmp_path: Path
+@pytest.mark.parametrize("model_name", ["history", "history_mix"], indirect=True)
+def test_worker_restart_keeps_model_state(
+    kafka_bootstrap: str,
+    redis_url: str,
+    unique_prefix: str,
+    worker_proc,
+    tmp_path: Path,
+    model_name: str,
 ) -> None:  # type: ignore[no-untyped-def]
-    """A restarted worker recovers its per-user history from the changelog, not from zero."""
+    """A restarted worker continues from its state instead of relearning from zero.
+
+    ``history`` keeps its state in changelog-backed Faust tables; ``history_mix`` in a
+    versioned checkpoint file written at shutdown. Either way the restarted worker's
+    prediction must equal that of one process that saw every event.
+    """
     start_worker, _env, log = worker_proc
     topics, keys = Topics(unique_prefix), RedisKeys(unique_prefix)
     ensure_topics(kafka_bootstrap, topics, partitions=4)  # as every gpuhint producer does
@@ -201,30 +223,46 @@ def test_worker_restart_keeps_table_state(
         producer.send(topics.job_events, key=job_key(ev.cluster, ev.vc), value=encode_message(ev))
 
     base = dict(cluster=CLUSTER, vc="vcA", user="alice", num_gpus=2)
+    before: list[JobEvent] = []
     for i, dur in enumerate([100.0, 300.0]):  # alice's history: mean 200 s
         jid = f"h{i}"
-        send(JobEvent(phase="submitted", job_id=jid, time=i, submit_time=i, **base))
-        send(
+        before.append(JobEvent(phase="submitted", job_id=jid, time=i, submit_time=i, **base))
+        before.append(
             JobEvent(
                 phase="finished", job_id=jid, time=i + 1, submit_time=i, duration_s=dur, **base
             )
         )
-    send(JobEvent(phase="submitted", job_id="probe1", time=10, submit_time=10, **base))
+    before.append(JobEvent(phase="submitted", job_id="probe1", time=10, submit_time=10, **base))
+    after = JobEvent(phase="submitted", job_id="probe2", time=20, submit_time=20, **base)
+    # what one uninterrupted process predicts for both probes
+    reference = HintEngine(make_model(model_name), InMemoryStore())
+    expected = {}
+    for ev in [*before, after]:
+        h = reference.on_job_event(ev)
+        if h is not None:
+            expected[h.job_id] = h.predicted_duration_s
+    for ev in before:
+        send(ev)
     producer.flush(30)
 
     r = redis.Redis.from_url(redis_url)
     p = start_worker()
     _wait(lambda: r.exists(keys.hint(CLUSTER, "probe1")), 120, "first probe hint", log)
-    assert json.loads(r.get(keys.hint(CLUSTER, "probe1")))["predicted_duration_s"] == 200.0
+    first = json.loads(r.get(keys.hint(CLUSTER, "probe1")))
+    assert first["predicted_duration_s"] == pytest.approx(expected["probe1"])
+    assert first["model"] == model_name
+    if model_name == "history":
+        assert expected["probe1"] == 200.0  # alice's mean
     p.send_signal(signal.SIGTERM)
     assert p.wait(60) == 0, log.read_text(errors="replace")[-3000:]
 
-    # after restart the worker must still know alice's mean (recovered from the changelog)
-    send(JobEvent(phase="submitted", job_id="probe2", time=20, submit_time=20, **base))
+    # after a restart the worker must predict as if it had never stopped
+    send(after)
     producer.flush(30)
     producer.close()
     start_worker()
     _wait(lambda: r.exists(keys.hint(CLUSTER, "probe2")), 120, "second probe hint", log)
     hint = json.loads(r.get(keys.hint(CLUSTER, "probe2")))
-    assert hint["predicted_duration_s"] == 200.0
-    assert hint["reasons"][0]["feature"] == "history:user+gpus"
+    assert hint["predicted_duration_s"] == pytest.approx(expected["probe2"])
+    fresh = HintEngine(make_model(model_name), InMemoryStore()).on_job_event(after)
+    assert fresh is not None and fresh.predicted_duration_s != pytest.approx(expected["probe2"])

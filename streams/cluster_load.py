@@ -1,0 +1,80 @@
+"""The CES side of the worker: cluster telemetry in, load and power advisories out.
+
+Node status (keyed cluster/node) and job placements (keyed cluster/VC) are re-keyed by
+cluster onto the internal ``cluster-telemetry`` topic, so one worker sees all of a
+cluster's nodes. There a :class:`~gpuhint.ces_core.ClusterLoadTracker` closes 10-minute
+slots and a :class:`~gpuhint.ces_core.CesEngine` turns each into a PowerAdvisory and a
+ClusterLoad in the store. Each cluster's state (tracker + forecaster + policy) is
+checkpointed as a versioned pickle in a changelog-backed table after every slot, so a
+restarted or rebalanced worker resumes where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import MutableMapping
+from typing import Any
+
+from gpuhint.ces_core import CesEngine, ClusterLoadTracker, SlotObservation
+from gpuhint.contract import JobEvent, NodeStatus
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+
+
+class ClusterLoadProcessor:
+    """Pure glue (no Faust): telemetry messages -> tracker -> engine, with checkpoints."""
+
+    def __init__(
+        self,
+        tracker: ClusterLoadTracker,
+        engine: CesEngine,
+        checkpoints: MutableMapping[str, bytes] | None = None,
+    ) -> None:
+        self.tracker = tracker
+        self.engine = engine
+        self.checkpoints: MutableMapping[str, bytes] = (
+            checkpoints if checkpoints is not None else {}
+        )
+
+    def _restore(self, cluster: str) -> None:
+        if cluster in self.tracker.clusters:
+            return
+        raw = self.checkpoints.get(cluster)
+        if not raw:
+            return
+        try:
+            version, tracked, engine_state = pickle.loads(raw)
+        except Exception as exc:  # a corrupt checkpoint must not stop the worker
+            log.warning("ignoring unreadable CES checkpoint of %s: %s", cluster, exc)
+            return
+        if version != STATE_VERSION:
+            log.warning("ignoring CES checkpoint of %s: version %s", cluster, version)
+            return
+        self.tracker.clusters[cluster] = tracked
+        if engine_state is not None:
+            self.engine.clusters[cluster] = engine_state
+        log.info("restored CES state of cluster %s", cluster)
+
+    def on_message(self, msg: NodeStatus | JobEvent) -> list[SlotObservation]:
+        """Apply one message; return the slots it closed (each already sent to the engine)."""
+        self._restore(msg.cluster)
+        if isinstance(msg, NodeStatus):
+            closed = self.tracker.on_node_status(msg)
+        else:
+            closed = self.tracker.on_job_event(msg)
+        for obs in closed:
+            self.engine.observe(obs)
+        if closed:
+            self.checkpoint(msg.cluster)
+        return closed
+
+    def checkpoint(self, cluster: str) -> None:
+        state: Any = (
+            STATE_VERSION,
+            self.tracker.clusters.get(cluster),
+            self.engine.clusters.get(cluster),
+        )
+        self.checkpoints[cluster] = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)

@@ -17,8 +17,8 @@ return code, so callers need not import ``pynvml``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -344,9 +344,5 @@ class RealNvml:
         return out
 
 
-@contextmanager
-def _suppress_nvml(nv: Any) -> Iterator[None]:
-    try:
-        yield
-    except nv.NVMLError:
-        pass
+def _suppress_nvml(nv: Any) -> AbstractContextManager[None]:
+    return suppress(nv.NVMLError)

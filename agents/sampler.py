@@ -88,9 +88,7 @@ class Sampler:
         self._logged: set[tuple[int, str, int]] = set()
         self._lost_logged: set[int] = set()
 
-    def sample(
-        self, *, running_jobs: Iterable[str] = (), samples_dropped: int = 0
-    ) -> SampleResult:
+    def sample(self, *, running_jobs: Iterable[str] = (), samples_dropped: int = 0) -> SampleResult:
         now = self.clock()
         xids: dict[int, list[int]] = {}
         try:
@@ -105,11 +103,11 @@ class Sampler:
         except NvmlError as exc:
             # The driver itself is gone: every GPU we knew of is unhealthy.
             log.error("NVML device count failed: %s", exc)
-            health = tuple(
+            gone = tuple(
                 GpuHealth(gpu_index=i, ok=False, error=f"NVML: {exc.message}")
                 for i in range(self._num_gpus)
             )
-            status = self._status(now, [], health, running_jobs, samples_dropped)
+            status = self._status(now, [], gone, running_jobs, samples_dropped)
             return SampleResult([], status)
 
         samples: list[GpuSample] = []
@@ -119,8 +117,9 @@ class Sampler:
             if s is not None:
                 samples.append(s)
             health.append(h)
-        return SampleResult(samples, self._status(now, samples, health, running_jobs,
-                                                  samples_dropped))
+        return SampleResult(
+            samples, self._status(now, samples, health, running_jobs, samples_dropped)
+        )
 
     def _note_xid(self, ev: XidEvent, xids: dict[int, list[int]]) -> None:
         if ev.gpu_index is None:
@@ -213,9 +212,7 @@ class Sampler:
             problems.insert(0, f"fatal xid {fatal}: GPU needs a reset")
         elif xids:
             problems.insert(0, f"xid {', '.join(map(str, xids))}")
-        return sample, GpuHealth(
-            gpu_index=i, ok=fatal is None, error="; ".join(problems) or None
-        )
+        return sample, GpuHealth(gpu_index=i, ok=fatal is None, error="; ".join(problems) or None)
 
     def _busy(self, s: GpuSample) -> bool:
         if s.processes:

@@ -1,16 +1,284 @@
-"""``gpuhint agent`` (being built)."""
+"""``gpuhint agent``: the node agent (NVML telemetry and scheduler events -> Kafka)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
 
-from gpuhint.cli.common import UserError
+from gpuhint.cli.common import UserError, add_config_args, settings_from
+
+DESCRIPTION = """\
+Run on every GPU host. Every --interval seconds it reads each GPU through NVML
+(utilization, memory, power and energy, temperature, SM clock, throttle reasons, ECC
+and XID errors, compute processes, MIG instances) and publishes one GpuSample per GPU
+and one NodeStatus per node to Kafka, keyed cluster/node. A GPU that falls off the bus
+is reported unhealthy in NodeStatus.gpu_health and the others keep being sampled.
+With --slurm or --kubernetes it also publishes JobEvents (submitted / started /
+finished), only when a job changes; run those on ONE host per cluster (e.g. the Slurm
+controller), with --nvml none if it has no GPU.
+
+When Kafka is unreachable, records wait in a bounded buffer (--buffer-max, optionally
+spilled to --spill-dir) and sending is retried with backoff; past the bound the oldest
+are dropped and counted in NodeStatus.samples_dropped. SIGTERM flushes and exits.
+
+settings (flags override GPUHINT_* env vars, which override --config FILE):
+  --bootstrap / GPUHINT_KAFKA_BOOTSTRAP    Kafka, HOST:PORT[,HOST:PORT]
+  --cluster / GPUHINT_CLUSTER              cluster name (default "default")
+  --node / GPUHINT_NODE_NAME               node name (default: this host's short name)
+  --interval / GPUHINT_AGENT_INTERVAL_S    seconds between samples (10)
+  --buffer-max / GPUHINT_AGENT_BUFFER_MAX  records buffered in memory (10000)
+  --spill-dir / GPUHINT_AGENT_SPILL_DIR    spill the buffer to disk here
+  GPUHINT_TOPIC_PREFIX, GPUHINT_PARTITIONS. See docs/agent.md.
+"""
+
+EPILOG = """\
+examples:
+  gpuhint agent --nvml fake --scenario gpu-lost --once --dry-run   see what it sends
+  gpuhint agent --bootstrap kafka:9092 --cluster venus              on a GPU host
+  gpuhint agent --nvml none --slurm squeue --bootstrap kafka:9092   on the Slurm controller
+  gpuhint agent --nvml fake --slurm tests/data/slurm/squeue_1.json --once --dry-run
+"""
+
+_HOSTPORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
-    p = sub.add_parser("agent", help="(not yet available)")
+    p = sub.add_parser(
+        "agent",
+        help="run the node agent (NVML + scheduler events -> Kafka)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--nvml",
+        choices=["real", "fake", "none"],
+        default="real",
+        help="real: the GPUs of this host (default); fake: scenario data, no GPU needed; "
+        "none: scheduler events only",
+    )
+    p.add_argument(
+        "--scenario",
+        metavar="NAME|FILE",
+        help="fake NVML scenario: steady (default), busy, idle, gpu-lost, xid, field-errors, "
+        "mig, or a JSON file (see agents/fake_nvml.py)",
+    )
+    p.add_argument("--interval", type=float, metavar="SECONDS", help="sampling interval (10)")
+    p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    p.add_argument("--cluster", help="cluster name")
+    p.add_argument("--node", help="node name (default: short hostname)")
+    p.add_argument("--once", action="store_true", help="one sample, flush, exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help='print {"topic","key","message"} JSON lines to stdout instead of Kafka',
+    )
+    p.add_argument(
+        "--slurm",
+        metavar="SOURCE",
+        help="Slurm job events from: squeue (squeue --all --states=all --json), sacct "
+        "(sacct --json -a -X -S now-1hours), cmd:COMMAND, or a FILE re-read every interval "
+        "(squeue/sacct JSON or sacct --parsable2 output)",
+    )
+    p.add_argument(
+        "--kubernetes",
+        metavar="SOURCE",
+        help="GPU pod events from: kubectl (kubectl get pods -A -o json), cmd:COMMAND, or a "
+        "FILE with a PodList JSON",
+    )
+    p.add_argument("--buffer-max", type=int, metavar="N", help="records buffered in memory")
+    p.add_argument("--spill-dir", metavar="DIR", help="spill the full buffer to disk here")
+    p.add_argument(
+        "--busy-util",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="a GPU with no compute process counts busy from this utilization (5)",
+    )
+    p.add_argument(
+        "--flush-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to try sending at exit (10)",
+    )
+    add_config_args(p)
     p.set_defaults(handler=run)
 
 
+def _one_line(msg: str) -> str:
+    return " ".join(part.strip() for part in msg.splitlines() if part.strip())
+
+
 def run(args: argparse.Namespace) -> int:
-    raise UserError("'agent' is not available in this build yet")
+    from agents.fake_nvml import FakeNvml, load_scenario
+    from agents.kubernetes import kubernetes_source, parse_pods
+    from agents.node_agent import NodeAgent, SchedulerFeed
+    from agents.nvml import Nvml, NvmlUnavailable, RealNvml
+    from agents.publisher import BufferedPublisher, KafkaTransport, StdoutTransport, Transport
+    from agents.scheduler import JobTracker
+    from agents.slurm import parse_slurm, slurm_source
+    from gpuhint.contract import JobState
+
+    try:
+        settings = settings_from(
+            args,
+            kafka_bootstrap=args.bootstrap,
+            cluster=args.cluster,
+            node_name=args.node,
+            agent_interval_s=args.interval,
+            agent_buffer_max=args.buffer_max,
+            agent_spill_dir=args.spill_dir,
+        )
+    except UserError as exc:
+        raise UserError(_one_line(str(exc))) from None
+
+    if args.scenario and args.nvml != "fake":
+        raise UserError("--scenario needs --nvml fake")
+    if args.busy_util < 0 or args.busy_util > 100:
+        raise UserError(f"--busy-util must be within 0..100, got {args.busy_util}")
+    if args.flush_timeout < 0:
+        raise UserError(f"--flush-timeout must be >= 0, got {args.flush_timeout}")
+    if args.nvml == "none" and not (args.slurm or args.kubernetes):
+        raise UserError("--nvml none publishes nothing without --slurm or --kubernetes")
+    bad = [a for a in settings.kafka_bootstrap.split(",") if not _HOSTPORT.match(a.strip())]
+    if bad and not args.dry_run:
+        raise UserError(f"Kafka bootstrap {settings.kafka_bootstrap!r} is not HOST:PORT[,...]")
+    node = settings.node_name or socket.gethostname().split(".")[0]
+
+    nvml: Nvml | None = None
+    if args.nvml == "fake":
+        try:
+            nvml = FakeNvml(load_scenario(args.scenario or "steady"))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    elif args.nvml == "real":
+        nvml = RealNvml()
+
+    feeds = []
+    for name, spec, parse, vanished, source_of in (
+        ("slurm", args.slurm, parse_slurm, JobState.UNKNOWN, slurm_source),
+        ("kubernetes", args.kubernetes, parse_pods, JobState.CANCELLED, kubernetes_source),
+    ):
+        if not spec:
+            continue
+        source = source_of(spec)
+        _check_source(name, source)
+        feeds.append(
+            SchedulerFeed(
+                name,
+                source,
+                parse,
+                JobTracker(cluster=settings.cluster, vanished_state=vanished),
+            )
+        )
+
+    transport: Transport
+    if args.dry_run:
+        transport = StdoutTransport()
+    else:
+        transport = KafkaTransport(
+            settings.kafka_bootstrap,
+            client_id=f"gpuhint-agent-{node}",
+            on_connect=_topic_creator(settings),
+        )
+    if settings.agent_spill_dir is not None:
+        try:
+            settings.agent_spill_dir.mkdir(parents=True, exist_ok=True)
+            probe = settings.agent_spill_dir / ".probe"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise UserError(f"--spill-dir {settings.agent_spill_dir}: {exc.strerror}") from None
+    publisher = BufferedPublisher(
+        transport,
+        buffer_max=settings.agent_buffer_max,
+        spill_dir=settings.agent_spill_dir,
+        send_timeout_s=max(1.0, min(10.0, settings.agent_interval_s)),
+    )
+    agent = NodeAgent(
+        nvml=nvml,
+        publisher=publisher,
+        cluster=settings.cluster,
+        node=node,
+        topics=settings.topics,
+        interval_s=settings.agent_interval_s,
+        feeds=feeds,
+        busy_util_pct=args.busy_util,
+    )
+    try:
+        agent.start()
+    except NvmlUnavailable as exc:
+        raise UserError(str(exc)) from None
+
+    log = logging.getLogger("gpuhint.agent")
+    log.info(
+        "agent %s/%s: nvml %s, every %.3g s -> %s%s",
+        settings.cluster,
+        node,
+        args.nvml,
+        settings.agent_interval_s,
+        "stdout" if args.dry_run else settings.kafka_bootstrap,
+        "".join(f", {f.name}" for f in feeds),
+    )
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: flushing and exiting", signal.Signals(signum).name)
+        stop.set()
+
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        agent.run(stop, max_ticks=1 if args.once else None)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        lost = agent.close(args.flush_timeout)
+    if lost:
+        print(
+            f"gpuhint agent: {lost} record(s) could not be sent to "
+            f"{'stdout' if args.dry_run else settings.kafka_bootstrap} "
+            f"within {args.flush_timeout:g} s",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _check_source(name: str, source: str | tuple[str, ...]) -> None:
+    import shutil
+
+    if isinstance(source, tuple):
+        if shutil.which(source[0]) is None:
+            raise UserError(f"--{name}: {source[0]} is not on PATH")
+    elif source.startswith("cmd:"):
+        argv = source[4:].split()
+        if not argv:
+            raise UserError(f"--{name}: cmd: needs a command")
+        if shutil.which(argv[0]) is None:
+            raise UserError(f"--{name}: {argv[0]} is not on PATH")
+    elif not Path(source).is_file():
+        raise UserError(
+            f"--{name}: {source} is neither a file nor a known source "
+            f"({'squeue, sacct' if name == 'slurm' else 'kubectl'}, cmd:COMMAND)"
+        )
+    elif not os.access(source, os.R_OK):
+        raise UserError(f"--{name}: {source} is not readable")
+
+
+def _topic_creator(settings: Any) -> Any:
+    def create() -> None:
+        from gpuhint.kafka_io import ensure_topics
+
+        ensure_topics(settings.kafka_bootstrap, settings.topics, settings.partitions, timeout_s=10)
+
+    return create

@@ -1,0 +1,169 @@
+"""The node agent loop: sample NVML, poll the scheduler, publish, every ``interval_s``.
+
+Each tick publishes one :class:`~gpuhint.contract.GpuSample` per readable GPU to
+``Topics.gpu_samples`` and one :class:`~gpuhint.contract.NodeStatus` to
+``Topics.node_status``, both keyed ``cluster/node`` (:func:`gpuhint.topics.node_key`),
+plus any scheduler :class:`~gpuhint.contract.JobEvent` changes to ``Topics.job_events``
+keyed ``cluster/vc``. Ticks follow a fixed schedule (a slow tick skips the missed
+ones rather than bursting); :meth:`NodeAgent.run` returns when its stop event is set
+(the CLI sets it on SIGTERM/SIGINT), and :meth:`NodeAgent.close` flushes.
+
+>>> from agents.fake_nvml import FakeNvml
+>>> from agents.publisher import BufferedPublisher, MemoryTransport
+>>> t = MemoryTransport()
+>>> agent = NodeAgent(nvml=FakeNvml("steady"), publisher=BufferedPublisher(t),
+...                   cluster="c", node="n1")
+>>> agent.start(); agent.tick(); agent.close()
+0
+>>> sorted({r.topic for r in t.records}), len(t.records)
+(['gpuhint.gpu-samples', 'gpuhint.node-status'], 9)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agents.nvml import Nvml, NvmlError
+from agents.publisher import BufferedPublisher
+from agents.sampler import Sampler
+from agents.scheduler import JobTracker, SchedJob, SchedulerError, read_source
+from gpuhint.contract import JobEvent, encode_message
+from gpuhint.topics import Topics, job_key, node_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SchedulerFeed:
+    """One scheduler source: where to read a snapshot, how to parse it, and its tracker."""
+
+    name: str
+    source: str | Sequence[str]
+    parse: Callable[[str], list[SchedJob]]
+    tracker: JobTracker
+    timeout_s: float = 60.0
+    failures: int = field(default=0)
+
+    def poll(self, now: float) -> list[JobEvent]:
+        try:
+            jobs = self.parse(read_source(self.source, timeout_s=self.timeout_s))
+        except SchedulerError as exc:
+            self.failures += 1
+            if self.failures == 1 or self.failures % 60 == 0:
+                log.warning("%s: %s (failure %d; will retry)", self.name, exc, self.failures)
+            return []
+        if self.failures:
+            log.warning("%s: readable again after %d failure(s)", self.name, self.failures)
+            self.failures = 0
+        return self.tracker.update(jobs, now)
+
+
+class NodeAgent:
+    """Ties a :class:`Sampler` (if ``nvml`` is given), scheduler feeds and a publisher."""
+
+    def __init__(
+        self,
+        *,
+        nvml: Nvml | None,
+        publisher: BufferedPublisher,
+        cluster: str,
+        node: str,
+        topics: Topics | None = None,
+        interval_s: float = 10.0,
+        feeds: Sequence[SchedulerFeed] = (),
+        busy_util_pct: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.nvml = nvml
+        self.publisher = publisher
+        self.cluster = cluster
+        self.node = node
+        self.topics = topics or Topics()
+        self.interval_s = interval_s
+        self.feeds = list(feeds)
+        self.clock = clock
+        self.sampler = (
+            Sampler(nvml, cluster=cluster, node=node, busy_util_pct=busy_util_pct, clock=clock)
+            if nvml is not None
+            else None
+        )
+        self.ticks = 0
+        self._key = node_key(cluster, node)
+        self._started = False
+
+    def start(self) -> None:
+        """Initialise NVML (raises :class:`~agents.nvml.NvmlUnavailable`) and XID events."""
+        if self.nvml is not None:
+            self.nvml.init()
+            try:
+                self.nvml.watch_xid()
+            except NvmlError as exc:
+                log.warning("XID events unavailable (%s); xid_errors will stay empty", exc)
+            try:
+                log.info(
+                    "NVML driver %s, %d GPU(s)",
+                    self.nvml.driver_version(),
+                    self.nvml.device_count(),
+                )
+            except NvmlError as exc:
+                log.warning("NVML: %s", exc)
+        self._started = True
+
+    def tick(self) -> None:
+        """One round: scheduler events, GPU samples and node status, then a send attempt."""
+        now = self.clock()
+        running: set[str] = set()
+        for feed in self.feeds:
+            for ev in feed.poll(now):
+                self.publisher.publish(
+                    self.topics.job_events, job_key(ev.cluster, ev.vc), encode_message(ev)
+                )
+            running.update(feed.tracker.running_on(self.node))
+        if self.sampler is not None:
+            result = self.sampler.sample(
+                running_jobs=sorted(running), samples_dropped=self.publisher.dropped
+            )
+            for s in result.gpu_samples:
+                self.publisher.publish(self.topics.gpu_samples, self._key, encode_message(s))
+            self.publisher.publish(
+                self.topics.node_status, self._key, encode_message(result.status)
+            )
+        self.publisher.pump()
+        self.ticks += 1
+
+    def run(self, stop: threading.Event, *, max_ticks: int | None = None) -> None:
+        """Tick every ``interval_s`` until ``stop`` is set (or ``max_ticks`` ticks)."""
+        if not self._started:
+            self.start()
+        t0 = time.monotonic()
+        k = 0
+        done = 0
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # a bug in one tick must not kill a node agent for good
+                log.exception("tick failed; continuing")
+            done += 1
+            if max_ticks is not None and done >= max_ticks:
+                break
+            k += 1
+            next_at = t0 + k * self.interval_s
+            now = time.monotonic()
+            if next_at < now:  # we are late: skip the missed ticks
+                k = int((now - t0) // self.interval_s) + 1
+                next_at = t0 + k * self.interval_s
+            stop.wait(next_at - now)
+
+    def close(self, flush_timeout_s: float = 10.0) -> int:
+        """Flush (spilling or counting what is left) and shut NVML down; return records lost."""
+        lost = self.publisher.close(flush_timeout_s)
+        if self.nvml is not None and self._started:
+            try:
+                self.nvml.shutdown()
+            except NvmlError as exc:
+                log.debug("NVML shutdown: %s", exc)
+        return lost

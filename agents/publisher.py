@@ -1,0 +1,424 @@
+"""Publishing with a bounded buffer: the agent never blocks on, nor grows with, a dead broker.
+
+:class:`BufferedPublisher` holds records in a bounded memory buffer (optionally spilling
+the oldest to disk segments, also bounded) and hands them in order to a
+:class:`Transport` (Kafka, stdout, or in memory). When the transport fails the records
+stay buffered and sending is retried with exponential backoff; when the bound is hit
+the *oldest* records are dropped and counted (:attr:`BufferedPublisher.dropped`, which
+the agent reports in ``NodeStatus.samples_dropped``). Delivery is at-least-once.
+
+>>> t = MemoryTransport()
+>>> p = BufferedPublisher(t, buffer_max=2)
+>>> for v in (b"1", b"2", b"3"):
+...     p.publish("topic", b"k", v)
+>>> p.flush(1.0), p.dropped, [r.value for r in t.records]
+(0, 1, [b'2', b'3'])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    key: bytes
+    value: bytes
+
+
+class TransportError(Exception):
+    """The transport could not send (broker unreachable, timeout...)."""
+
+
+class Transport(Protocol):
+    def send(self, records: Sequence[Record], timeout_s: float) -> int:
+        """Send ``records`` in order; return how many, from the front, were acknowledged.
+
+        Raise :class:`TransportError` when none could be sent.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+class MemoryTransport:
+    """In-memory twin of a broker, for tests and benchmarks.
+
+    ``down=True`` makes every send fail; ``keep=False`` only counts (bounded memory).
+    """
+
+    def __init__(self, *, keep: bool = True) -> None:
+        self.keep = keep
+        self.records: list[Record] = []
+        self.sent = 0
+        self.down = False
+        self.attempts = 0
+
+    def send(self, records: Sequence[Record], timeout_s: float) -> int:
+        self.attempts += 1
+        if self.down:
+            raise TransportError("memory transport is down")
+        if self.keep:
+            self.records.extend(records)
+        self.sent += len(records)
+        return len(records)
+
+    def close(self) -> None:
+        pass
+
+
+class StdoutTransport:
+    """``--dry-run``: one JSON line per record, ``{"topic", "key", "message"}``."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def send(self, records: Sequence[Record], timeout_s: float) -> int:
+        try:
+            for r in records:
+                line = json.dumps(
+                    {"topic": r.topic, "key": r.key.decode(), "message": json.loads(r.value)},
+                    separators=(",", ":"),
+                )
+                self.stream.write(line + "\n")
+            self.stream.flush()
+        except OSError as exc:  # a closed pipe: keep the records, like a broker that is away
+            raise TransportError(f"cannot write to stdout: {exc}") from None
+        return len(records)
+
+    def close(self) -> None:
+        pass
+
+
+class KafkaTransport:
+    """kafka-python producer, created lazily so an absent broker is just a failed send.
+
+    ``on_connect`` runs once each time a producer is created (the agent makes sure the
+    topics exist with the configured partitions there); if it raises, the send fails.
+
+    On a failure the producer is closed without waiting (dropping what it holds, which
+    is still in our buffer) and created again on the next try, so the library's own
+    buffer never grows behind our back.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "gpuhint-agent",
+        on_connect: Callable[[], None] | None = None,
+        **config: Any,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.on_connect = on_connect
+        self.config = {
+            "client_id": client_id,
+            "acks": "all",
+            "linger_ms": 20,
+            "compression_type": None,
+            "bootstrap_timeout_ms": 5000,
+            "max_block_ms": 5000,
+            "request_timeout_ms": 10000,
+            "delivery_timeout_ms": 30000,
+            **config,
+        }
+        self._producer: Any = None
+
+    def _get(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+            from kafka.errors import KafkaError
+
+            try:
+                self._producer = KafkaProducer(
+                    bootstrap_servers=self.bootstrap.split(","), **self.config
+                )
+            except KafkaError as exc:
+                raise TransportError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from None
+            if self.on_connect is not None:
+                try:
+                    self.on_connect()
+                except Exception as exc:
+                    self._reset()
+                    raise TransportError(f"Kafka at {self.bootstrap}: {exc}") from None
+        return self._producer
+
+    def send(self, records: Sequence[Record], timeout_s: float) -> int:
+        from kafka.errors import KafkaError
+
+        producer = self._get()
+        futures = []
+        try:
+            for r in records:
+                futures.append(producer.send(r.topic, key=r.key, value=r.value))
+            producer.flush(timeout=max(0.1, timeout_s))
+        except KafkaError as exc:
+            self._reset()
+            if not futures or not futures[0].is_done or futures[0].failed():
+                raise TransportError(f"Kafka send failed: {exc}") from None
+        acked = 0
+        for f in futures:
+            if f.is_done and f.succeeded():
+                acked += 1
+            else:
+                break
+        if acked == 0 and records:
+            err = futures[0].exception if futures and futures[0].is_done else "timeout"
+            self._reset()
+            raise TransportError(f"Kafka send failed: {err}")
+        if acked < len(futures):
+            self._reset()
+        return acked
+
+    def _reset(self) -> None:
+        if self._producer is not None:
+            try:
+                self._producer.close(timeout=0)
+            except Exception:  # closing a broken producer must never take the agent down
+                log.debug("error closing the Kafka producer", exc_info=True)
+            self._producer = None
+
+    def close(self) -> None:
+        if self._producer is not None:
+            try:
+                self._producer.close(timeout=5)
+            finally:
+                self._producer = None
+
+
+class _Spill:
+    """Disk segments ``seg-<n>.jsonl`` of spilled records, oldest first, bounded in records."""
+
+    def __init__(self, directory: Path, max_records: int) -> None:
+        self.dir = directory
+        self.max_records = max_records
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.segments: deque[tuple[Path, int]] = deque()
+        for p in sorted(self.dir.glob("seg-*.jsonl")):
+            n = sum(1 for _ in p.open("rb"))
+            if n:
+                self.segments.append((p, n))
+            else:
+                p.unlink(missing_ok=True)
+        last = self.segments[-1][0].stem.split("-")[1] if self.segments else "0"
+        self._seq = int(last) + 1
+
+    @property
+    def count(self) -> int:
+        return sum(n for _, n in self.segments)
+
+    def write(self, records: Sequence[Record]) -> int:
+        """Append a segment; return how many records were dropped to stay in the bound."""
+        path = self.dir / f"seg-{self._seq:012d}.jsonl"
+        self._seq += 1
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for r in records:
+                f.write(
+                    json.dumps({"t": r.topic, "k": r.key.decode(), "v": r.value.decode()}) + "\n"
+                )
+        tmp.replace(path)
+        self.segments.append((path, len(records)))
+        dropped = 0
+        while self.count > self.max_records and len(self.segments) > 1:
+            old, n = self.segments.popleft()
+            old.unlink(missing_ok=True)
+            dropped += n
+        return dropped
+
+    def head(self) -> list[Record]:
+        path, _ = self.segments[0]
+        out = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            d = json.loads(line)
+            out.append(Record(d["t"], d["k"].encode(), d["v"].encode()))
+        return out
+
+    def consume_head(self, n: int, records: list[Record]) -> None:
+        """``n`` records of the head segment (read as ``records``) were sent."""
+        path, _ = self.segments.popleft()
+        rest = records[n:]
+        if not rest:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for r in rest:
+                f.write(
+                    json.dumps({"t": r.topic, "k": r.key.decode(), "v": r.value.decode()}) + "\n"
+                )
+        tmp.replace(path)
+        self.segments.appendleft((path, len(rest)))
+
+
+class BufferedPublisher:
+    """Bounded, retrying publisher over a :class:`Transport`; see the module docstring.
+
+    ``buffer_max`` bounds the memory buffer (records). With ``spill_dir``, a full buffer
+    moves its oldest half to a disk segment instead of dropping, up to
+    ``spill_max_records`` on disk (default ``10 * buffer_max``); segments left by a
+    previous run are sent first. Retries back off from ``retry_initial_s`` doubling to
+    ``retry_max_s``.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        buffer_max: int = 10_000,
+        spill_dir: str | Path | None = None,
+        spill_max_records: int | None = None,
+        batch_max: int = 500,
+        send_timeout_s: float = 10.0,
+        retry_initial_s: float = 1.0,
+        retry_max_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if buffer_max < 1:
+            raise ValueError("buffer_max must be at least 1")
+        self.transport = transport
+        self.buffer_max = buffer_max
+        self.batch_max = batch_max
+        self.send_timeout_s = send_timeout_s
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self.clock = clock
+        self._buf: deque[Record] = deque()
+        self._spill = (
+            _Spill(Path(spill_dir), spill_max_records or 10 * buffer_max) if spill_dir else None
+        )
+        self.dropped = 0
+        self.sent = 0
+        self.failures = 0
+        self._backoff = 0.0
+        self._next_try = 0.0
+        self._down_since: float | None = None
+
+    @property
+    def pending(self) -> int:
+        """Records not yet acknowledged (memory + disk)."""
+        return len(self._buf) + (self._spill.count if self._spill else 0)
+
+    def publish(self, topic: str, key: bytes, value: bytes) -> None:
+        """Buffer one record; never blocks, never grows past the bound."""
+        if len(self._buf) >= self.buffer_max:
+            if self._spill is not None:
+                chunk = max(1, self.buffer_max // 2)
+                out = [self._buf.popleft() for _ in range(min(chunk, len(self._buf)))]
+                try:
+                    lost = self._spill.write(out)
+                except OSError as exc:
+                    log.error("cannot spill to %s: %s; dropping oldest", self._spill.dir, exc)
+                    lost = len(out)
+                self._count_drop(lost)
+            else:
+                self._buf.popleft()
+                self._count_drop(1)
+        self._buf.append(Record(topic, key, value))
+
+    def _count_drop(self, n: int) -> None:
+        if n <= 0:
+            return
+        if self.dropped == 0 or (self.dropped + n) // 1000 > self.dropped // 1000:
+            log.warning("buffer full: dropped %d oldest record(s) so far", self.dropped + n)
+        self.dropped += n
+
+    def pump(self, *, force: bool = False) -> int:
+        """Send what is buffered, unless backing off (``force`` ignores the backoff).
+
+        Returns the number of records acknowledged.
+        """
+        if not force and self.clock() < self._next_try:
+            return 0
+        sent = 0
+        while self.pending:
+            try:
+                n = self._send_some()
+            except TransportError as exc:
+                self._failed(exc)
+                return sent
+            except OSError as exc:  # e.g. a spill segment that cannot be read back
+                self._failed(TransportError(f"{type(exc).__name__}: {exc}"))
+                return sent
+            sent += n
+            if n == 0:
+                break
+        if self._down_since is not None:
+            log.warning("transport back after %.0f s", self.clock() - self._down_since)
+            self._down_since = None
+        self._backoff = 0.0
+        self._next_try = 0.0
+        return sent
+
+    def _send_some(self) -> int:
+        if self._spill is not None and self._spill.segments:
+            records = self._spill.head()
+            n = self.transport.send(records, self.send_timeout_s)
+            self._spill.consume_head(n, records)
+        else:
+            batch = [self._buf[i] for i in range(min(self.batch_max, len(self._buf)))]
+            n = self.transport.send(batch, self.send_timeout_s)
+            for _ in range(n):
+                self._buf.popleft()
+        self.sent += n
+        return n
+
+    def _failed(self, exc: TransportError) -> None:
+        self.failures += 1
+        now = self.clock()
+        self._backoff = min(
+            self.retry_max_s, self._backoff * 2 if self._backoff else self.retry_initial_s
+        )
+        self._next_try = now + self._backoff
+        if self._down_since is None:
+            self._down_since = now
+            log.warning("%s; buffering (%d pending), retrying", exc, self.pending)
+        else:
+            log.debug("%s; retry in %.1f s (%d pending)", exc, self._backoff, self.pending)
+
+    def flush(self, timeout_s: float) -> int:
+        """Try to send everything within ``timeout_s``; return how many are still pending."""
+        deadline = self.clock() + timeout_s
+        while self.pending and self.clock() < deadline:
+            before = self.pending
+            self.pump(force=True)
+            if self.pending and self.pending >= before:
+                time.sleep(min(0.5, max(0.0, deadline - self.clock())))
+        return self.pending
+
+    def close(self, timeout_s: float = 10.0) -> int:
+        """Flush, then keep what is left on disk (with a spill dir) or count it as dropped.
+
+        Returns the number of records lost.
+        """
+        left = self.flush(timeout_s)
+        lost = 0
+        if left and self._buf:
+            if self._spill is not None:
+                try:
+                    lost = self._spill.write(list(self._buf))
+                    log.warning("%d unsent record(s) kept in %s", len(self._buf), self._spill.dir)
+                except OSError as exc:
+                    log.error("cannot spill to %s: %s", self._spill.dir, exc)
+                    lost = len(self._buf)
+            else:
+                lost = len(self._buf)
+                log.warning("%d unsent record(s) lost at exit", lost)
+            self._buf.clear()
+            self.dropped += lost
+        try:
+            self.transport.close()
+        except Exception as exc:  # never fail the shutdown on the transport
+            log.warning("closing the transport: %s", exc)
+        return lost

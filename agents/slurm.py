@@ -1,0 +1,337 @@
+"""Slurm -> JobEvents: ``squeue --json``, ``sacct --json`` or ``sacct --parsable2``.
+
+Reads one snapshot of Slurm's view per poll and lets :class:`~agents.scheduler.JobTracker`
+publish only what changed. The JSON shapes are Slurm's ``data_parser`` output
+(``squeue --json`` / ``sacct --json``, Slurm 23.02 to 24.11; older plain-number and
+plain-string variants are accepted too)::
+
+    squeue: {"jobs": [{"job_id": 42, "job_state": ["RUNNING"], "partition": "gpu",
+              "user_name": "alice", "name": "train", "nodes": "gpu[01-02]",
+              "submit_time": {"set": true, "number": 1717000000}, "start_time": ...,
+              "end_time": ..., "tres_alloc_str": "cpu=16,node=2,gres/gpu=8", ...}]}
+    sacct:  {"jobs": [{"job_id": 42, "state": {"current": ["COMPLETED"]},
+              "time": {"submission": ..., "start": ..., "end": ...},
+              "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 8}]},
+              "nodes": "gpu[01-02]", "user": "alice", "partition": "gpu", ...}]}
+
+Parsable: ``sacct -a -X -P --format=JobID,JobName,User,Partition,State,Submit,Start,
+End,NNodes,NCPUS,AllocTRES,ReqTRES,NodeList`` (any subset and order; the header names
+the columns; times are ISO local time, or epoch seconds with ``SLURM_TIME_FORMAT=%s``).
+
+The partition is the VC. GPUs come from the allocated TRES (``gres/gpu=N``), else the
+requested TRES, else ``tres_per_job`` / ``tres_per_node`` x nodes.
+
+>>> parse_slurm('{"jobs": [{"job_id": 1, "job_state": ["PENDING"], "partition": "gpu",'
+...             ' "submit_time": {"set": true, "number": 5}, "tres_req_str": "gres/gpu=4"}]}')
+[SchedJob(job_id='1', status='pending', final=None, submit_time=5.0, start_time=None, \
+end_time=None, user=None, vc='gpu', name=None, num_gpus=4, num_cpus=None, num_nodes=None, \
+nodes=())]
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from agents.scheduler import SchedJob, SchedulerError, Status, expand_hostlist
+from gpuhint.contract import JobState
+
+SQUEUE_CMD = ("squeue", "--all", "--states=all", "--json")
+SACCT_CMD = ("sacct", "--json", "--allusers", "--allocations", "--starttime", "now-1hours")
+
+_PENDING = {"PENDING"}
+_RUNNING = {"RUNNING", "SUSPENDED"}
+_FINAL = {
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "PREEMPTED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "BOOT_FAIL": JobState.NODE_FAIL,
+}
+_SHORT = {  # squeue/sacct compact codes
+    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "F": "FAILED",
+    "OOM": "OUT_OF_MEMORY", "CA": "CANCELLED", "PR": "PREEMPTED", "TO": "TIMEOUT",
+    "DL": "DEADLINE", "NF": "NODE_FAIL", "BF": "BOOT_FAIL", "RV": "REVOKED", "SE": "SPECIAL_EXIT",
+}  # fmt: skip
+
+
+def map_state(raw: str | list[str] | None) -> tuple[Status, JobState | None] | None:
+    """Slurm state(s) -> (status, final state); None for a state we do not track."""
+    names = raw if isinstance(raw, list) else [raw or ""]
+    for name in names:
+        base = str(name).strip().split(" ")[0].upper()  # "CANCELLED by 1000"
+        base = _SHORT.get(base, base).rstrip("+")
+        if base in _PENDING:
+            return "pending", None
+        if base in _RUNNING:
+            return "running", None
+        if base in _FINAL:
+            return "finished", _FINAL[base]
+    return None
+
+
+def _num(v: Any) -> float | None:
+    """A Slurm number: plain, or ``{"set", "infinite", "number"}``; 0 / unset -> None."""
+    if isinstance(v, dict):
+        if not v.get("set", True) or v.get("infinite"):
+            return None
+        v = v.get("number")
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f > 0 else None
+
+
+def _int(v: Any) -> int | None:
+    f = _num(v)
+    return int(f) if f is not None else None
+
+
+def gpus_from_tres(tres: str | None) -> int | None:
+    """GPUs in a TRES string (``cpu=8,gres/gpu=2`` or ``gres/gpu:a100=2``); None if absent.
+
+    >>> gpus_from_tres("cpu=8,mem=16G,node=1,billing=8,gres/gpu=2,gres/gpu:a100=2")
+    2
+    >>> gpus_from_tres("gres/gpu:a100=2,gres/gpu:v100=1"), gpus_from_tres("cpu=4")
+    (3, None)
+    """
+    if not tres:
+        return None
+    total = None
+    typed = 0
+    found_typed = False
+    for item in tres.split(","):
+        key, _, val = item.strip().partition("=")
+        if key == "gres/gpu":
+            total = int(float(val or 0))
+        elif key.startswith("gres/gpu:"):
+            typed += int(float(val or 0))
+            found_typed = True
+    if total is not None:
+        return total
+    return typed if found_typed else None
+
+
+def gpus_from_gres(spec: str | None) -> int | None:
+    """GPUs in a per-node/per-job GRES spec (``gres/gpu:2``, ``gres:gpu:a100:2``, ``gpu``).
+
+    >>> gpus_from_gres("gres/gpu:a100:2"), gpus_from_gres("gpu"), gpus_from_gres("N/A")
+    (2, 1, None)
+    """
+    if not spec or spec in ("N/A", "(null)"):
+        return None
+    n = 0
+    found = False
+    for item in spec.split(","):
+        item = item.strip()
+        for prefix in ("gres/", "gres:", "tres/", "tres:"):
+            if item.startswith(prefix):
+                item = item[len(prefix) :]
+        parts = item.replace("=", ":").split(":")
+        if parts[0] != "gpu":
+            continue
+        found = True
+        n += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+    return n if found else None
+
+
+def _first(v: Any) -> str | None:
+    if isinstance(v, list):
+        v = v[0] if v else None
+    if v in (None, ""):
+        return None
+    return str(v)
+
+
+def _squeue_job(j: dict[str, Any]) -> SchedJob | None:
+    mapped = map_state(j.get("job_state"))
+    if mapped is None or j.get("job_id") is None:
+        return None
+    status, final = mapped
+    node_count = _int(j.get("node_count"))
+    gpus = gpus_from_tres(j.get("tres_alloc_str")) or gpus_from_tres(j.get("tres_req_str"))
+    if gpus is None:
+        gpus = gpus_from_gres(j.get("tres_per_job"))
+    if gpus is None:
+        per_node = gpus_from_gres(j.get("tres_per_node"))
+        gpus = per_node * (node_count or 1) if per_node is not None else 0
+    partition = _first(j.get("partition"))
+    cpus = _int(j.get("cpus"))
+    return SchedJob(
+        job_id=_job_id(j),
+        status=status,
+        final=final,
+        submit_time=_num(j.get("submit_time")),
+        start_time=_num(j.get("start_time")) if status != "pending" else None,
+        end_time=_num(j.get("end_time")) if status == "finished" else None,
+        user=_first(j.get("user_name")),
+        vc=(partition or "default").split(",")[0],
+        name=_first(j.get("name")),
+        num_gpus=gpus,
+        num_cpus=cpus,
+        num_nodes=node_count,
+        nodes=expand_hostlist(j.get("nodes")) if status != "pending" else (),
+    )
+
+
+def _job_id(j: dict[str, Any]) -> str:
+    """``123`` or, for an array task, ``123_4`` (Slurm's own notation)."""
+    array_id = _int(j.get("array_job_id"))
+    task = _int(j.get("array_task_id"))
+    arr = j.get("array")
+    if isinstance(arr, dict):
+        array_id = array_id or _int(arr.get("job_id"))
+        task = task if task is not None else _int(arr.get("task_id"))
+    if array_id and task is not None and array_id != _int(j.get("job_id")):
+        return f"{array_id}_{task}"
+    return str(j["job_id"])
+
+
+def _sacct_job(j: dict[str, Any]) -> SchedJob | None:
+    st = j.get("state")
+    raw = st.get("current") if isinstance(st, dict) else st
+    mapped = map_state(raw)
+    if mapped is None or j.get("job_id") is None:
+        return None
+    status, final = mapped
+    t = j.get("time") or {}
+    tres = j.get("tres") or {}
+    gpus = _gpus_from_tres_list(tres.get("allocated"))
+    if not gpus:
+        gpus = _gpus_from_tres_list(tres.get("requested")) or 0
+    cpus = None
+    req = j.get("required")
+    if isinstance(req, dict):
+        cpus = _int(req.get("CPUs"))
+    user = j.get("user") or (j.get("association") or {}).get("user")
+    return SchedJob(
+        job_id=_job_id(j),
+        status=status,
+        final=final,
+        submit_time=_num(t.get("submission")),
+        start_time=_num(t.get("start")) if status != "pending" else None,
+        end_time=_num(t.get("end")) if status == "finished" else None,
+        user=user or None,
+        vc=(_first(j.get("partition")) or "default").split(",")[0],
+        name=_first(j.get("name")),
+        num_gpus=gpus,
+        num_cpus=cpus,
+        num_nodes=_int(j.get("allocation_nodes")),
+        nodes=expand_hostlist(j.get("nodes")) if status != "pending" else (),
+    )
+
+
+def _gpus_from_tres_list(items: Any) -> int | None:
+    if not isinstance(items, list):
+        return None
+    total = None
+    typed = 0
+    for it in items:
+        if not isinstance(it, dict) or it.get("type") != "gres":
+            continue
+        name = str(it.get("name") or "")
+        count = int(_num(it.get("count")) or 0)
+        if name == "gpu":
+            total = count
+        elif name.startswith("gpu:"):
+            typed += count
+    return total if total is not None else (typed or None)
+
+
+def _parse_time(s: str) -> float | None:
+    s = s.strip()
+    if not s or s in ("Unknown", "None", "N/A"):
+        return None
+    if s.isdigit():
+        return float(s) or None
+    try:
+        return datetime.fromisoformat(s).timestamp()  # naive = local time, as sacct prints
+    except ValueError:
+        return None
+
+
+def _parsable(text: str) -> list[SchedJob]:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return []
+    header = [h.strip().lower() for h in lines[0].split("|")]
+    if "jobid" not in header or "state" not in header:
+        raise SchedulerError(
+            "parsable Slurm output needs a header with at least JobID and State "
+            "(sacct -P --format=JobID,State,...)"
+        )
+    out = []
+    for ln in lines[1:]:
+        row = dict(zip(header, ln.split("|"), strict=False))
+        job_id = row.get("jobid", "")
+        if not job_id or "." in job_id:  # job steps (123.batch, 123.0)
+            continue
+        mapped = map_state(row.get("state"))
+        if mapped is None:
+            continue
+        status, final = mapped
+        gpus = gpus_from_tres(row.get("alloctres")) or gpus_from_tres(row.get("reqtres")) or 0
+        out.append(
+            SchedJob(
+                job_id=job_id,
+                status=status,
+                final=final,
+                submit_time=_parse_time(row.get("submit", "")),
+                start_time=_parse_time(row.get("start", "")) if status != "pending" else None,
+                end_time=_parse_time(row.get("end", "")) if status == "finished" else None,
+                user=row.get("user") or None,
+                vc=(row.get("partition") or "default").split(",")[0],
+                name=row.get("jobname") or None,
+                num_gpus=gpus,
+                num_cpus=_int(row.get("ncpus")),
+                num_nodes=_int(row.get("nnodes")),
+                nodes=expand_hostlist(row.get("nodelist")) if status != "pending" else (),
+            )
+        )
+    return out
+
+
+def parse_slurm(text: str) -> list[SchedJob]:
+    """Jobs in one snapshot: squeue/sacct JSON or sacct parsable output (detected)."""
+    stripped = text.lstrip()
+    if not stripped:
+        return []
+    if not stripped.startswith("{"):
+        return _parsable(text)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchedulerError(f"Slurm JSON does not parse: {exc}") from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        errs = doc.get("errors") if isinstance(doc, dict) else None
+        raise SchedulerError(f"Slurm JSON has no 'jobs' list{f' (errors: {errs})' if errs else ''}")
+    out = []
+    for j in jobs:
+        if not isinstance(j, dict):
+            continue
+        job = _sacct_job(j) if isinstance(j.get("state"), dict) or "job_state" not in j else None
+        if job is None and "job_state" in j:
+            job = _squeue_job(j)
+        if job is not None:
+            out.append(job)
+    return out
+
+
+def slurm_source(spec: str) -> str | tuple[str, ...]:
+    """``squeue`` / ``sacct`` -> their command; ``cmd:...`` or a file path as given."""
+    if spec == "squeue":
+        return SQUEUE_CMD
+    if spec == "sacct":
+        return SACCT_CMD
+    return spec

@@ -15,8 +15,12 @@ How it works:
   same horizon did yesterday and a week ago.
 * Learning is delayed by ``H`` slots: the sample made at ``t - H`` is learned at ``t``,
   when its target is known. Nothing is ever learned or read from after ``t``.
-* The band is conformal: empirical quantiles of the recent out-of-sample residuals
-  (``band_window`` slots), so its width tracks how good the forecast actually is.
+* The band is conformal and calendar-conditioned: empirical quantiles of the recent
+  out-of-sample residuals of forecasts made at the same time of day (``band_bins``
+  bins of the day, the last ``band_bin_days`` days of each), so its width tracks how good
+  the forecast actually is *at that hour* -- rises cluster at the hours jobs arrive,
+  nights are calm. Until a bin holds ``band_min`` residuals, the pooled window of the
+  last ``band_window`` slots (every hour) is used.
 
 >>> f = LoadForecaster(horizon_slots=3)
 >>> for i in range(30):
@@ -103,8 +107,10 @@ class LoadForecaster:
 
     Parameters: ``horizon_slots`` (1..18 at 10-minute slots), ``slot_s``,
     ``band_quantile`` (upper quantile of residuals used for the band, e.g. 0.95),
-    ``band_window`` (residuals remembered), ``warmup_slots`` (samples learned before
-    the forecast is called warm), ``lr`` (SGD learning rate).
+    ``band_window`` (pooled residuals remembered), ``band_bins`` (time-of-day bins of the
+    conditional band; 1 = unconditional), ``band_bin_days`` (days remembered per bin),
+    ``band_min`` (residuals a bin needs before it is used), ``warmup_slots`` (samples
+    learned before the forecast is called warm), ``lr`` (SGD learning rate).
     """
 
     name = "river-linear"
@@ -116,6 +122,9 @@ class LoadForecaster:
         band_quantile: float = 0.95,
         band_window: int = 7 * SLOTS_PER_DAY,
         warmup_slots: int = SLOTS_PER_DAY,
+        band_bins: int = 1,
+        band_bin_days: int = 14,
+        band_min: int = 30,
         lr: float = 0.002,
         l2: float = 0.0,
         optimizer: str = "sgd",
@@ -125,6 +134,8 @@ class LoadForecaster:
             raise ValueError("horizon_slots must be >= 1")
         if not 0.5 <= band_quantile < 1:
             raise ValueError("band_quantile must be in [0.5, 1)")
+        if band_bins < 1 or band_bin_days < 1 or band_min < 1:
+            raise ValueError("band_bins, band_bin_days and band_min must be >= 1")
         self.horizon_slots = horizon_slots
         self.slot_s = slot_s
         self.band_quantile = band_quantile
@@ -136,6 +147,11 @@ class LoadForecaster:
             optimizer=opt, intercept_lr=lr, l2=l2, loss=lossf
         )
         self.residuals = _SortedWindow(band_window)
+        self.band_bins = band_bins
+        self.band_min = band_min
+        per_bin = max(1, band_bin_days * self.per_day // band_bins)
+        self.bin_residuals = [_SortedWindow(per_bin) for _ in range(band_bins)]
+        self.pending_bin: deque[int] = deque()  # time-of-day bin of each pending forecast
         keep = 7 * self.per_day + horizon_slots + 2
         self.hist: deque[float] = deque(maxlen=keep)  # used / total, oldest first
         self.pending: deque[dict[str, float]] = deque()  # features awaiting their target
@@ -146,6 +162,10 @@ class LoadForecaster:
         # running rolling sums over 1 h and 3 h for mean/std
         self._w1 = max(1, round(3600 / slot_s))
         self._w3 = max(1, round(3 * 3600 / slot_s))
+
+    def _bin(self, time: float) -> int:
+        """Time-of-day bin (UTC) of a forecast made at ``time``."""
+        return min(self.band_bins - 1, int((time % DAY_S) * self.band_bins // DAY_S))
 
     # -- features --------------------------------------------------------------------
     def _features(self, time: float) -> dict[str, float]:
@@ -201,24 +221,32 @@ class LoadForecaster:
         if len(self.pending) >= H:
             feats = self.pending.popleft()
             pred = self.pending_pred.popleft()
+            old_bin = self.pending_bin.popleft()
             n = len(self.hist)
             base = self.hist[n - 1 - H]
             target = max(self.hist[n - H + i] for i in range(H)) - base
             self.residuals.add(target - pred)
+            if self.band_bins > 1:
+                self.bin_residuals[old_bin].add(target - pred)
             self.abs_err_sum += abs(target - pred)
             self.model.learn_one(feats, target)
             self.learned += 1
         feats = self._features(time)
         pred = self.model.predict_one(feats)
         pred = max(-x, min(1.0 - x, pred))
+        b = self._bin(time)
         self.pending.append(feats)
         self.pending_pred.append(pred)
+        self.pending_bin.append(b)
         warm = self.learned >= self.warmup_slots
         point = (x + pred) * tot
-        if len(self.residuals) >= max(10, H):
+        res = self.residuals
+        if self.band_bins > 1 and len(self.bin_residuals[b]) >= self.band_min:
+            res = self.bin_residuals[b]
+        if len(res) >= max(10, H):
             q = self.band_quantile
-            hi = self.residuals.quantile(q) * tot
-            lo = self.residuals.quantile(1 - q) * tot
+            hi = res.quantile(q) * tot
+            lo = res.quantile(1 - q) * tot
         else:  # nothing learned yet: the whole cluster might be needed
             hi, lo = float(tot), -float(tot)
         upper = min(float(tot), max(point, point + hi))

@@ -64,7 +64,45 @@ def test_learns_a_daily_cycle_better_than_at_the_start() -> None:
     assert sum(last) / len(last) < 10
 
 
-@pytest.mark.parametrize("bad", [{"horizon_slots": 0}, {"band_quantile": 1.0}])
+def _noisy_afternoons(n: int, seed: int = 3) -> list[int]:
+    """Flat 40 of 100 nodes; jumps of up to 30 nodes only between 12:00 and 15:00 UTC."""
+    rng = random.Random(seed)
+    return [40 + (rng.randint(0, 30) if 72 <= i % 144 < 90 else 0) for i in range(n)]
+
+
+def test_calendar_band_follows_the_hour() -> None:
+    """With time-of-day bins the band is wide only where the misses happened."""
+    s = _noisy_afternoons(144 * 20)
+    cond = LoadForecaster(horizon_slots=6, band_bins=8, warmup_slots=144)
+    flat = LoadForecaster(horizon_slots=6, band_bins=1, warmup_slots=144)
+    calm_c, calm_f, busy_c = [], [], []
+    for i, u in enumerate(s):
+        fc = cond.update(i * 600.0, u, 100)
+        ff = flat.update(i * 600.0, u, 100)
+        if i >= 144 * 15:
+            slot = i % 144
+            if slot < 36:  # 00:00-06:00: nothing ever rises then
+                calm_c.append(fc.spread)
+                calm_f.append(ff.spread)
+            elif 54 <= slot < 72:  # 09:00-12:00: the forecast window reaches the jumps
+                busy_c.append(fc.spread)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert mean(calm_c) < mean(calm_f) - 1
+    assert mean(calm_c) < mean(busy_c) - 1
+
+
+def test_calendar_band_is_causal() -> None:
+    a, b = _series(900, seed=4), _series(900, seed=4)
+    cut = 700
+    b[cut + 1 :] = [0] * (900 - cut - 1)
+    fa, fb = LoadForecaster(band_bins=8), LoadForecaster(band_bins=8)
+    for i in range(cut + 1):
+        assert fa.update(i * 600.0, a[i], 100) == fb.update(i * 600.0, b[i], 100)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"horizon_slots": 0}, {"band_quantile": 1.0}, {"band_bins": 0}, {"band_min": 0}]
+)
 def test_bad_parameters(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         LoadForecaster(**bad)  # type: ignore[arg-type]

@@ -1,0 +1,17 @@
+# gpuhint: one image for the worker, the node agent and the CLI tools.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY gpuhint ./gpuhint
+COPY models ./models
+COPY streams ./streams
+COPY agents ./agents
+RUN pip install . && useradd --system --home /var/lib/gpuhint gpuhint \
+    && mkdir -p /var/lib/gpuhint && chown gpuhint /var/lib/gpuhint
+USER gpuhint
+WORKDIR /var/lib/gpuhint
+ENV GPUHINT_STATE_DIR=/var/lib/gpuhint/state
+ENTRYPOINT ["gpuhint"]
+CMD ["--help"]

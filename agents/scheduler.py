@@ -22,6 +22,7 @@ snapshot with the last one and emits only the lifecycle steps that changed, as
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -180,13 +181,15 @@ def _expand_one(part: str) -> list[str]:
 
 
 def read_source(source: str | Sequence[str], *, timeout_s: float = 60.0) -> str:
-    """Text of a snapshot: a command (a list, or a string starting with ``cmd:``) or a file."""
+    """Text of a snapshot: a command (a list, or ``cmd:`` + a shell-quoted line) or a file."""
     if isinstance(source, str) and not source.startswith("cmd:"):
         try:
             return Path(source).read_text(encoding="utf-8")
         except OSError as exc:
             raise SchedulerError(f"cannot read {source}: {exc}") from None
-    argv = source[4:].split() if isinstance(source, str) else list(source)
+    argv = shlex.split(source[4:]) if isinstance(source, str) else list(source)
+    if not argv:
+        raise SchedulerError("cmd: needs a command")
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except FileNotFoundError:

@@ -97,6 +97,20 @@ def _int(v: Any) -> int | None:
     return int(f) if f is not None else None
 
 
+def _index(v: Any) -> int | None:
+    """Like :func:`_int` but 0 is a value (array task 0), only unset is None."""
+    if isinstance(v, dict):
+        if not v.get("set", True) or v.get("infinite"):
+            return None
+        v = v.get("number")
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def gpus_from_tres(tres: str | None) -> int | None:
     """GPUs in a TRES string (``cpu=8,gres/gpu=2`` or ``gres/gpu:a100=2``); None if absent.
 
@@ -187,11 +201,11 @@ def _squeue_job(j: dict[str, Any]) -> SchedJob | None:
 def _job_id(j: dict[str, Any]) -> str:
     """``123`` or, for an array task, ``123_4`` (Slurm's own notation)."""
     array_id = _int(j.get("array_job_id"))
-    task = _int(j.get("array_task_id"))
+    task = _index(j.get("array_task_id"))
     arr = j.get("array")
     if isinstance(arr, dict):
         array_id = array_id or _int(arr.get("job_id"))
-        task = task if task is not None else _int(arr.get("task_id"))
+        task = task if task is not None else _index(arr.get("task_id"))
     if array_id and task is not None and array_id != _int(j.get("job_id")):
         return f"{array_id}_{task}"
     return str(j["job_id"])

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
@@ -182,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
 
+    send_timeout_s = max(1.0, min(10.0, settings.agent_interval_s))
     transport: Transport
     if args.dry_run:
         transport = StdoutTransport()
@@ -190,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
             settings.kafka_bootstrap,
             client_id=f"gpuhint-agent-{node}",
             on_connect=_topic_creator(settings),
+            bootstrap_timeout_ms=int(send_timeout_s * 1000),
+            max_block_ms=int(send_timeout_s * 1000),
         )
     if settings.agent_spill_dir is not None:
         try:
@@ -203,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         transport,
         buffer_max=settings.agent_buffer_max,
         spill_dir=settings.agent_spill_dir,
-        send_timeout_s=max(1.0, min(10.0, settings.agent_interval_s)),
+        send_timeout_s=send_timeout_s,
     )
     agent = NodeAgent(
         nvml=nvml,
@@ -261,7 +265,7 @@ def _check_source(name: str, source: str | tuple[str, ...]) -> None:
         if shutil.which(source[0]) is None:
             raise UserError(f"--{name}: {source[0]} is not on PATH")
     elif source.startswith("cmd:"):
-        argv = source[4:].split()
+        argv = shlex.split(source[4:])
         if not argv:
             raise UserError(f"--{name}: cmd: needs a command")
         if shutil.which(argv[0]) is None:

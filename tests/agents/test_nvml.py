@@ -1,0 +1,133 @@
+"""RealNvml: the no-library message, and pynvml errors mapped per field (on a stub module)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from agents.nvml import GPU_IS_LOST, NOT_SUPPORTED, TIMEOUT, NvmlError, NvmlUnavailable, RealNvml
+from agents.sampler import Sampler
+
+
+def _nvml_loads() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+@pytest.mark.skipif(_nvml_loads(), reason="this host has a working NVML")
+def test_no_nvml_library_gives_a_clear_message() -> None:
+    with pytest.raises(NvmlUnavailable) as exc:
+        RealNvml().init()
+    msg = str(exc.value)
+    assert "NVML Shared Library Not Found" in msg
+    assert "nvidia-ml-py" in msg and "NVIDIA driver" in msg and "--nvml fake" in msg
+
+
+def test_missing_pynvml_module_gives_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    with pytest.raises(NvmlUnavailable, match="nvidia-ml-py"):
+        RealNvml().init()
+
+
+class StubError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+def stub_pynvml(lost: set[int], no_temp: set[int]) -> Any:
+    """Just enough of pynvml's API, with the same names and return shapes."""
+    m: Any = types.ModuleType("pynvml")
+    m.NVMLError = StubError
+    m.NVML_TEMPERATURE_GPU = 0
+    m.NVML_CLOCK_SM = 1
+    m.NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    m.NVML_VOLATILE_ECC = 0
+    m.NVML_DEVICE_MIG_ENABLE = 1
+    m.nvmlEventTypeXidCriticalError = 8
+    events = [types.SimpleNamespace(device=("h", 1), eventType=8, eventData=79)]
+
+    def dev(h: tuple[str, int]) -> int:
+        if h[1] in lost:
+            raise StubError(GPU_IS_LOST)
+        return h[1]
+
+    m.nvmlInit = lambda: None
+    m.nvmlShutdown = lambda: None
+    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    m.nvmlDeviceGetCount = lambda: 3
+    m.nvmlDeviceGetHandleByIndex = lambda i: ("h", i)
+    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h[1]}"  # str in nvidia-ml-py >= 11.5
+    m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=dev(h) * 10, memory=5)
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(
+        total=80 << 30, free=70 << 30, used=(10 << 30) + dev(h) * 0
+    )
+    m.nvmlDeviceGetPowerUsage = lambda h: 250_000 + dev(h)
+    m.nvmlDeviceGetTotalEnergyConsumption = lambda h: 123_456_789 + dev(h)
+
+    def temp(h: tuple[str, int], sensor: int) -> int:
+        if dev(h) in no_temp:
+            raise StubError(NOT_SUPPORTED)
+        return 55
+
+    m.nvmlDeviceGetTemperature = temp
+    m.nvmlDeviceGetClockInfo = lambda h, kind: 1980 + dev(h) * 0
+    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4 + dev(h) * 0
+    m.nvmlDeviceGetTotalEccErrors = lambda h, kind, counter: kind + dev(h) * 0
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: [
+        types.SimpleNamespace(pid=4242, usedGpuMemory=dev(h) * 0 + (2 << 30))
+    ]
+
+    def mig_mode(h: tuple[str, int]) -> list[int]:
+        dev(h)
+        raise StubError(NOT_SUPPORTED)
+
+    m.nvmlDeviceGetMigMode = mig_mode
+    m.nvmlEventSetCreate = lambda: "set"
+    m.nvmlDeviceRegisterEvents = lambda h, kinds, s: dev(h) and None
+
+    def wait(s: str, timeout_ms: int) -> Any:
+        if events:
+            return events.pop()
+        raise StubError(TIMEOUT)
+
+    m.nvmlEventSetWait = wait
+    m.nvmlEventSetFree = lambda s: None
+    return m
+
+
+def test_real_nvml_maps_errors_per_field_and_reads_xid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", stub_pynvml(lost={2}, no_temp={0}))
+    nv = RealNvml()
+    nv.init()
+    nv.watch_xid()
+    assert nv.driver_version() == "550.54.15" and nv.device_count() == 3
+    assert nv.power_mw(1) == 250_001 and nv.mig_instances(0) == []
+    with pytest.raises(NvmlError) as exc:
+        nv.temperature_c(0)
+    assert exc.value.code == NOT_SUPPORTED and not exc.value.lost
+    with pytest.raises(NvmlError) as exc:
+        nv.utilization(2)
+    assert exc.value.lost
+
+    r = Sampler(nv, cluster="c", node="n", clock=lambda: 0.0).sample()
+    assert [g.gpu_index for g in r.gpu_samples] == [0, 1]
+    g0, g1 = r.gpu_samples
+    assert g0.temperature_c is None and g1.temperature_c == 55
+    assert g1.power_w == pytest.approx(250.001) and g1.mem_total_mb == 80 * 1024
+    assert g1.throttle_reasons == 0x4 and g1.ecc_uncorrected == 1 and g1.ecc_corrected == 0
+    assert g1.processes[0].pid == 4242 and g1.processes[0].used_memory_mb == 2048
+    assert g1.xid_errors == (79,)
+    assert not r.status.gpu_health[1].ok  # XID 79: fell off the bus
+    assert not r.status.gpu_health[2].ok and "lost" in (r.status.gpu_health[2].error or "")
+    nv.shutdown()

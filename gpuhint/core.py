@@ -12,7 +12,8 @@ differ only in where events come from and which store (and state mappings) they 
 >>> from gpuhint.contract import JobEvent
 >>> store = InMemoryStore()
 >>> engine = HintEngine(HistoryEstimator(), store)
->>> engine.on_job_event(JobEvent(phase="submitted", job_id="7", num_gpus=4, time=0, submit_time=0))
+>>> hint = engine.on_job_event(
+...     JobEvent(phase="submitted", job_id="7", num_gpus=4, time=0, submit_time=0))
 >>> _ = store.flush(); store.queue("default", "default")
 [('7', 14400.0)]
 """

@@ -55,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from gpuhint.kafka_io import KafkaUnavailable, ensure_topics, make_producer
     from agents.replay import paced, replay
+    from gpuhint.kafka_io import KafkaUnavailable, ensure_topics, make_producer
     from gpuhint.traces import job_events, parse_time
 
     if args.speed is not None and args.speed <= 0:

@@ -1,0 +1,85 @@
+"""The agent against a real Kafka broker: fake NVML + a Slurm snapshot -> topics -> decode."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.fake_nvml import FakeNvml
+from agents.node_agent import NodeAgent, SchedulerFeed
+from agents.publisher import BufferedPublisher, KafkaTransport
+from agents.scheduler import JobTracker
+from agents.slurm import parse_slurm
+from gpuhint.contract import GpuSample, JobEvent, NodeStatus, decode_message
+from gpuhint.kafka_io import ensure_topics
+from gpuhint.topics import Topics
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TICKS = 3
+
+
+@pytest.mark.integration
+def test_agent_publishes_decodable_telemetry_and_job_events(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    from kafka import KafkaConsumer
+
+    topics = Topics(unique_prefix)
+    transport = KafkaTransport(
+        kafka_bootstrap, on_connect=lambda: ensure_topics(kafka_bootstrap, topics, 2)
+    )
+    agent = NodeAgent(
+        nvml=FakeNvml("gpu-lost"),
+        publisher=BufferedPublisher(transport),
+        cluster="venus",
+        node="gpu01",
+        topics=topics,
+        interval_s=0.2,
+        feeds=[
+            SchedulerFeed(
+                "slurm",
+                str(DATA / "slurm" / "squeue_1.json"),
+                parse_slurm,
+                JobTracker(cluster="venus"),
+            )
+        ],
+    )
+    agent.run(threading.Event(), max_ticks=TICKS)
+    assert agent.close(flush_timeout_s=30) == 0
+    assert agent.publisher.sent == TICKS * 8 + 7 and agent.publisher.dropped == 0
+
+    consumer = KafkaConsumer(
+        topics.gpu_samples,
+        topics.node_status,
+        topics.job_events,
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=1000,
+    )
+    got: dict[str, list] = {topics.gpu_samples: [], topics.node_status: [], topics.job_events: []}
+    keys: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and sum(map(len, got.values())) < TICKS * 8 + 7:
+            for rec in consumer:
+                got[rec.topic].append(decode_message(rec.value))
+                if rec.topic != topics.job_events:
+                    keys.add(rec.key)
+    finally:
+        consumer.close()
+    samples, statuses, jobs = (
+        got[topics.gpu_samples],
+        got[topics.node_status],
+        got[topics.job_events],
+    )
+    assert len(samples) == TICKS * 7 and all(isinstance(s, GpuSample) for s in samples)
+    assert {s.gpu_index for s in samples} == {0, 1, 3, 4, 5, 6, 7}  # GPU 2 is lost
+    assert len(statuses) == TICKS and all(isinstance(s, NodeStatus) for s in statuses)
+    assert all(not s.healthy and s.num_gpus == 8 for s in statuses)
+    assert statuses[-1].running_jobs == ("1002",)
+    assert len(jobs) == 7 and all(isinstance(j, JobEvent) for j in jobs)
+    assert keys == {b"venus/gpu01"}

@@ -1,0 +1,105 @@
+"""``gpuhint agent`` CLI: bad config is one line and exit 2; --once --dry-run prints messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuhint.cli import main
+from gpuhint.contract import GpuSample, JobEvent, NodeStatus, decode_message
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("GPUHINT_CONFIG", "GPUHINT_AGENT_INTERVAL_S", "GPUHINT_KAFKA_BOOTSTRAP"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    assert main(["agent", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpuhint agent: error: ") and "\n" not in err, err
+    assert "Traceback" not in err and needle in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--nvml", "fake", "--interval", "0"], "agent_interval_s"),
+        (["--nvml", "fake", "--buffer-max", "1"], "agent_buffer_max"),
+        (["--nvml", "fake", "--scenario", "nope"], "unknown scenario"),
+        (["--scenario", "busy"], "--nvml fake"),
+        (["--nvml", "fake", "--bootstrap", "no-port"], "HOST:PORT"),
+        (["--nvml", "none"], "--slurm or --kubernetes"),
+        (["--nvml", "fake", "--slurm", "/no/such/file"], "neither a file"),
+        (["--nvml", "fake", "--kubernetes", "cmd:no-such-kubectl-xyz get pods"], "not on PATH"),
+        (["--nvml", "fake", "--busy-util", "101"], "--busy-util"),
+        (["--nvml", "fake", "--config", "/no/such.toml"], "does not exist"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    one_line_error(capsys, argv, needle)
+
+
+def test_bad_env_and_toml(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GPUHINT_AGENT_INTERVAL_S", "soon")
+    one_line_error(capsys, ["--nvml", "fake"], "agent_interval_s")
+    monkeypatch.delenv("GPUHINT_AGENT_INTERVAL_S")
+    toml = tmp_path / "g.toml"
+    toml.write_text("agent_buffer_max = -5\n")
+    one_line_error(capsys, ["--nvml", "fake", "--config", str(toml)], "agent_buffer_max")
+    toml.write_text("agent_buffer_max = [\n")
+    one_line_error(capsys, ["--nvml", "fake", "--config", str(toml)], "cannot read")
+
+
+def test_real_nvml_missing_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        one_line_error(capsys, ["--once", "--dry-run"], "--nvml fake")
+    else:  # a GPU host: the real path must work instead
+        pynvml.nvmlShutdown()
+        assert main(["agent", "--once", "--dry-run"]) == 0
+
+
+def test_once_dry_run_prints_decodable_messages(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        ["agent", "--nvml", "fake", "--scenario", "gpu-lost", "--once", "--dry-run",
+         "--cluster", "venus", "--node", "gpu01",
+         "--slurm", str(DATA / "slurm" / "squeue_1.json")]
+    )  # fmt: skip
+    assert rc == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    msgs = [(x["topic"], x["key"], decode_message(x["message"])) for x in lines]
+    jobs = [m for t, _, m in msgs if t == "gpuhint.job-events"]
+    samples = [m for t, k, m in msgs if t == "gpuhint.gpu-samples" and k == "venus/gpu01"]
+    (status,) = [m for t, _, m in msgs if t == "gpuhint.node-status"]
+    assert len(jobs) == 7 and all(isinstance(j, JobEvent) for j in jobs)
+    assert len(samples) == 7 and all(isinstance(s, GpuSample) for s in samples)
+    assert isinstance(status, NodeStatus) and not status.healthy and status.num_gpus == 8
+
+
+def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["agent", "--help"])
+    out = capsys.readouterr().out
+    for word in (
+        "--nvml",
+        "--scenario",
+        "--dry-run",
+        "--slurm",
+        "--spill-dir",
+        "SIGTERM",
+        "GPUHINT_",
+    ):
+        assert word in out

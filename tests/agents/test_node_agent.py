@@ -1,0 +1,167 @@
+"""The agent loop: topics and keys, drops reported, scheduler feeds, SIGTERM flush."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from agents.fake_nvml import FakeNvml
+from agents.node_agent import NodeAgent, SchedulerFeed
+from agents.publisher import BufferedPublisher, MemoryTransport
+from agents.scheduler import JobTracker
+from agents.slurm import parse_slurm
+from gpuhint.contract import GpuSample, JobEvent, NodeStatus, decode_message
+from gpuhint.topics import Topics
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def agent_with(transport: MemoryTransport, **kw: object) -> NodeAgent:
+    clock = kw.pop("clock", lambda: 100.0)
+    return NodeAgent(
+        nvml=FakeNvml(str(kw.pop("scenario", "steady")), clock=clock),  # type: ignore[arg-type]
+        publisher=BufferedPublisher(transport, buffer_max=int(kw.pop("buffer_max", 1000))),  # type: ignore[call-overload]
+        cluster="venus",
+        node="gpu01",
+        topics=Topics("tp"),
+        clock=clock,  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_tick_publishes_samples_and_status_keyed_by_cluster_and_node() -> None:
+    t = MemoryTransport()
+    a = agent_with(t)
+    a.start()
+    a.tick()
+    by_topic: dict[str, list] = {}
+    for r in t.records:
+        assert r.key == b"venus/gpu01"
+        by_topic.setdefault(r.topic, []).append(decode_message(r.value))
+    assert sorted(by_topic) == ["tp.gpu-samples", "tp.node-status"]
+    assert len(by_topic["tp.gpu-samples"]) == 8
+    assert all(isinstance(m, GpuSample) for m in by_topic["tp.gpu-samples"])
+    (status,) = by_topic["tp.node-status"]
+    assert isinstance(status, NodeStatus) and status.busy_gpus == 4
+    assert a.close() == 0
+
+
+def test_drops_while_kafka_is_away_are_reported_in_node_status() -> None:
+    t = MemoryTransport()
+    t.down = True
+    a = agent_with(t, buffer_max=20)
+    a.start()
+    for _ in range(4):  # 9 records a tick, 20 fit
+        a.tick()
+    assert a.publisher.dropped == 16
+    t.down = False
+    a.tick()
+    a.publisher.flush(1.0)
+    statuses = [decode_message(r.value) for r in t.records if r.topic == "tp.node-status"]
+    assert isinstance(statuses[-1], NodeStatus) and statuses[-1].samples_dropped == 16
+
+
+def test_slurm_feed_publishes_job_events_and_running_jobs(tmp_path: Path) -> None:
+    snap = tmp_path / "squeue.json"
+    snap.write_text((DATA / "slurm" / "squeue_1.json").read_text())
+    feed = SchedulerFeed("slurm", str(snap), parse_slurm, JobTracker(cluster="venus"))
+    t = MemoryTransport()
+    a = agent_with(t, feeds=[feed])
+    a.start()
+    a.tick()
+    jobs = [r for r in t.records if r.topic == "tp.job-events"]
+    assert len(jobs) == 7 and jobs[0].key == b"venus/vcA"
+    assert all(isinstance(decode_message(r.value), JobEvent) for r in jobs)
+    status = [decode_message(r.value) for r in t.records if r.topic == "tp.node-status"][-1]
+    assert isinstance(status, NodeStatus) and status.running_jobs == ("1002",)
+    n = len(t.records)
+    a.tick()  # same snapshot: no job events, only telemetry
+    assert all(r.topic != "tp.job-events" for r in t.records[n:])
+    snap.write_text("{broken")  # the scheduler misbehaves: telemetry keeps flowing
+    a.tick()
+    assert feed.failures == 1 and t.records[-1].topic == "tp.node-status"
+
+
+def test_run_stops_on_the_event_and_a_broken_tick_does_not_kill_it() -> None:
+    t = MemoryTransport()
+    a = agent_with(t, interval_s=0.01, clock=time.time)
+    calls = {"n": 0}
+    real_tick = a.tick
+
+    def flaky() -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("bug")
+        real_tick()
+
+    a.tick = flaky  # type: ignore[method-assign]
+    stop = threading.Event()
+    a.run(stop, max_ticks=4)
+    assert calls["n"] == 4
+    threading.Timer(0.05, stop.set).start()
+    a.run(stop)
+    assert stop.is_set()
+
+
+def _agent_proc(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("GPUHINT_CONFIG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuhint", "agent", "--nvml", "fake", "--node", "n1", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _wait_for(proc: subprocess.Popen[str], text: str, timeout: float = 60) -> str:
+    assert proc.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen += line
+        if text in line:
+            return seen
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"never saw {text!r}; stderr:\n{seen}")
+
+
+def test_sigterm_flushes_and_exits_cleanly() -> None:
+    proc = _agent_proc("--dry-run", "--interval", "3600")
+    _wait_for(proc, "every 3.6e+03 s")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "SIGTERM: flushing and exiting" in err
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert len(lines) == 9 and lines[-1]["topic"] == "gpuhint.node-status"
+
+
+def test_sigterm_with_kafka_away_keeps_the_buffer_on_disk(tmp_path: Path) -> None:
+    spill = tmp_path / "spill"
+    proc = _agent_proc(
+        "--bootstrap", "127.0.0.1:9", "--interval", "1", "--spill-dir", str(spill),
+        "--flush-timeout", "1",
+    )  # fmt: skip
+    _wait_for(proc, "buffering")
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    kept = [
+        json.loads(x)
+        for f in sorted(spill.glob("seg-*.jsonl"))
+        for x in f.read_text().split("\n")
+        if x
+    ]
+    assert len(kept) >= 9 and len(kept) % 9 == 0
+    assert all(isinstance(decode_message(k["v"]), GpuSample | NodeStatus) for k in kept)

@@ -18,12 +18,18 @@ job gets a QSSF priority hint (predicted GPU-seconds) in an in-process store, st
 and finished jobs lose theirs, and the model learns from every finished job.
 
 By default it uses the shipped excerpt of the SenseTime Helios Venus trace
-(1,867 real jobs, CC-BY-4.0; see gpuhint/data/ATTRIBUTION.md).
+(1,867 real jobs, CC-BY-4.0); --trace philly uses the shipped Philly excerpt (418 real
+jobs with their real start times, so queues form); see gpuhint/data/ATTRIBUTION.md.
+--trace FILE replays any Helios, Philly or plain CSV trace.
 """
 
 
-def shipped_trace() -> Path:
-    return Path(str(resources.files("gpuhint") / "data" / "venus_sept_2vc.csv"))
+SHIPPED = {"venus": "venus_sept_2vc.csv", "philly": "philly_excerpt.json"}
+
+
+def shipped_trace(name: str = "venus") -> Path:
+    """Path of a trace excerpt shipped in the package (see gpuhint/data/ATTRIBUTION.md)."""
+    return Path(str(resources.files("gpuhint") / "data" / SHIPPED[name]))
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
@@ -35,7 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--trace", metavar="FILE", help="trace to replay (default: shipped excerpt)")
+    p.add_argument(
+        "--trace",
+        metavar="FILE|venus|philly",
+        default="venus",
+        help="trace file, or a shipped excerpt: venus (default) or philly",
+    )
     add_trace_args(p)
     p.add_argument(
         "--model", choices=sorted(DURATION_MODELS), default=DEFAULT_MODEL, help="duration model"
@@ -55,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuhint.traces import job_events
     from models.registry import make_model
 
-    trace = Path(args.trace) if args.trace else shipped_trace()
+    trace = shipped_trace(args.trace) if args.trace in SHIPPED else Path(args.trace)
     read = load_trace(trace, args.format, args.on_error)
     report_skipped(read)
     events = job_events(read.jobs, cluster=args.cluster)
@@ -120,6 +131,17 @@ def run(args: argparse.Namespace) -> int:
             f"{100 * (s.median_abs_pct_error or 0):.0f}% over {s.scored:,} finished jobs"
         )
     print(f"throughput       {n / elapsed:,.0f} events/s, {elapsed:.2f} s")
+    if not queues:
+        no_starts = all(j.start_time is None for j in read.jobs)
+        print(
+            "queues           empty at the end of the replay"
+            + (
+                " (this trace records no start times, so each job is taken to start when "
+                "submitted; try --trace philly)"
+                if no_starts
+                else ""
+            )
+        )
     for vc, q in queues.items():
         head = sorted(q.items(), key=lambda kv: (kv[1], kv[0]))[: args.top]
         print(f"queue {vc}: {len(q)} pending; run first:")

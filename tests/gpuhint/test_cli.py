@@ -35,6 +35,15 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["events_replayed"] <= 3 * out["jobs"]
 
 
+def test_demo_on_the_shipped_philly_excerpt_leaves_a_real_queue(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--trace", "philly", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["format"] == "philly" and out["jobs"] == 418
+    assert out["hints_pending"] > 0  # jobs submitted before the cut, started after it
+
+
 def test_demo_text_shows_what_a_user_wants(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--no-progress"]) == 0
     out = capsys.readouterr().out

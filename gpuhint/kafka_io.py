@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from kafka import KafkaProducer
@@ -19,12 +20,9 @@ class KafkaUnavailable(RuntimeError):
     """The broker cannot be reached; the message names the address."""
 
 
-def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: float = 30.0) -> None:
-    """Create gpuhint's topics if missing, with ``partitions`` partitions each.
-
-    The job-event topic's partition count must equal the worker's (its tables are
-    co-partitioned with it), so both read the same ``GPUHINT_PARTITIONS`` setting.
-    """
+@contextlib.contextmanager
+def _admin(bootstrap: str, timeout_s: float) -> Iterator[KafkaAdminClient]:
+    """An admin client whose Kafka errors become :class:`KafkaUnavailable`."""
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap,
@@ -34,6 +32,20 @@ def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: fl
     except KafkaError as exc:
         raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap} ({exc})") from None
     try:
+        yield admin
+    except KafkaError as exc:
+        raise KafkaUnavailable(f"Kafka at {bootstrap}: {exc}") from None
+    finally:
+        admin.close()
+
+
+def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: float = 30.0) -> None:
+    """Create gpuhint's topics if missing, with ``partitions`` partitions each.
+
+    The job-event topic's partition count must equal the worker's (its tables are
+    co-partitioned with it), so both read the same ``GPUHINT_PARTITIONS`` setting.
+    """
+    with _admin(bootstrap, timeout_s) as admin:
         existing = set(admin.list_topics())
         wanted = [
             NewTopic(name=t, num_partitions=partitions, replication_factor=1)
@@ -44,10 +56,6 @@ def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: fl
             with contextlib.suppress(TopicAlreadyExistsError):  # a concurrent creator won
                 admin.create_topics(wanted, raise_errors=False)
             log.info("created topics %s", ", ".join(t.name for t in wanted))
-    except KafkaError as exc:
-        raise KafkaUnavailable(f"Kafka at {bootstrap}: {exc}") from None
-    finally:
-        admin.close()
 
 
 def make_producer(bootstrap: str, **overrides: Any) -> KafkaProducer:
@@ -69,20 +77,8 @@ def make_producer(bootstrap: str, **overrides: Any) -> KafkaProducer:
 
 def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 30.0) -> int | None:
     """Number of partitions of ``topic``, or None if it does not exist."""
-    try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
-            client_id="gpuhint-admin",
-            request_timeout_ms=int(timeout_s * 1000),
-        )
-    except KafkaError as exc:
-        raise KafkaUnavailable(f"no Kafka broker answers at {bootstrap} ({exc})") from None
-    try:
+    with _admin(bootstrap, timeout_s) as admin:
         if topic not in set(admin.list_topics()):
             return None
         desc = admin.describe_topics([topic])
         return len(desc[0]["partitions"])
-    except KafkaError as exc:
-        raise KafkaUnavailable(f"Kafka at {bootstrap}: {exc}") from None
-    finally:
-        admin.close()

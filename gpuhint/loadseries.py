@@ -24,14 +24,13 @@ naming ``file:line`` and the reason, or is collected with ``on_error="skip"``.
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Literal
+
+from gpuhint.traces import open_text, parse_time
 
 SeriesFormat = Literal["auto", "nodes", "helios-vc"]
 OnError = Literal["stop", "skip"]
@@ -83,26 +82,6 @@ class LoadSeries:
             self.total[lo:hi],
             self.fmt,
         )
-
-
-def _open_text(path: Path) -> TextIO:
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
-def _parse_time(raw: str) -> float:
-    raw = raw.strip()
-    try:
-        return float(raw)
-    except ValueError:
-        pass
-    dt = datetime.fromisoformat(raw)
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
 
 
 def _count(raw: str, col: str) -> int:
@@ -176,7 +155,7 @@ def parse_series(
             if len(row) < width:
                 raise ValueError(f"expected at least {width} fields, got {len(row)}")
             try:
-                t = _parse_time(row[it])
+                t = parse_time(row[it])
             except ValueError:
                 raise ValueError(f"time is not a time: {row[it]!r}") from None
             if t < last_t:
@@ -243,5 +222,5 @@ def read_series(
 ) -> LoadSeries:
     """Read a load series file (plain or gzipped) and resample it to slots."""
     p = Path(path)
-    with _open_text(p) as fh:
+    with open_text(p) as fh:
         return parse_series(fh, str(path), fmt, on_error, slot_s, gpus_per_node)

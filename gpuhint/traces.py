@@ -72,7 +72,7 @@ class TraceRead:
     fmt: str = ""
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
@@ -95,7 +95,7 @@ def detect_format(path: Path) -> str:
     name = path.name.lower().removesuffix(".gz")
     if name.endswith(".json"):
         return "philly"
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         header = fh.readline().strip().lower()
     cols = {c.strip() for c in header.split(",")}
     if {"submit_time", "gpu_num", "duration"} <= cols:
@@ -199,7 +199,7 @@ def _read_csv(
     path: Path, parse: Callable[[dict[str, str], int], TraceJob], on_error: OnError
 ) -> TraceRead:
     out = TraceRead(jobs=[])
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise TraceError(str(path), 1, "empty file: no header")
@@ -306,7 +306,7 @@ def _iter_json_array(text: str) -> Iterator[tuple[int, Any]]:
 
 
 def _read_philly(path: Path, on_error: OnError) -> TraceRead:
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         text = fh.read()
     out = TraceRead(jobs=[])
     try:

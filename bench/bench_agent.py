@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.fake_nvml import FakeNvml  # noqa: E402
-from agents.node_agent import NodeAgent  # noqa: E402
-from agents.publisher import BufferedPublisher, KafkaTransport, MemoryTransport, Transport  # noqa: E402
-from gpuhint.topics import Topics  # noqa: E402
+from agents.fake_nvml import FakeNvml
+from agents.node_agent import NodeAgent
+from agents.publisher import BufferedPublisher, KafkaTransport, MemoryTransport, Transport
+from gpuhint.topics import Topics
 
 
 def main() -> int:

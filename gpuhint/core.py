@@ -3,7 +3,9 @@
 The embedded ``gpuhint demo`` and the Faust worker both drive this same class; they
 differ only in where events come from and which store (and state mappings) they pass.
 
-* ``submitted``: predict duration, write a :class:`PriorityHint` (priority = GPUs x duration).
+* ``submitted``: predict duration, write a :class:`PriorityHint` (priority = GPUs x the
+  model's *expected* duration, ``DurationPrediction.expected_s``: the mean, not the point
+  forecast, since QSSF minimizes mean JCT under uncertainty; see docs/qssf.md).
 * ``started``:   remove the hint (the scheduler has placed the job).
 * ``finished``:  remove the hint, learn from the true duration, score the prediction.
 
@@ -96,7 +98,7 @@ class HintEngine:
             num_gpus=ev.num_gpus,
             submit_time=ev.submit_time,
             predicted_duration_s=pred.duration_s,
-            priority=max(ev.num_gpus, 1) * pred.duration_s,
+            priority=max(ev.num_gpus, 1) * pred.expected_s,
             duration_p10_s=pred.p10_s,
             duration_p90_s=pred.p90_s,
             log_duration_std=pred.log_std,

@@ -19,13 +19,30 @@ Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 
 @dataclass(frozen=True, slots=True)
 class DurationPrediction:
-    """A duration forecast: point value, an 80% band, and why (feature contributions)."""
+    """A duration forecast: point value, an 80% band, the expected value, and why.
+
+    ``duration_s`` is the point forecast (what the error scores measure: typically a
+    median-like value of ``log1p(duration)``). ``expected_s`` is the model's estimate of
+    the *mean* duration, what QSSF ranks by (for non-preemptive scheduling under
+    uncertainty the expected processing time is the right ranking key, not a median:
+    see docs/qssf.md). Left out (NaN) it is ``duration_s``.
+
+    >>> DurationPrediction(100.0, 1.0, 30.0, 300.0).expected_s
+    100.0
+    >>> DurationPrediction(100.0, 1.0, 30.0, 300.0, expected_s=900.0).expected_s
+    900.0
+    """
 
     duration_s: float
     log_std: float
     p10_s: float
     p90_s: float
     reasons: tuple[tuple[str, float], ...] = ()
+    expected_s: float = math.nan
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.expected_s):
+            object.__setattr__(self, "expected_s", self.duration_s)
 
     @classmethod
     def from_log(
@@ -34,13 +51,22 @@ class DurationPrediction:
         log_std: float,
         point_s: float | None = None,
         reasons: tuple[tuple[str, float], ...] = (),
+        expected_s: float | None = None,
     ) -> DurationPrediction:
-        """Build from a prediction of ``log1p(duration)`` and its spread."""
+        """Build from a prediction of ``log1p(duration)`` and its spread (``expected_s``:
+        the mean duration if the model knows it, else the point value)."""
         log_std = max(0.0, log_std)
         lo = max(0.0, math.expm1(log_mean - Z90 * log_std))
         hi = max(0.0, math.expm1(min(log_mean + Z90 * log_std, 40.0)))
         point = point_s if point_s is not None else max(0.0, math.expm1(min(log_mean, 40.0)))
-        return cls(duration_s=point, log_std=log_std, p10_s=lo, p90_s=hi, reasons=reasons)
+        return cls(
+            duration_s=point,
+            log_std=log_std,
+            p10_s=lo,
+            p90_s=hi,
+            reasons=reasons,
+            expected_s=point if expected_s is None else max(0.0, expected_s),
+        )
 
 
 @runtime_checkable

@@ -4,12 +4,17 @@ Every model here predicts ``log1p(duration)`` at submit as
 
     base + correction
 
-where ``base`` is the median log duration of the most specific key with history (see
-:mod:`models.features`) and ``correction`` is what a River regressor, trained online
+where ``base`` is a Hedge mix of the per-key history estimates of ``log1p(duration)``
+(see :mod:`models.features`) and ``correction`` is what a River regressor, trained online
 on ``log1p(duration) - base``, adds from all features. The spread of the prediction
 is an online estimate of the model's own absolute log error at the most specific key
 that has enough of it (scaled to a normal standard deviation), so the p10/p90 band
 widens for users whose jobs the model gets wrong.
+
+That is the point forecast (``duration_s``). The *expected* duration
+(``expected_s``, what QSSF ranks by) is the credibility-weighted mean duration of the
+job's keys (:meth:`models.features.HistoryFeatures.expected_duration`): for ranking
+heavy-tailed jobs the mean matters, not the median (docs/qssf.md).
 
 Features are computed at submit and kept until the job finishes, so the learner is
 trained on what was known at submit (no look-ahead), as in the streaming worker.
@@ -40,6 +45,8 @@ MAX_LOG = math.log1p(365 * 86400.0)
 """Predictions are clipped to [0 s, one year]."""
 MAX_CORRECTION = 6.0
 """The learner may move the base estimate by at most this much (log units, x400)."""
+MAX_EXPECTED_S = 365 * 86400.0
+"""Expected durations are clipped likewise."""
 ABS_TO_STD = math.sqrt(math.pi / 2.0)
 """E|e| = sigma * sqrt(2/pi) for normal errors."""
 
@@ -55,6 +62,7 @@ class _Submitted(NamedTuple):
     gate_weight: float
     log_pred: float
     top: tuple[tuple[str, float], ...]
+    expected_s: float
 
 
 class Hedge:
@@ -118,7 +126,7 @@ class KeyedDurationModel:
     """
 
     name = "history_mix"
-    version = "1"
+    version = "2"
 
     def __init__(
         self,
@@ -150,7 +158,7 @@ class KeyedDurationModel:
 
     # -- DurationModel ----------------------------------------------------------------
     def _submit(self, job: JobEvent) -> _Submitted:
-        x, experts, level = self.hist.features(job)
+        x, experts, level, expected = self.hist.features_expected(job)
         base, top = self.hedge.predict(level, experts)
         for name in _DELTAS:
             x[f"d:{name}"] = experts.get(name, base) - base
@@ -162,7 +170,8 @@ class KeyedDurationModel:
                 corr = 0.0
             gate_w = self.gate.weights(level, ["mix", "learner"])[1]
         log_pred = min(MAX_LOG, max(0.0, base + gate_w * corr))
-        return _Submitted(x, experts, level, base, corr, gate_w, log_pred, top)
+        expected = min(MAX_EXPECTED_S, expected)
+        return _Submitted(x, experts, level, base, corr, gate_w, log_pred, top, expected)
 
     def predict(self, job: JobEvent) -> DurationPrediction:
         sub = self._submit(job)
@@ -185,7 +194,9 @@ class KeyedDurationModel:
             reasons += mix[:2]
         else:
             reasons += mix
-        return DurationPrediction.from_log(sub.log_pred, log_std, reasons=tuple(reasons))
+        return DurationPrediction.from_log(
+            sub.log_pred, log_std, reasons=tuple(reasons), expected_s=sub.expected_s
+        )
 
     def learn(self, job: JobEvent, duration_s: float) -> None:
         lg = math.log1p(max(0.0, duration_s))
@@ -206,7 +217,7 @@ class LinearDurationModel(KeyedDurationModel):
     """
 
     name = "river_linear"
-    version = "1"
+    version = "2"
 
     def __init__(
         self,
@@ -249,7 +260,7 @@ class TreeDurationModel(KeyedDurationModel):
     """Hoeffding tree regressor of the residual (adaptive leaves: mean or linear)."""
 
     name = "river_tree"
-    version = "1"
+    version = "2"
 
     def __init__(
         self, grace_period: int = 100, max_depth: int = 10, leaf: str = "mean", **kw: Any
@@ -270,7 +281,7 @@ class ForestDurationModel(KeyedDurationModel):
     """Adaptive random forest regressor of the residual (accurate, slow)."""
 
     name = "river_arf"
-    version = "1"
+    version = "2"
 
     def __init__(
         self, n_models: int = 10, max_depth: int = 8, grace_period: int = 200, **kw: Any

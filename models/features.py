@@ -16,6 +16,14 @@ state of one VC lives with that VC's partition):
 * ``gpus``      -- anyone in the VC with the same GPU count (what ITP-style traces have)
 * ``vc``        -- anyone in the VC
 
+:meth:`HistoryFeatures.expected_duration` estimates a job's *mean* duration in seconds
+(what QSSF ranks by) by Bühlmann credibility down the nested chain
+``vc -> user -> user+gpus -> name``: each level's mean duration is weighted against the
+estimate of the level above by ``n / (n + k)``, with ``k`` = (variance of durations
+within a key) / (variance of the true means between keys), estimated online per VC and
+level from running sums. A new user's job gets the VC's mean; a user's many consistent
+jobs get close to that user's own mean; few or wildly varying jobs are shrunk to the VC.
+
 Memory is bounded: each key keeps at most ``window`` durations and at most ``max_keys``
 keys are kept (least recently used are dropped); pending jobs are capped likewise.
 Everything is picklable.
@@ -61,6 +69,10 @@ def name_template(name: str | None) -> str | None:
     return t[:128] or None
 
 
+CRED_LEVELS = ("user", "user+gpus", "name")
+"""Levels of the credibility chain for the expected duration, below the VC, general
+first; each is nested in the one before (a name template is kept per user)."""
+
 EXPERT_STATS = ("med", "fast", "slow", "amean")
 """Per-level estimates of log1p(duration): window median, fast and slow EWMs of logs,
 and log1p of the all-time mean duration (the paper's rule)."""
@@ -71,6 +83,7 @@ class KeyStats:
 
     __slots__ = (
         "abs_res",
+        "agg",
         "count",
         "ewm",
         "ewm_slow",
@@ -79,6 +92,7 @@ class KeyStats:
         "recent",
         "std",
         "sum_dur",
+        "sum_sq",
         "values",
         "win_sq",
         "win_sum",
@@ -90,6 +104,8 @@ class KeyStats:
         self.ewm_slow = 0.0  # slow EWM (long memory, O(1) state)
         self.count = 0
         self.sum_dur = 0.0  # seconds: the paper's estimator is the mean duration
+        self.sum_sq = 0.0  # seconds squared (credibility: spread within the key)
+        self.agg: str | None = None  # its credibility sums' ``cluster|vc|level``, if any
         self.last = 0.0
         self.abs_res = 0.0  # EWM of |log error| of the model's predictions for this key
         self.n_res = 0
@@ -105,6 +121,11 @@ class KeyStats:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             setattr(self, k, v)
+
+    @property
+    def mean_s(self) -> float:
+        """All-time mean duration in seconds (0 before any job)."""
+        return self.sum_dur / self.count if self.count else 0.0
 
     def add(self, lg: float, alpha: float, alpha_slow: float) -> None:
         r = self.recent
@@ -122,7 +143,9 @@ class KeyStats:
             # early on, a running mean; later an EWM with memory ~1/alpha_slow
             self.ewm_slow += max(alpha_slow, 1.0 / (self.count + 1)) * (lg - self.ewm_slow)
         self.count += 1
-        self.sum_dur += math.expm1(lg)
+        d = math.expm1(lg)
+        self.sum_dur += d
+        self.sum_sq += d * d
         self.last = lg
         n = self.count
         self.values = (
@@ -176,6 +199,9 @@ class HistoryFeatures:
         self.submits: OrderedDict[str, deque[float]] = OrderedDict()
         self.inflight: dict[str, int] = {}
         self.pending: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # credibility sums per ``cluster|vc|level``: [N jobs, S sum, Q sum of squares,
+        # K keys, A = sum over keys of sum^2/n, B = sum over keys of n^2, cached k or -1]
+        self.cred: dict[str, list[float]] = {}
 
     # -- keys -------------------------------------------------------------------------
     @staticmethod
@@ -214,7 +240,14 @@ class HistoryFeatures:
 
     # -- features ---------------------------------------------------------------------
     def features(self, job: JobEvent) -> tuple[dict[str, float], dict[str, float], str]:
-        """``(context, experts, level)`` for a job about to be submitted.
+        """``(context, experts, level)``: :meth:`features_expected` without the last."""
+        x, experts, level, _ = self.features_expected(job)
+        return x, experts, level
+
+    def features_expected(
+        self, job: JobEvent
+    ) -> tuple[dict[str, float], dict[str, float], str, float]:
+        """``(context, experts, level, expected)`` for a job about to be submitted.
 
         ``context``: numeric features (size, time, queue state, history counts and
         spreads). ``experts``: candidate estimates of ``log1p(duration)``, per level
@@ -222,7 +255,8 @@ class HistoryFeatures:
         ``amean`` log of the all-time mean duration), for every level with history and
         for ``global`` (the prior before any job); a level without history has no
         experts and ``level:n`` = 0. ``level``: the most specific level with history.
-        Pure with respect to the state: calling it twice gives the same answer.
+        ``expected``: :meth:`expected_duration` (seconds). Pure with respect to the
+        state: calling it twice gives the same answer.
         """
         x: dict[str, float] = {}
         g = job.num_gpus
@@ -284,7 +318,88 @@ class HistoryFeatures:
                         recent += 1
             x[f"{tag}:submits_1h"] = math.log1p(recent)
             x[f"{tag}:inflight"] = math.log1p(max(0, self.inflight.get(skey, 0) - known))
-        return x, experts, level
+        return x, experts, level, self._expected(job, found)
+
+    def credibility_k(self, vc_level: str) -> float:
+        """Bühlmann's ``k`` (within-key variance / between-key variance of means) for a
+        ``cluster|vc|level``; ``inf`` (no credibility) until it can be estimated."""
+        a = self.cred.get(vc_level)
+        if a is None:
+            return math.inf
+        if a[6] >= 0.0:  # cached since the last update
+            return a[6]
+        n, s, q, k, sa, b, _ = a
+        out = math.inf
+        if k >= 2 and n - k >= 1:
+            epv = max(0.0, (q - sa) / (n - k))
+            vhm = (sa - s * s / n - (k - 1) * epv) / (n - b / n)
+            if vhm > 0:
+                out = epv / vhm
+        a[6] = out
+        return out
+
+    def expected_duration(self, job: JobEvent) -> float:
+        """Credibility estimate of the job's mean duration in seconds (module docstring).
+
+        Pure with respect to the state.
+        """
+        found: dict[str, KeyStats] = {}
+        for lv, key in self.keys(job):
+            s = self.stats.get(key)
+            if s is not None and s.count > 0:
+                found[lv] = s
+        return self._expected(job, found)
+
+    def _expected(self, job: JobEvent, found: dict[str, KeyStats]) -> float:
+        vc = found.get("vc")
+        if vc is not None:
+            est = vc.mean_s
+        elif self.global_stats.count:
+            est = self.global_stats.mean_s
+        else:
+            est = math.expm1(self.prior_log)
+        p = f"{job.cluster}|{job.vc}|"
+        for lv in CRED_LEVELS:
+            s = found.get(lv)
+            if s is None:
+                continue
+            k = self.credibility_k(p + lv)
+            if math.isfinite(k):
+                z = s.count / (s.count + k)
+                est = z * s.mean_s + (1.0 - z) * est
+        return est
+
+    def _cred_add(self, agg: str, s: KeyStats, sign: float) -> None:
+        """Add (``sign`` 1) or remove (-1) a whole key's sums."""
+        a = self.cred.get(agg)
+        if a is None:
+            a = self.cred[agg] = [0.0] * 6 + [-1.0]
+        n = s.count
+        a[0] += sign * n
+        a[1] += sign * s.sum_dur
+        a[2] += sign * s.sum_sq
+        a[3] += sign
+        a[4] += sign * s.sum_dur * s.sum_dur / n
+        a[5] += sign * n * n
+        a[6] = -1.0
+
+    def _cred_job(self, agg: str, s: KeyStats, d: float) -> None:
+        """Account one more job of ``d`` seconds in key ``s`` (already added to ``s``)."""
+        a = self.cred.get(agg)
+        if a is None:
+            a = self.cred[agg] = [0.0] * 6 + [-1.0]
+        n = s.count
+        old = s.sum_dur - d
+        a[0] += 1.0
+        a[1] += d
+        a[2] += d * d
+        if n == 1:
+            a[3] += 1.0
+            a[4] += d * d
+        else:
+            a[4] += s.sum_dur * s.sum_dur / n - old * old / (n - 1)
+        a[5] += 2 * n - 1
+        a[6] = -1.0
 
     def spread(self, job: JobEvent, min_count: int = 3) -> float | None:
         """EWM of the absolute log error of past predictions at the most specific key."""
@@ -332,17 +447,25 @@ class HistoryFeatures:
         if subs is not None:
             self._release(subs)
         a = self.ewm_alpha
-        for _, key in self.keys(job):
+        p = f"{job.cluster}|{job.vc}|"
+        d = math.expm1(log_duration)
+        for lv, key in self.keys(job):
             s = self.stats.get(key)
             if s is None:
                 s = self.stats[key] = KeyStats(self.window)
             else:
                 self.stats.move_to_end(key)
             s.add(log_duration, a, self.slow_alpha)
+            if lv in CRED_LEVELS:
+                if s.agg is None:
+                    s.agg = p + lv
+                self._cred_job(s.agg, s, d)
             if abs_error is not None:
                 s.add_residual(abs_error, self.residual_alpha)
         self.global_stats.add(log_duration, a, self.slow_alpha)
         if abs_error is not None:
             self.global_stats.add_residual(abs_error, self.residual_alpha)
         while len(self.stats) > self.max_keys:
-            self.stats.popitem(last=False)
+            _, old = self.stats.popitem(last=False)
+            if old.agg is not None and old.count:
+                self._cred_add(old.agg, old, -1.0)

@@ -48,3 +48,20 @@ def test_finish_without_a_prediction_still_learns() -> None:
     engine = HintEngine(HistoryEstimator(), InMemoryStore())
     engine.on_job_event(ev("finished", "z", 5, dur=30))
     assert engine.stats.learned == 1 and engine.stats.scored == 0
+
+
+def test_priority_is_gpus_times_expected_duration() -> None:
+    from models.base import DurationPrediction
+
+    class Fixed:
+        name, version = "fixed", "1"
+
+        def predict(self, job: JobEvent) -> DurationPrediction:
+            return DurationPrediction(10.0, 1.0, 5.0, 20.0, expected_s=40.0)
+
+        def learn(self, job: JobEvent, duration_s: float) -> None:
+            return None
+
+    hint = HintEngine(Fixed(), InMemoryStore()).on_job_event(ev("submitted", "a", 0, gpus=3))
+    assert hint is not None
+    assert hint.predicted_duration_s == 10.0 and hint.priority == 3 * 40.0

@@ -56,7 +56,7 @@ def _replay(model: DurationModel, stream: list[tuple[JobEvent, float]]) -> list[
 
 def _check_prediction(p: DurationPrediction) -> None:
     assert isinstance(p, DurationPrediction)
-    for v in (p.duration_s, p.p10_s, p.p90_s, p.log_std):
+    for v in (p.duration_s, p.p10_s, p.p90_s, p.log_std, p.expected_s):
         assert math.isfinite(v) and v >= 0.0
     # the band brackets the point, up to rounding of the point estimate
     assert p.p10_s <= p.duration_s * 1.000001 + 1e-9
@@ -172,3 +172,14 @@ def test_learns_per_user_differences(name: str) -> None:
     fast = m.predict(_job(2000, user="carol", gpus=1)).duration_s
     slow = m.predict(_job(2001, user="bob", gpus=1)).duration_s
     assert slow > 20 * fast
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_expected_duration_ranks_users(name: str) -> None:
+    # QSSF ranks by expected_s: it must separate users as the point forecast does
+    m = make_model(name)
+    _replay(m, _stream(300))
+    fast = m.predict(_job(2000, user="carol", gpus=1)).expected_s
+    mid = m.predict(_job(2001, user="alice", gpus=1)).expected_s
+    slow = m.predict(_job(2002, user="bob", gpus=1)).expected_s
+    assert fast < mid < slow and slow > 10 * fast

@@ -136,3 +136,68 @@ def test_pickle_round_trip() -> None:
     clone = pickle.loads(pickle.dumps(hf))
     job = _job(99, gpus=2)
     assert clone.features(job) == hf.features(job)
+
+
+def _learn(hf: HistoryFeatures, i: int, user: str | None, dur: float, gpus: int = 1) -> None:
+    job = _job(i, user=user, gpus=gpus)
+    hf.observe_submit(job)
+    hf.update(job, math.log1p(dur))
+
+
+def test_expected_duration_is_the_vc_mean_for_a_new_user() -> None:
+    hf = HistoryFeatures()
+    assert math.isclose(hf.expected_duration(_job(0)), 3600.0)  # the prior
+    for i, d in enumerate([10.0, 20.0, 30.0, 10_000.0]):
+        _learn(hf, i, f"u{i}", d)
+    # a mean, not a median: the one long job counts in full
+    assert math.isclose(hf.expected_duration(_job(9, user="new")), 10_060.0 / 4)
+
+
+def test_expected_duration_trusts_users_whose_means_differ() -> None:
+    hf = HistoryFeatures()
+    i = 0
+    for _ in range(40):  # users with clearly different, consistent durations
+        for user, d in (("short", 100.0), ("long", 10_000.0)):
+            _learn(hf, i, user, d * (1.1 if i % 2 else 0.9))
+            i += 1
+    vc_mean = hf.stats[HistoryFeatures.keys(_job(0))[-1][1]].mean_s
+    short = hf.expected_duration(_job(i, user="short"))
+    long = hf.expected_duration(_job(i, user="long"))
+    assert short < 150.0 and long > 9_000.0  # most weight on each user's own mean
+    # where users are this consistent, one job of a new user is strong evidence
+    _learn(hf, i + 1, "once", 1.0)
+    once = hf.expected_duration(_job(i + 2, user="once"))
+    assert once < 0.05 * vc_mean
+
+
+def test_expected_duration_ignores_keys_whose_means_do_not_differ() -> None:
+    # every user draws from the same distribution: between-user variance ~ 0, so
+    # the estimate stays at the VC mean instead of chasing each user's noise
+    import random
+
+    rng = random.Random(1)
+    hf = HistoryFeatures()
+    for i in range(400):
+        _learn(hf, i, f"u{i % 4}", rng.choice([10.0, 5_000.0]))
+    vc_mean = hf.stats[HistoryFeatures.keys(_job(0))[-1][1]].mean_s
+    for u in range(4):
+        assert abs(hf.expected_duration(_job(999, user=f"u{u}")) - vc_mean) < 0.05 * vc_mean
+
+
+def test_credibility_sums_match_a_recount_after_eviction() -> None:
+    hf = HistoryFeatures(max_keys=12)
+    for i in range(300):
+        _learn(hf, i, f"u{i % 9}", 10.0 * (1 + i % 7), gpus=1 + i % 3)
+    want: dict[str, list[float]] = {}
+    for s in hf.stats.values():
+        if s.agg is None:
+            continue
+        a = want.setdefault(s.agg, [0.0] * 6)
+        for j, v in enumerate(
+            (s.count, s.sum_dur, s.sum_sq, 1, s.sum_dur**2 / s.count, s.count**2)
+        ):
+            a[j] += v
+    for agg, a in hf.cred.items():
+        b = want.get(agg, [0.0] * 6)
+        for x, y in zip(a[:6], b, strict=True):
+            assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-6)

@@ -153,8 +153,9 @@ class FeatureContribution(_Part):
 class PriorityHint(_Wire):
     """QSSF hint for one pending job: run smaller ``priority`` first.
 
-    ``priority`` is the predicted service in GPU-seconds (GPUs x predicted duration).
-    ``duration_p10_s``/``duration_p90_s`` bound the prediction (an 80% band).
+    ``priority`` is the expected service in GPU-seconds (GPUs x the expected duration,
+    which ranks jobs best for mean completion time); ``predicted_duration_s`` is the point
+    forecast and ``duration_p10_s``/``duration_p90_s`` bound it (an 80% band).
     """
 
     kind: Literal["priority_hint"] = "priority_hint"

@@ -14,7 +14,7 @@ from gpuhint.cli.common import UserError, add_trace_args, load_trace, report_ski
 HELP = "replay a real trace through the hint core in-process (no Kafka, no Redis)"
 DESCRIPTION = """\
 Replays a job trace through the same core the streaming worker runs: every submitted
-job gets a QSSF priority hint (predicted GPU-seconds) in an in-process store, started
+job gets a QSSF priority hint (expected GPU-seconds) in an in-process store, started
 and finished jobs lose theirs, and the model learns from every finished job.
 
 By default it uses the shipped excerpt of the SenseTime Helios Venus trace

@@ -18,7 +18,7 @@ DESCRIPTION = """\
 Replays a job trace through gpuhint's online duration model exactly as the streaming
 worker would (each job is predicted when it is submitted, the model learns from each
 job when it finishes, nothing is looked up ahead), keeps each job's QSSF priority hint
-(predicted GPU-seconds = GPUs x predicted duration), and then schedules the trace's GPU
+(expected GPU-seconds = GPUs x expected duration), and then schedules the trace's GPU
 jobs under every policy in a simulator faithful to the Helios paper's artifact (SC '21):
 one simulation per virtual cluster (VC), 8-GPU nodes, consolidating placement (a job
 of up to 8 GPUs goes to the fullest node it fits on, larger jobs take whole nodes), jobs

@@ -119,7 +119,7 @@ def read_priorities(path: str | Path) -> dict[str, float]:
 
 @dataclass
 class OnlinePredictions:
-    """Each job's hint priority (GPUs x predicted duration) at its submit, by trace index."""
+    """Each job's hint priority (GPUs x expected duration) at its submit, by trace index."""
 
     priority: list[float]
     predicted_duration: list[float]

@@ -9,7 +9,8 @@ COPY models ./models
 COPY streams ./streams
 COPY agents ./agents
 RUN pip install . && useradd --system --home /var/lib/gpuhint gpuhint \
-    && mkdir -p /var/lib/gpuhint && chown gpuhint /var/lib/gpuhint
+    && mkdir -p /var/lib/gpuhint/state /var/lib/gpuhint/spill \
+    && chown -R gpuhint /var/lib/gpuhint
 USER gpuhint
 WORKDIR /var/lib/gpuhint
 ENV GPUHINT_STATE_DIR=/var/lib/gpuhint/state

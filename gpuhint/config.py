@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -45,8 +45,13 @@ class Settings(BaseSettings):
     )
     topic_prefix: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$")
     key_prefix: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$")
-    cluster: str = Field("default", min_length=1, description="cluster name for events")
+    cluster: str = Field(
+        "default", min_length=1, pattern=r"^[^:\s]+$", description="cluster name for events"
+    )
     partitions: int = Field(8, ge=1, le=1024, description="partitions of the job-event topic")
+    replication_factor: int = Field(
+        1, ge=1, le=16, description="replicas of topics gpuhint creates (3 in production)"
+    )
     hint_ttl_s: int = Field(7 * 86400, ge=60, description="a hint key expires after this")
     advisory_ttl_s: int = Field(3600, ge=60)
     changes_maxlen: int = Field(100_000, ge=100, description="approximate change-stream length")
@@ -56,7 +61,6 @@ class Settings(BaseSettings):
     checkpoint_interval_s: float = Field(60.0, gt=0)
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
     batch_within_s: float = Field(0.05, gt=0, description="max wait to fill a batch")
-    log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     ces_enabled: bool = Field(True, description="worker: derive cluster load, advise power")
     ces_slot_s: int = Field(600, ge=1, le=86400, description="CES slot length (10 min)")
     ces_watts_per_node: float = Field(700.0, gt=0, description="idle node draw, for kWh")
@@ -64,6 +68,26 @@ class Settings(BaseSettings):
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")
     agent_spill_dir: Path | None = Field(None, description="agent: spill the buffer to disk here")
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        hosts = [h.strip() for h in value.split(",") if h.strip()]
+        if not hosts:
+            raise ValueError("expected HOST:PORT[,HOST:PORT...]")
+        for h in hosts:
+            host, _, port = h.removeprefix("kafka://").rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{h!r} is not HOST:PORT")
+        return ",".join(hosts)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: SecretStr) -> SecretStr:
+        scheme = value.get_secret_value().split("://", 1)[0]
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("expected a redis://, rediss:// or unix:// URL")
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -100,7 +124,7 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         lines = [f"  {'.'.join(map(str, e['loc'])) or '?'}: {e['msg']}" for e in exc.errors()]
-        where = f" (file {path}, env GPUHINT_*)" if path else " (env GPUHINT_*)"
+        where = f" (flags, GPUHINT_* env, file {path})" if path else " (flags or GPUHINT_* env)"
         raise ConfigError("invalid configuration" + where + ":\n" + "\n".join(lines)) from None
     except Exception as exc:  # TOML syntax errors and the like
         raise ConfigError(f"cannot read configuration {path}: {exc}") from None

@@ -22,6 +22,8 @@ SCHEMA_VERSION: Literal[1] = 1
 """The version every message here is written with; bump it on any breaking change."""
 
 NonNegInt = Annotated[int, Field(ge=0)]
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^:\s]+$")]
+"""A cluster, VC or node name: it goes into Redis keys, so no ':' and no whitespace."""
 NonNegFloat = Annotated[float, Field(ge=0.0)]
 
 
@@ -71,8 +73,8 @@ class JobEvent(_Wire):
     kind: Literal["job"] = "job"
     phase: JobPhase
     job_id: Annotated[str, Field(min_length=1, max_length=256)]
-    cluster: str = "default"
-    vc: str = "default"
+    cluster: Name = "default"
+    vc: Name = "default"
     user: str | None = None
     name: str | None = None
     num_gpus: NonNegInt = 0
@@ -102,8 +104,8 @@ class GpuSample(_Wire):
     """One NVML reading of one GPU. ``None`` means NVML could not read that field."""
 
     kind: Literal["gpu_sample"] = "gpu_sample"
-    cluster: str = "default"
-    node: str
+    cluster: Name = "default"
+    node: Name
     gpu_index: NonNegInt
     uuid: str | None = None
     time: float
@@ -133,8 +135,8 @@ class NodeStatus(_Wire):
     """A node's summary at one time: how many GPUs it has, uses, and whether it is healthy."""
 
     kind: Literal["node_status"] = "node_status"
-    cluster: str = "default"
-    node: str
+    cluster: Name = "default"
+    node: Name
     time: float
     num_gpus: NonNegInt
     busy_gpus: NonNegInt = 0
@@ -160,8 +162,8 @@ class PriorityHint(_Wire):
 
     kind: Literal["priority_hint"] = "priority_hint"
     job_id: str
-    cluster: str = "default"
-    vc: str = "default"
+    cluster: Name = "default"
+    vc: Name = "default"
     user: str | None = None
     num_gpus: NonNegInt
     submit_time: float
@@ -186,8 +188,8 @@ class PowerAdvisory(_Wire):
     """CES advice for a cluster (``node`` is None) or one node (``node`` set)."""
 
     kind: Literal["power_advisory"] = "power_advisory"
-    cluster: str = "default"
-    node: str | None = None
+    cluster: Name = "default"
+    node: Name | None = None
     time: float
     action: PowerAction
     count: NonNegInt = 0
@@ -206,7 +208,7 @@ class ClusterLoad(_Wire):
     """Derived load of one cluster: nodes in use, idle and powered on, at one time."""
 
     kind: Literal["cluster_load"] = "cluster_load"
-    cluster: str = "default"
+    cluster: Name = "default"
     time: float
     total_nodes: NonNegInt
     active_nodes: NonNegInt

@@ -39,7 +39,13 @@ def _admin(bootstrap: str, timeout_s: float) -> Iterator[KafkaAdminClient]:
         admin.close()
 
 
-def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: float = 30.0) -> None:
+def ensure_topics(
+    bootstrap: str,
+    topics: Topics,
+    partitions: int,
+    timeout_s: float = 30.0,
+    replication_factor: int = 1,
+) -> None:
     """Create gpuhint's topics if missing, with ``partitions`` partitions each.
 
     The job-event topic's partition count must equal the worker's (its tables are
@@ -48,13 +54,13 @@ def ensure_topics(bootstrap: str, topics: Topics, partitions: int, timeout_s: fl
     with _admin(bootstrap, timeout_s) as admin:
         existing = set(admin.list_topics())
         wanted = [
-            NewTopic(name=t, num_partitions=partitions, replication_factor=1)
+            NewTopic(name=t, num_partitions=partitions, replication_factor=replication_factor)
             for t in topics.all()
             if t not in existing
         ]
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):  # a concurrent creator won
-                admin.create_topics(wanted, raise_errors=False)
+                admin.create_topics(wanted)
             log.info("created topics %s", ", ".join(t.name for t in wanted))
 
 

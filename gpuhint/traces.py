@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from gpuhint.contract import JobEvent, JobPhase, JobState
 
@@ -72,8 +72,11 @@ class TraceRead:
     fmt: str = ""
 
 
-def open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
+def open_text(path: Path) -> TextIO:
+    """Open a UTF-8 text file for reading; gunzip it if it is gzipped (by its magic bytes)."""
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+    if gzipped:
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
 
@@ -335,6 +338,8 @@ def read_trace(
     ``on_error="skip"``; raises :class:`FileNotFoundError` if the file is missing.
     """
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"{p}: is a directory")
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file")
     kind = detect_format(p) if fmt == "auto" else fmt

@@ -25,6 +25,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
     die "redis-server is missing: install it (sudo apt-get install -y redis-server)"
   fi
 fi
+if ! "${PYTHON:-python3}" -c "import ensurepip, venv" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  else
+    die "python3 cannot make virtualenvs: install python3-venv (sudo apt-get install -y python3-venv)"
+  fi
+fi
 command -v java >/dev/null 2>&1 || die "Java 17+ is missing (it runs the Kafka broker)"
 command -v mvn >/dev/null 2>&1 || die "Maven is missing (it fetches Kafka from Maven Central)"
 echo "redis: $(redis-server --version | cut -d' ' -f3)  java: $(java -version 2>&1 | head -1)"

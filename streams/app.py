@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+import mode
 from faust.exceptions import PartitionsMismatch
 from faust.sensors import Sensor
 
@@ -133,11 +134,14 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         web_enabled=False,
         datadir=str(settings.state_dir),
         topic_partitions=settings.partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=settings.replication_factor,
         table_standby_replicas=0,
         broker_commit_interval=1.0,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        # An agent that raises stops the worker (a supervisor restarts it from the last
+        # committed offset) instead of Faust restarting that agent past the failed event.
+        agent_supervisor=mode.CrashingSupervisor,
     )
     topics = settings.topics
     job_topic = app.topic(
@@ -211,7 +215,15 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
     app.sensors.add(FlushOnCommit(store))
 
     async def flush() -> None:
-        await asyncio.to_thread(store.flush)
+        try:
+            await asyncio.to_thread(store.flush)
+        except Exception as exc:  # writes stay buffered; the next flush retries them
+            log.warning(
+                "store flush failed (%s: %s); %d writes kept for retry",
+                type(exc).__name__,
+                exc,
+                getattr(store, "pending", -1),
+            )
 
     async def to_dead_letter(event: Any, reason: str) -> None:
         msg = event.message

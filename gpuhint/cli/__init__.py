@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -56,8 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    env_level = os.environ.get("GPUHINT_LOG_LEVEL", "INFO").upper()
+    if env_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        print(
+            f"gpuhint: error: GPUHINT_LOG_LEVEL={env_level!r}: use DEBUG, INFO, WARNING or ERROR",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else getattr(logging, env_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not args.verbose:  # client libraries narrate every connection at INFO

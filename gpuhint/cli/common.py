@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,19 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
     try:
         read = read_trace(path, fmt, on_error)  # type: ignore[arg-type]
     except TraceError as exc:
-        raise UserError(
-            f"{exc}\n  (use --on-error skip to skip bad rows and report them)"
-        ) from None
-    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: {exc}") from None
+        hint = (
+            ""
+            if "unknown trace format" in exc.reason
+            else ("\n  (use --on-error skip to skip bad rows and report them)")
+        )
+        raise UserError(f"{exc}{hint}") from None
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a trace file") from None
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        # unreadable, or a damaged / truncated gzip file
+        raise UserError(f"{path}: cannot read: {exc}") from None
     if not read.jobs:
         raise UserError(f"{path}: no usable jobs in the trace")
     return read

@@ -7,12 +7,16 @@ import argparse
 from gpuhint.cli.common import UserError, add_config_args, settings_from
 
 DESCRIPTION = """\
-Consumes job events from Kafka, keeps the duration model's per-key state in
-changelog-backed Faust tables, and writes a QSSF priority hint for every pending job
-to Redis (removed when the job starts or finishes). Malformed messages go to the
-dead-letter topic with the reason; the count is in Redis (HGET <prefix>:v1:stats
-dead_letter). Run one worker per partition group: start more with the same app id to
-spread the VCs over them.
+Consumes job events from Kafka and writes a QSSF priority hint for every pending job
+to Redis (removed when the job starts or finishes); consumes node status and writes
+cluster load and CES power advisories. Malformed messages go to the dead-letter topic
+with the reason; the count is in Redis (HGET <prefix>:v1:stats dead_letter).
+
+State: the `history` model keeps it in changelog-backed Faust tables, so workers with
+the same app id can share the partitions; the learned models (default history_mix) are
+one object per worker, checkpointed to GPUHINT_STATE_DIR: run one worker per cluster
+for them (docs/architecture.md). If Redis fails, the worker stops before committing
+offsets; restarted (systemd, Kubernetes, compose), it resumes where it stopped.
 
 settings (flags override GPUHINT_* env vars, which override --config FILE):
   --bootstrap / GPUHINT_KAFKA_BOOTSTRAP   Kafka, HOST:PORT[,HOST:PORT]
@@ -55,28 +59,34 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             f"unknown model {settings.model!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
         )
-    store = RedisStore.from_url(
-        settings.redis_url.get_secret_value(),
-        keys=settings.keys,
-        hint_ttl_s=settings.hint_ttl_s,
-        advisory_ttl_s=settings.advisory_ttl_s,
-        changes_maxlen=settings.changes_maxlen,
-    )
     try:
+        store = RedisStore.from_url(
+            settings.redis_url.get_secret_value(),
+            keys=settings.keys,
+            hint_ttl_s=settings.hint_ttl_s,
+            advisory_ttl_s=settings.advisory_ttl_s,
+            changes_maxlen=settings.changes_maxlen,
+        )
         store.r.ping()
+    except ValueError as exc:
+        raise UserError(f"bad Redis URL: {exc}") from None
     except redis.RedisError as exc:
         raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
+    for topic in (settings.topics.job_events, settings.topics.cluster_telemetry):
+        try:
+            found = topic_partitions(settings.kafka_bootstrap, topic)
+        except KafkaUnavailable as exc:
+            raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
+        if found is not None and found != settings.partitions:
+            raise UserError(
+                f"topic {topic} has {found} partitions but GPUHINT_PARTITIONS="
+                f"{settings.partitions}: the worker's tables must be co-partitioned with it; "
+                "set GPUHINT_PARTITIONS to match"
+            )
     try:
-        found = topic_partitions(settings.kafka_bootstrap, settings.topics.job_events)
-    except KafkaUnavailable as exc:
-        raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
-    if found is not None and found != settings.partitions:
-        raise UserError(
-            f"topic {settings.topics.job_events} has {found} partitions but "
-            f"GPUHINT_PARTITIONS={settings.partitions}: the worker's tables must be "
-            "co-partitioned with it; set GPUHINT_PARTITIONS to match"
-        )
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"state directory {settings.state_dir}: {exc.strerror}") from None
     handle = build_app(settings, store)
     logging.getLogger("gpuhint").info(
         "worker %s: kafka %s, model %s, %d partitions",
@@ -89,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         worker.execute_from_commandline()
     finally:
-        handle.save_checkpoint()  # the loop has stopped: the model is quiescent
-        store.close()
+        try:
+            handle.save_checkpoint()  # the loop has stopped: the model is quiescent
+            store.close()
+        except Exception as exc:  # e.g. Redis gone: say so once, do not mask the exit
+            logging.getLogger("gpuhint").error("shutdown: %s: %s", type(exc).__name__, exc)
     return 0

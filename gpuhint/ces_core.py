@@ -222,10 +222,25 @@ class _Node:
     jobs: set[str] = field(default_factory=set)
     status_jobs: int = 0
     idle_since: float | None = None
+    last_seen: float | None = None
+    """Time of the node's latest NodeStatus (None: known only from job placements)."""
 
     @property
     def used(self) -> bool:
         return self.powered_on and (self.busy_gpus > 0 or bool(self.jobs) or self.status_jobs > 0)
+
+    def on_at(self, time: float, stale_after_s: float) -> bool:
+        """Powered on at ``time``: it says so and has reported recently (or runs a job).
+
+        A node that was powered down stops reporting, so silence for ``stale_after_s``
+        counts as off; that is what lets the policy see its own power-downs take effect
+        and name nodes to wake.
+        """
+        if not self.powered_on:
+            return False
+        if self.jobs or self.last_seen is None:
+            return True
+        return time - self.last_seen <= stale_after_s
 
 
 @dataclass
@@ -243,9 +258,11 @@ class ClusterLoadTracker:
     Each event's time drives the slot clock: when an event falls in a later slot, the
     slots before it close and come back as :class:`SlotObservation` (peak used over the
     slot), ready for :meth:`CesEngine.observe`. Events must come roughly in time order;
-    a late event is applied to the current slot.
+    a late event is applied to the current slot. A node is *powered on* while it says so
+    and has reported within ``stale_after_s`` (default 2 minutes): a node that was
+    powered down falls silent, and the policy then sees it off and can name it to wake.
 
-    >>> t = ClusterLoadTracker(slot_s=600)
+    >>> t = ClusterLoadTracker(slot_s=600, stale_after_s=600)
     >>> t.on_node_status(NodeStatus(node="a", time=0, num_gpus=8, busy_gpus=8))
     []
     >>> t.on_node_status(NodeStatus(node="b", time=10, num_gpus=8))
@@ -255,9 +272,13 @@ class ClusterLoadTracker:
     [(1, 2, 2)]
     """
 
-    def __init__(self, slot_s: int = 600, max_gap_slots: int = 144) -> None:
+    def __init__(
+        self, slot_s: int = 600, max_gap_slots: int = 144, stale_after_s: float | None = None
+    ) -> None:
         self.slot_s = slot_s
         self.max_gap_slots = max_gap_slots
+        # Agents report every 10 s by default: two minutes of silence means powered off.
+        self.stale_after_s = float(stale_after_s if stale_after_s is not None else min(slot_s, 120))
         self.clusters: dict[str, _Tracked] = {}
 
     def _tick(self, cluster: str, time: float) -> tuple[_Tracked, list[SlotObservation]]:
@@ -266,40 +287,41 @@ class ClusterLoadTracker:
         out: list[SlotObservation] = []
         if c.slot is None:
             c.slot = k
-            c.peak_used = self._used(c)
+            c.peak_used = self._used(c, time)
         elif k > c.slot:
             first = max(c.slot, k - self.max_gap_slots)
             for s in range(first, k):
                 out.append(self._observation(cluster, c, s))
-                c.peak_used = self._used(c)
+                c.peak_used = self._used(c, time)
             c.slot = k
         return c, out
 
-    @staticmethod
-    def _used(c: _Tracked) -> int:
-        return sum(1 for n in c.nodes.values() if n.used)
+    def _used(self, c: _Tracked, time: float) -> int:
+        return sum(1 for n in c.nodes.values() if n.used and n.on_at(time, self.stale_after_s))
 
     def _observation(self, cluster: str, c: _Tracked, slot: int) -> SlotObservation:
         nodes = c.nodes
+        end = (slot + 1) * self.slot_s
+        on = {name: n.on_at(end, self.stale_after_s) for name, n in nodes.items()}
         idle = tuple(
             sorted(
                 (
                     (name, n.idle_since if n.idle_since is not None else slot * self.slot_s)
                     for name, n in nodes.items()
-                    if n.powered_on and n.healthy and not n.used
+                    if on[name] and n.healthy and not n.used
                 ),
                 key=lambda p: (p[1], p[0]),
             )
         )
         return SlotObservation(
             time=slot * self.slot_s,
-            used=max(c.peak_used, self._used(c)),
+            used=max(c.peak_used, self._used(c, end)),
             total=len(nodes),
-            active=sum(1 for n in nodes.values() if n.powered_on),
+            active=sum(on.values()),
             cluster=cluster,
             idle_nodes=idle,
-            off_nodes=tuple(sorted(k for k, n in nodes.items() if not n.powered_on and n.healthy)),
-            busy_gpus=sum(n.busy_gpus for n in nodes.values()),
+            off_nodes=tuple(sorted(k for k, n in nodes.items() if not on[k] and n.healthy)),
+            busy_gpus=sum(n.busy_gpus for k, n in nodes.items() if on[k]),
             total_gpus=sum(n.num_gpus for n in nodes.values()),
             unhealthy_nodes=tuple(sorted(k for k, n in nodes.items() if not n.healthy)),
         )
@@ -311,7 +333,7 @@ class ClusterLoadTracker:
             n.idle_since = None
         elif n.idle_since is None:
             n.idle_since = time
-        c.peak_used = max(c.peak_used, self._used(c))
+        c.peak_used = max(c.peak_used, self._used(c, time))
 
     def on_node_status(self, ns: NodeStatus) -> list[SlotObservation]:
         """Apply a NodeStatus; return the slots it closed (oldest first)."""
@@ -323,6 +345,7 @@ class ClusterLoadTracker:
         n.powered_on = ns.powered_on
         n.healthy = ns.healthy
         n.status_jobs = len(ns.running_jobs)
+        n.last_seen = ns.time
         self._after_change(c, n, was, ns.time)
         return out
 

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     ces_enabled: bool = Field(True, description="worker: derive cluster load, advise power")
     ces_slot_s: int = Field(600, ge=1, le=86400, description="CES slot length (10 min)")
     ces_watts_per_node: float = Field(700.0, gt=0, description="idle node draw, for kWh")
+    ces_stale_after_s: float = Field(
+        120.0, gt=0, description="a node silent this long counts as powered off"
+    )
     node_name: str | None = Field(None, min_length=1, description="agent: node name (hostname)")
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")

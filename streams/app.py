@@ -192,7 +192,10 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         schema=faust.Schema(key_serializer="json", value_serializer="raw"),
     )
     ces = ClusterLoadProcessor(
-        ClusterLoadTracker(slot_s=settings.ces_slot_s),
+        ClusterLoadTracker(
+            slot_s=settings.ces_slot_s,
+            stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
+        ),
         CesEngine(
             store,
             PowerPolicyConfig(

@@ -65,7 +65,7 @@ def test_wake_names_off_nodes_and_follows_reported_active() -> None:
 
 
 def test_tracker_derives_used_idle_and_closes_slots() -> None:
-    t = ClusterLoadTracker(slot_s=600)
+    t = ClusterLoadTracker(slot_s=600, stale_after_s=600)  # sparse reports stay "on"
     for i, node in enumerate(["a", "b", "c", "d"]):
         assert t.on_node_status(NodeStatus(cluster="k", node=node, time=i, num_gpus=8)) == []
     t.on_job_event(
@@ -75,7 +75,10 @@ def test_tracker_derives_used_idle_and_closes_slots() -> None:
         JobEvent(phase="finished", job_id="j", cluster="k", time=100, submit_time=0, nodes=("b",))
     )
     t.on_node_status(NodeStatus(cluster="k", node="d", time=200, num_gpus=8, powered_on=False))
-    out = t.tick("k", 1300.0)  # closes slots 0 and 1
+    out = []
+    for node in "abc":  # agents keep reporting (every 10 s in real life); closes slot 0
+        out += t.on_node_status(NodeStatus(cluster="k", node=node, time=650, num_gpus=8))
+    out += t.tick("k", 1300.0)  # closes slot 1
     assert [o.time for o in out] == [0.0, 600.0]
     first, second = out
     assert first.used == 2  # a and b were both busy within slot 0: the peak counts
@@ -86,9 +89,27 @@ def test_tracker_derives_used_idle_and_closes_slots() -> None:
 
 
 def test_tracker_busy_gpus_mean_used() -> None:
-    t = ClusterLoadTracker()
+    t = ClusterLoadTracker(stale_after_s=600)
     t.on_node_status(NodeStatus(node="a", time=0, num_gpus=8, busy_gpus=2))
     t.on_node_status(NodeStatus(node="b", time=1, num_gpus=8, busy_gpus=0, healthy=False))
     (obs,) = t.tick("default", 600.0)
     assert obs.used == 1 and obs.unhealthy_nodes == ("b",) and obs.idle_nodes == ()
     assert obs.busy_gpus == 2 and obs.total_gpus == 16
+
+
+def test_a_node_that_stops_reporting_counts_as_off_and_can_be_woken() -> None:
+    """A powered-down node's agent falls silent: after ``stale_after_s`` it is off."""
+    t = ClusterLoadTracker(slot_s=600, stale_after_s=120)
+    closed = t.on_node_status(NodeStatus(cluster="k", node="quiet", time=0, num_gpus=8))
+    for time in range(0, 1200, 100):  # "loud" reports every 100 s, busy
+        if time == 1100:  # "quiet" comes back in slot 1
+            closed += t.on_node_status(NodeStatus(cluster="k", node="quiet", time=time, num_gpus=8))
+        closed += t.on_node_status(
+            NodeStatus(cluster="k", node="loud", time=time, num_gpus=8, busy_gpus=8)
+        )
+    closed += t.tick("k", 1300)
+    first, second = closed
+    assert first.active == 1 and first.off_nodes == ("quiet",)  # silent since t=0
+    assert first.used == 1 and first.idle_nodes == ()
+    assert second.active == 2 and second.off_nodes == ()  # it is back
+    assert [n for n, _ in second.idle_nodes] == ["quiet"]

@@ -1,0 +1,66 @@
+"""The worker's CES glue without a broker: a closed loop of agents that obey advisories."""
+
+from __future__ import annotations
+
+from gpuhint.ces_core import CesEngine, ClusterLoadTracker
+from gpuhint.contract import NodeStatus, PowerAction
+from gpuhint.store import InMemoryStore
+from streams.cluster_load import ClusterLoadProcessor
+
+SLOT = 600
+NODES = [f"n{i:02d}" for i in range(20)]
+
+
+def demand(t: float) -> int:
+    """Nodes in use: 3 for three days, then 16."""
+    return 3 if t < 3 * 86400 else 16
+
+
+def test_closed_loop_powers_down_then_wakes_named_nodes() -> None:
+    store = InMemoryStore()
+    proc = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(store))
+    on = set(NODES)
+    downs: list[tuple[str, ...]] = []
+    wakes: list[tuple[str, ...]] = []
+    for t in range(0, 5 * 86400, 60):  # every agent reports every minute while on
+        busy = sorted(on)[: demand(t)]
+        closed = []
+        for node in sorted(on):
+            closed += proc.on_message(
+                NodeStatus(
+                    cluster="c", node=node, time=t, num_gpus=8, busy_gpus=8 if node in busy else 0
+                )
+            )
+        if not closed:
+            continue
+        store.flush()
+        adv = store.get_advisory("c")
+        assert adv is not None
+        if adv.time != t - t % SLOT:
+            continue
+        if adv.action is PowerAction.POWER_DOWN:
+            assert set(adv.nodes) <= on, "advised to power down nodes that are already off"
+            assert not set(adv.nodes) & set(busy), "advised to power down busy nodes"
+            downs.append(adv.nodes)
+            on -= set(adv.nodes)  # the operator follows the advice: those agents fall silent
+        elif adv.action is PowerAction.WAKE:
+            assert set(adv.nodes).isdisjoint(on), "advised to wake nodes that are on"
+            wakes.append(adv.nodes)
+            on |= set(adv.nodes)
+    assert downs, "never powered a node down in three quiet days"
+    assert wakes, "never woke a node when demand rose"
+    assert len(on) >= demand(5 * 86400 - 1)  # demand is met at the end
+
+
+def test_checkpoint_restores_cluster_state() -> None:
+    checkpoints: dict[str, bytes] = {}
+    first = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), checkpoints)
+    for t in range(0, 3 * SLOT, 60):
+        for node in NODES[:4]:
+            first.on_message(NodeStatus(cluster="c", node=node, time=t, num_gpus=8))
+    assert set(checkpoints) == {"c"}
+    second = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), checkpoints)
+    closed = second.on_message(NodeStatus(cluster="c", node="n00", time=3 * SLOT, num_gpus=8))
+    assert [o.time for o in closed] == [2 * SLOT]  # continues at the next slot, not from zero
+    assert second.engine.clusters["c"].slot == 3
+    assert closed[0].total == 4

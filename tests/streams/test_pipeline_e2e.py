@@ -266,3 +266,42 @@ def test_worker_restart_keeps_model_state(
     assert hint["predicted_duration_s"] == pytest.approx(expected["probe2"])
     fresh = HintEngine(make_model(model_name), InMemoryStore()).on_job_event(after)
     assert fresh is not None and fresh.predicted_duration_s != pytest.approx(expected["probe2"])
+
+
+def test_hard_kill_mid_stream_loses_nothing(
+    kafka_bootstrap: str, redis_url: str, unique_prefix: str, worker_proc, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL the worker as soon as its first writes land; a new one must finish the job.
+
+    Offsets are committed only after the store has flushed, and writes are idempotent, so
+    whatever the kill interrupted is redone and Redis ends in exactly the right state.
+    """
+    start_worker, env, log = worker_proc
+    keys = RedisKeys(unique_prefix)
+    pending, done = expected_state()
+    rep = subprocess.run(
+        _gpuhint("replay", str(TRACE), "--until", CUT, "--max", "--no-progress"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    r = redis.Redis.from_url(redis_url)
+    first = start_worker()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not r.xlen(keys.changes):
+        time.sleep(0.02)
+    first.kill()  # SIGKILL: no flush, no commit, no goodbye
+    first.wait(30)
+    start_worker()
+
+    def hinted() -> set[str]:
+        return {
+            k.decode().rsplit(":", 1)[1]
+            for k in r.scan_iter(match=f"{keys.root}:hint:{CLUSTER}:*", count=1000)
+        }
+
+    _wait(lambda: hinted() == pending, 180, "the restarted worker to finish", log)
+    time.sleep(2)  # nothing stale trickles in afterwards
+    assert hinted() == pending and not (hinted() & done)

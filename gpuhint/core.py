@@ -42,6 +42,7 @@ class EngineStats:
     finished: int = 0
     hints_written: int = 0
     hints_removed: int = 0
+    """Removal requests: one per started and per finished event (idempotent in the store)."""
     learned: int = 0
     scored: int = 0
     abs_log_error_sum: float = 0.0

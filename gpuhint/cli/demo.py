@@ -122,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
         f"finished {s.finished:,})"
     )
     print(
-        f"hints            {s.hints_written:,} written, {s.hints_removed:,} removed, "
-        f"{len(store.hints):,} pending now"
+        f"hints            {s.hints_written:,} written, {len(store.hints):,} pending now "
+        "(the others removed when their jobs started)"
     )
     if s.mae_log is not None:
         print(

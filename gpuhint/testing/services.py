@@ -6,6 +6,10 @@ jars come from Maven Central (``scripts/kafka/fetch.sh``); Redis is Debian's
 
     python -m gpuhint.testing.services kafka --port 9092
     python -m gpuhint.testing.services redis --port 6379
+
+Data is temporary unless ``GPUHINT_KAFKA_DATA`` / ``GPUHINT_REDIS_DATA`` name a directory
+to keep it in (then Kafka's topics, offsets and changelogs survive a restart; keep the
+same ``--port``, since the controller listens on the next one).
 """
 
 from __future__ import annotations
@@ -102,7 +106,8 @@ class LocalKafka(LocalProcess):
     def __init__(self, port: int | None = None, workdir: Path | None = None) -> None:
         super().__init__(workdir)
         self.port = port or free_port()
-        self.controller_port = free_port()
+        # a persistent data dir needs the same controller address on every start
+        self.controller_port = port + 1 if port else free_port()
 
     @property
     def bootstrap(self) -> str:
@@ -160,20 +165,21 @@ class LocalKafka(LocalProcess):
             "-cp",
             cp,
         ]
-        fmt = subprocess.run(
-            [
-                *jvm,
-                "kafka.tools.StorageTool",
-                "format",
-                f"--cluster-id={_cluster_id()}",
-                "-c",
-                str(props),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if fmt.returncode != 0:
-            raise ServiceError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
+        if not (self.workdir / "data" / "meta.properties").exists():  # a new data dir
+            fmt = subprocess.run(
+                [
+                    *jvm,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    f"--cluster-id={_cluster_id()}",
+                    "-c",
+                    str(props),
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if fmt.returncode != 0:
+                raise ServiceError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
         self._spawn([*jvm, "kafka.Kafka", str(props)])
         try:
             wait_port(self.port, timeout, self.proc)
@@ -196,9 +202,12 @@ class LocalRedis(LocalProcess):
 
     name = "redis"
 
-    def __init__(self, port: int | None = None, workdir: Path | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, workdir: Path | None = None, persist: bool = False
+    ) -> None:
         super().__init__(workdir)
         self.port = port or free_port()
+        self.persist = persist
 
     @property
     def url(self) -> str:
@@ -221,7 +230,7 @@ class LocalRedis(LocalProcess):
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.persist else "no",
                 "--dir",
                 str(self.workdir),
             ]
@@ -300,12 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     svc: LocalProcess
     try:
+        kdata, rdata = os.environ.get("GPUHINT_KAFKA_DATA"), os.environ.get("GPUHINT_REDIS_DATA")
         if args.service == "kafka":
-            kafka = LocalKafka(args.port).start()
+            kafka = LocalKafka(args.port, Path(kdata) if kdata else None).start()
             svc = kafka
             print(f"Kafka {kafka.bootstrap} (log {kafka.log_path}); Ctrl-C stops it", flush=True)
         else:
-            redis_ = LocalRedis(args.port).start()
+            redis_ = LocalRedis(
+                args.port, Path(rdata) if rdata else None, persist=bool(rdata)
+            ).start()
             svc = redis_
             print(f"Redis {redis_.url}; Ctrl-C stops it", flush=True)
     except ServiceError as exc:

@@ -77,13 +77,19 @@ def map_state(raw: str | list[str] | None) -> tuple[Status, JobState | None] | N
     return None
 
 
-def _num(v: Any) -> float | None:
-    """A Slurm number: plain, or ``{"set", "infinite", "number"}``; 0 / unset -> None."""
+def _unwrap(v: Any) -> Any:
+    """A Slurm number is plain or ``{"set", "infinite", "number"}``: the plain value or None."""
     if isinstance(v, dict):
         if not v.get("set", True) or v.get("infinite"):
             return None
         v = v.get("number")
-    if v is None or isinstance(v, bool):
+    return None if isinstance(v, bool) else v
+
+
+def _num(v: Any) -> float | None:
+    """A Slurm number as a float; 0 or unset -> None."""
+    v = _unwrap(v)
+    if v is None:
         return None
     try:
         f = float(v)
@@ -99,11 +105,8 @@ def _int(v: Any) -> int | None:
 
 def _index(v: Any) -> int | None:
     """Like :func:`_int` but 0 is a value (array task 0), only unset is None."""
-    if isinstance(v, dict):
-        if not v.get("set", True) or v.get("infinite"):
-            return None
-        v = v.get("number")
-    if v is None or isinstance(v, bool):
+    v = _unwrap(v)
+    if v is None:
         return None
     try:
         return int(v)

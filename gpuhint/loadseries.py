@@ -30,22 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gpuhint.traces import open_text, parse_time
+from gpuhint.traces import OnError, TraceError, open_text, parse_time
 
 SeriesFormat = Literal["auto", "nodes", "helios-vc"]
-OnError = Literal["stop", "skip"]
 
 SLOT_S = 600
 
 
-class SeriesError(ValueError):
+class SeriesError(TraceError):
     """A row of a load series that cannot be read: ``path:line: reason``."""
-
-    def __init__(self, path: str, line: int, reason: str) -> None:
-        super().__init__(f"{path}:{line}: {reason}")
-        self.path = path
-        self.line = line
-        self.reason = reason
 
 
 @dataclass

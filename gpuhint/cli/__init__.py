@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from gpuhint import __version__
 from gpuhint.cli.common import UserError
 
-SUBCOMMANDS = ("demo", "replay", "worker", "evaluate", "agent")
+SUBCOMMANDS = ("demo", "replay", "worker", "hints", "evaluate", "agent")
 
 DESCRIPTION = """\
 gpuhint: QSSF priority hints and CES power advisories for GPU clusters.
@@ -31,6 +31,7 @@ priority hints and node power advisories to Redis, where any scheduler reads the
 EPILOG = """\
 start here:
   gpuhint demo                          replay a real Helios excerpt in-process (no Kafka/Redis)
+  gpuhint hints --cluster C             the queues and power advice a scheduler reads in Redis
   gpuhint evaluate qssf --trace FILE    simulate FIFO/SJF/QSSF on a trace
   gpuhint evaluate ces --series FILE    replay a cluster load series through CES
 

@@ -1,0 +1,126 @@
+"""``gpuhint hints``: what a scheduler would read from Redis right now."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gpuhint.cli.common import UserError, add_config_args, settings_from
+
+DESCRIPTION = """\
+Reads the hints and advisories the worker keeps in Redis (docs/redis-keys.md) and shows
+them the way a scheduler uses them: each VC's queue, smallest expected service first,
+with the predicted duration, its 80% band and why the job ranks there; and the cluster's
+current load and power advice.
+
+examples:
+  gpuhint hints --cluster prod                 # every VC of cluster prod
+  gpuhint hints --cluster prod --vc vcA --top 20
+  gpuhint hints --cluster prod --json | jq '.queues.vcA[0]'
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
+    p = sub.add_parser(
+        "hints",
+        help="show the priority queues and power advice in Redis",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--cluster", help="cluster (else GPUHINT_CLUSTER)")
+    p.add_argument("--vc", help="only this VC")
+    p.add_argument("--top", type=int, default=10, help="jobs shown per VC (default 10)")
+    p.add_argument("--redis-url", metavar="URL", help="Redis URL (else GPUHINT_REDIS_URL)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_config_args(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import redis
+    from pydantic import ValidationError
+
+    from streams.redis_store import RedisStore
+
+    if args.top < 0:
+        raise UserError("--top must be >= 0")
+    settings = settings_from(args, cluster=args.cluster, redis_url=args.redis_url)
+    cluster = settings.cluster
+    try:
+        store = RedisStore.from_url(settings.redis_url.get_secret_value(), keys=settings.keys)
+    except ValueError as exc:
+        raise UserError(f"bad Redis URL: {exc}") from None
+    try:
+        if args.vc:
+            vcs = [args.vc]
+        else:
+            pattern = f"{settings.keys.root}:queue:{cluster}:*"
+            vcs = sorted(k.decode().rsplit(":", 1)[1] for k in store.r.scan_iter(match=pattern))
+        queues: dict[str, list[dict[str, Any]]] = {}
+        lengths: dict[str, int] = {}
+        for vc in vcs:
+            q = store.queue(cluster, vc)
+            lengths[vc] = len(q)
+            rows = []
+            for rank, (job_id, priority) in enumerate(q[: args.top], 1):
+                row: dict[str, Any] = {"rank": rank, "job_id": job_id, "priority": priority}
+                try:
+                    h = store.get_hint(cluster, job_id)
+                except ValidationError as exc:  # written by another schema version
+                    row["error"] = f"unreadable hint: {exc.error_count()} schema error(s)"
+                    h = None
+                if h is not None:
+                    row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
+                rows.append(row)
+            queues[vc] = rows
+        advice = store.get_advisory(cluster)
+        load = store.get_load(cluster)
+        dead = store.counters().get("dead_letter", 0)
+    except redis.RedisError as exc:
+        raise UserError(f"cannot read Redis ({type(exc).__name__}: {exc})") from None
+
+    if args.json:
+        out = {
+            "cluster": cluster,
+            "queues": queues,
+            "queue_lengths": lengths,
+            "advice": advice.model_dump(mode="json") if advice else None,
+            "load": load.model_dump(mode="json") if load else None,
+            "dead_letter": dead,
+        }
+        json.dump(out, sys.stdout, indent=2)
+        print()
+        return 0
+    if not queues:
+        print(f"cluster {cluster}: no queued jobs with hints")
+    for vc, rows in queues.items():
+        print(f"{cluster}/{vc}: {lengths[vc]} pending, smallest expected service first")
+        for r in rows:
+            dur, lo, hi = (
+                r.get(k) for k in ("predicted_duration_s", "duration_p10_s", "duration_p90_s")
+            )
+            when = (
+                f"~{dur / 60:,.0f} min (80%: {lo / 60:,.0f}-{hi / 60:,.0f})  "
+                if dur is not None and lo is not None and hi is not None
+                else ""
+            )
+            why = ", ".join(x["feature"] for x in r.get("reasons", [])[:2])
+            print(
+                f"  {r['rank']:>3}. {r['job_id']:<36} {r.get('num_gpus', '?'):>4} GPUs  "
+                f"{r['priority']:>14,.0f} GPU-s  {when}"
+                + (f"[{why}]" if why else "")
+                + r.get("error", "")
+            )
+    if load is not None:
+        print(
+            f"load: {load.used_nodes} of {load.total_nodes} nodes in use, "
+            f"{load.active_nodes} powered on"
+        )
+    if advice is not None:
+        names = f" ({', '.join(advice.nodes)})" if advice.nodes else ""
+        print(f"power advice: {advice.action.value} {advice.count}{names}: {advice.reason}")
+    if dead:
+        print(f"dead-lettered messages so far: {dead}")
+    return 0

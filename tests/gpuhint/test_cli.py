@@ -149,7 +149,7 @@ def test_demo_works_from_a_clean_install(tmp_path: Path) -> None:
     )
     (wheel,) = wheel_dir.glob("gpuhint-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "gpuhint/data/venus_sept_2vc.csv" in names
+    assert {"gpuhint/data/venus_sept_2vc.csv", "gpuhint/data/philly_excerpt.json"} <= set(names)
     target = tmp_path / "site"
     subprocess.run(
         [

@@ -93,7 +93,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--hold", type=int, metavar="SLOTS", help="no power-down after a wake (12)")
     p.add_argument("--horizon", type=int, metavar="SLOTS", help="forecast horizon, 1..18 (18)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="for GPU-count series (8)")
-    p.add_argument("--plot", metavar="PATH", help="save a PNG of used, powered-on and forecast")
+    p.add_argument(
+        "--plot",
+        metavar="PATH",
+        default="ces_load.png",
+        help="where to save the PNG of used, powered-on and forecast nodes over the test "
+        "window (default: ./ces_load.png)",
+    )
+    p.add_argument("--no-plot", action="store_true", help="do not write the plot")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=run)
@@ -175,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     m["policy"] = args.policy
     m["filled_slots"] = series.filled_slots
     m["skipped_rows"] = len(series.errors)
-    if args.plot:
+    if not args.no_plot:
         try:
             ces.plot(rec, args.plot, lo, hi)
         except (OSError, ValueError) as exc:

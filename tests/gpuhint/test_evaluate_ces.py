@@ -178,6 +178,7 @@ def test_evaluate_ces_text_and_artifact_policy(capsys: pytest.CaptureFixture[str
             [
                 "evaluate",
                 "ces",
+                "--no-plot",
                 "--series",
                 str(EARTH),
                 "--policy",
@@ -207,7 +208,8 @@ def test_evaluate_ces_text_and_artifact_policy(capsys: pytest.CaptureFixture[str
 def test_user_errors_are_one_line(
     args: list[str], msg: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["evaluate", "ces", *(["--series", str(EARTH)] if "--series" not in args else []), *args]
+    series = ["--series", str(EARTH)] if "--series" not in args else []
+    argv = ["evaluate", "ces", "--no-plot", *series, *args]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err

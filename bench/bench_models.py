@@ -108,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Predict at submit + learn at finish, each model on its own, one core, "
             f"{n_jobs:,} jobs ({trace.name} x {args.repeat}, fresh job ids each pass).\n"
             f"Command: `{cmd.strip()}`. Machine: {platform.machine()}, "
-            f"{os.cpu_count()} cores shared with other work, Python "
+            f"{os.cpu_count()} cores, Python "
             f"{platform.python_version()}; {dt.date.today().isoformat()}.\n\n"
-            f"{table}\n"
+            f"{table}\n\n"
         )
         write_section(text)
     return 0

@@ -144,22 +144,20 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         agent_supervisor=mode.CrashingSupervisor,
     )
     topics = settings.topics
-    job_topic = app.topic(
-        topics.job_events,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.partitions,
-    )
-    dead_letter = app.topic(
-        topics.dead_letter,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.partitions,
-    )
+
+    def raw_topic(name: str) -> Any:
+        """Bytes in, bytes out: decoding is ours, so a bad message reaches our handler."""
+        return app.topic(
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+
+    job_topic = raw_topic(topics.job_events)
+    dead_letter = raw_topic(topics.dead_letter)
     stats_table = app.Table(
         "duration-stats",
         default=None,
@@ -172,16 +170,6 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         partitions=settings.partitions,
         schema=faust.Schema(key_serializer="json", value_serializer="json"),
     )
-
-    def raw_topic(name: str) -> Any:
-        return app.topic(
-            name,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
 
     node_topic = raw_topic(topics.node_status)
     telemetry = raw_topic(topics.cluster_telemetry)

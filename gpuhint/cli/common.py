@@ -33,6 +33,10 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="trace format (default: detect from name and header)",
     )
+    add_on_error_arg(p)
+
+
+def add_on_error_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--on-error",
         choices=["stop", "skip"],

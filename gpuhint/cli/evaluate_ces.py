@@ -8,7 +8,7 @@ import math
 import sys
 from typing import Any
 
-from gpuhint.cli.common import UserError
+from gpuhint.cli.common import UserError, add_on_error_arg
 
 DESCRIPTION = """\
 Replay a recorded cluster load series through CES exactly as the worker runs it:
@@ -58,12 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         default="auto",
         help="series format (default: detect from the header)",
     )
-    p.add_argument(
-        "--on-error",
-        choices=["stop", "skip"],
-        default="stop",
-        help="bad rows: stop at the first (default) or skip and report them",
-    )
+    add_on_error_arg(p)
     p.add_argument("--test-from", metavar="DATE", help="first test day YYYY-MM-DD (UTC)")
     p.add_argument("--test-to", metavar="DATE", help="last test day, included (default: last day)")
     p.add_argument(

@@ -193,6 +193,12 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         checkpoints=ces_table,
     )
     checkpointer: ModelCheckpointer | None = None
+
+    def forget_cluster_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        ces.forget()  # a rebalance: re-read each cluster's newest checkpoint from the table
+
+    app.on_partitions_revoked.connect(forget_cluster_state)
+
     if model is None:
         if settings.model == "history":
             model = HistoryEstimator(state=stats_table)

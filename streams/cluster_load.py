@@ -71,6 +71,15 @@ class ClusterLoadProcessor:
             self.checkpoint(msg.cluster)
         return closed
 
+    def forget(self) -> None:
+        """Drop in-memory cluster state (on a rebalance): the next message re-reads the table.
+
+        A worker that gets a cluster's partition back must not continue from what it held
+        before another worker took over; the table holds the newest checkpoint.
+        """
+        self.tracker.clusters.clear()
+        self.engine.clusters.clear()
+
     def checkpoint(self, cluster: str) -> None:
         state: Any = (
             STATE_VERSION,

@@ -64,3 +64,17 @@ def test_checkpoint_restores_cluster_state() -> None:
     assert [o.time for o in closed] == [2 * SLOT]  # continues at the next slot, not from zero
     assert second.engine.clusters["c"].slot == 3
     assert closed[0].total == 4
+
+
+def test_forget_rereads_the_newest_checkpoint() -> None:
+    checkpoints: dict[str, bytes] = {}
+    mine = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), checkpoints)
+    theirs = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), checkpoints)
+    for t in range(0, 2 * SLOT, 60):
+        mine.on_message(NodeStatus(cluster="c", node="n00", time=t, num_gpus=8))
+    # a rebalance: another worker owns the cluster for a while and checkpoints further
+    for t in range(2 * SLOT, 5 * SLOT, 60):
+        theirs.on_message(NodeStatus(cluster="c", node="n00", time=t, num_gpus=8))
+    mine.forget()  # the partition comes back
+    closed = mine.on_message(NodeStatus(cluster="c", node="n00", time=5 * SLOT, num_gpus=8))
+    assert [o.time for o in closed] == [4 * SLOT]  # continues from the newest state

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gpuhint.traces import OnError, TraceError, open_text, parse_time
+from gpuhint.traces import OnError, TraceError, nonneg_number, open_text, parse_time
 
 SeriesFormat = Literal["auto", "nodes", "helios-vc"]
 
@@ -78,16 +78,7 @@ class LoadSeries:
 
 
 def _count(raw: str, col: str) -> int:
-    raw = raw.strip()
-    if raw == "":
-        raise ValueError(f"missing {col}")
-    try:
-        f = float(raw)
-    except ValueError:
-        raise ValueError(f"{col} is not a number: {raw!r}") from None
-    if not math.isfinite(f) or f < 0:
-        raise ValueError(f"{col} must be a finite non-negative number, got {raw!r}")
-    return math.ceil(f - 1e-9)
+    return math.ceil(nonneg_number(raw, col) - 1e-9)
 
 
 def detect_format(header: list[str]) -> str | None:

@@ -129,8 +129,9 @@ def _int(row: dict[str, str], col: str, required: bool = True) -> int | None:
     return int(f)
 
 
-def _float(row: dict[str, str], col: str) -> float:
-    raw = (row.get(col) or "").strip()
+def nonneg_number(raw: str | None, col: str) -> float:
+    """Parse a finite non-negative number of column ``col``; ValueError says what is wrong."""
+    raw = (raw or "").strip()
     if raw == "":
         raise ValueError(f"missing {col}")
     try:
@@ -140,6 +141,10 @@ def _float(row: dict[str, str], col: str) -> float:
     if not math.isfinite(f) or f < 0:
         raise ValueError(f"{col} must be a finite non-negative number, got {raw!r}")
     return f
+
+
+def _float(row: dict[str, str], col: str) -> float:
+    return nonneg_number(row.get(col), col)
 
 
 def _time(row: dict[str, str], col: str, required: bool = True) -> float | None:

@@ -158,27 +158,22 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
 
     job_topic = raw_topic(topics.job_events)
     dead_letter = raw_topic(topics.dead_letter)
-    stats_table = app.Table(
-        "duration-stats",
-        default=None,
-        partitions=settings.partitions,
-        schema=faust.Schema(key_serializer="json", value_serializer="json"),
-    )
-    pending_table = app.Table(
-        "pending-predictions",
-        default=None,
-        partitions=settings.partitions,
-        schema=faust.Schema(key_serializer="json", value_serializer="json"),
-    )
+
+    def table(name: str, value_serializer: str = "json") -> Any:
+        """A changelog-backed table co-partitioned with gpuhint's topics."""
+        return app.Table(
+            name,
+            default=None,
+            partitions=settings.partitions,
+            schema=faust.Schema(key_serializer="json", value_serializer=value_serializer),
+        )
+
+    stats_table = table("duration-stats")
+    pending_table = table("pending-predictions")
 
     node_topic = raw_topic(topics.node_status)
     telemetry = raw_topic(topics.cluster_telemetry)
-    ces_table = app.Table(
-        "ces-state",
-        default=None,
-        partitions=settings.partitions,
-        schema=faust.Schema(key_serializer="json", value_serializer="raw"),
-    )
+    ces_table = table("ces-state", value_serializer="raw")
     ces = ClusterLoadProcessor(
         ClusterLoadTracker(
             slot_s=settings.ces_slot_s,

@@ -10,8 +10,10 @@ it, with the reason: integration tests are never silently skipped.
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,30 @@ def redis_url() -> Iterator[str]:
 def unique_prefix() -> str:
     """A topic / key prefix of its own for each test, so tests never see each other's data."""
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def gpuhint_env(
+    kafka_bootstrap: str, redis_url: str, unique_prefix: str, tmp_path: Path
+) -> Callable[..., dict[str, str]]:
+    """Environment for a ``gpuhint`` subprocess on the real services, isolated by prefix.
+
+    Call it with extra ``GPUHINT_*`` settings: ``gpuhint_env(GPUHINT_MODEL="history")``.
+    """
+
+    def make(**overrides: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            GPUHINT_KAFKA_BOOTSTRAP=kafka_bootstrap,
+            GPUHINT_REDIS_URL=redis_url,
+            GPUHINT_TOPIC_PREFIX=unique_prefix,
+            GPUHINT_KEY_PREFIX=unique_prefix,
+            GPUHINT_APP_ID=f"{unique_prefix}-worker",
+            GPUHINT_PARTITIONS="4",
+            GPUHINT_STATE_DIR=str(tmp_path / "state"),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(overrides)
+        return env
+
+    return make

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,23 +25,6 @@ CLUSTER = "gpufarm"
 SLOT_S = 2  # short CES slots so the test sees several close in seconds
 
 
-def _env(prefix: str, kafka: str, redis_url: str, tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        GPUHINT_KAFKA_BOOTSTRAP=kafka,
-        GPUHINT_REDIS_URL=redis_url,
-        GPUHINT_TOPIC_PREFIX=prefix,
-        GPUHINT_KEY_PREFIX=prefix,
-        GPUHINT_APP_ID=f"{prefix}-worker",
-        GPUHINT_PARTITIONS="4",
-        GPUHINT_CLUSTER=CLUSTER,
-        GPUHINT_STATE_DIR=str(tmp / "state"),
-        GPUHINT_CES_SLOT_S=str(SLOT_S),
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
     running: list[subprocess.Popen[bytes]] = []
@@ -63,8 +45,9 @@ def test_agents_to_cluster_load_in_redis(
     unique_prefix: str,
     tmp_path: Path,
     procs: list[subprocess.Popen[bytes]],
+    gpuhint_env,  # type: ignore[no-untyped-def]
 ) -> None:
-    env = _env(unique_prefix, kafka_bootstrap, redis_url, tmp_path)
+    env = gpuhint_env(GPUHINT_CLUSTER=CLUSTER, GPUHINT_CES_SLOT_S=str(SLOT_S))
     topics, keys = Topics(unique_prefix), RedisKeys(unique_prefix)
     ensure_topics(kafka_bootstrap, topics, partitions=4)
     log = tmp_path / "procs.log"

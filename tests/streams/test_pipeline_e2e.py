@@ -7,7 +7,6 @@ against the real broker and Redis from the session fixtures.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -36,25 +35,6 @@ CUT = "2017-10-08 00:00:00"
 CLUSTER = "philly"
 
 
-def _env(
-    prefix: str, kafka: str, redis_url: str, tmp: Path, model: str = "history_mix"
-) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        GPUHINT_KAFKA_BOOTSTRAP=kafka,
-        GPUHINT_REDIS_URL=redis_url,
-        GPUHINT_TOPIC_PREFIX=prefix,
-        GPUHINT_KEY_PREFIX=prefix,
-        GPUHINT_APP_ID=f"{prefix}-worker",
-        GPUHINT_PARTITIONS="4",
-        GPUHINT_CLUSTER=CLUSTER,
-        GPUHINT_STATE_DIR=str(tmp / "state"),
-        GPUHINT_MODEL=model,
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
 def _gpuhint(*args: str) -> list[str]:
     return [sys.executable, "-m", "gpuhint", *args]
 
@@ -77,9 +57,11 @@ def model_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def worker_proc(
-    kafka_bootstrap: str, redis_url: str, unique_prefix: str, tmp_path: Path, model_name: str
+    gpuhint_env,
+    tmp_path: Path,
+    model_name: str,  # type: ignore[no-untyped-def]
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, str], Path]]:
-    env = _env(unique_prefix, kafka_bootstrap, redis_url, tmp_path, model=model_name)
+    env = gpuhint_env(GPUHINT_CLUSTER=CLUSTER, GPUHINT_MODEL=model_name)
     log = tmp_path / "worker.log"
     procs: list[subprocess.Popen[bytes]] = []
 

@@ -68,6 +68,9 @@ class JobEvent(_Wire):
 
     Times are UNIX seconds (UTC). ``duration_s`` is the run time and is set on
     ``finished`` events; ``state`` is the final state, also only on ``finished``.
+    ``time_limit_s`` is the run time the job asked for (Slurm ``TimeLimit``, Kubernetes
+    ``activeDeadlineSeconds``), when the scheduler has one; ``partition`` is the
+    scheduler's partition or queue, when it has one.
     """
 
     kind: Literal["job"] = "job"
@@ -86,6 +89,8 @@ class JobEvent(_Wire):
     duration_s: NonNegFloat | None = None
     state: JobState | None = None
     nodes: tuple[str, ...] = ()
+    time_limit_s: NonNegFloat | None = None
+    partition: str | None = None
 
 
 class GpuProcess(_Part):

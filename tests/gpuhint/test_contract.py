@@ -31,6 +31,8 @@ MESSAGES = [
         duration_s=8.0,
         state="COMPLETED",
         nodes=("n1",),
+        time_limit_s=3600.0,
+        partition="gpu",
     ),
     GpuSample(node="n1", gpu_index=0, time=1.0, gpu_util_pct=55.0, xid_errors=(79,)),
     NodeStatus(node="n1", time=1.0, num_gpus=8, busy_gpus=3),

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 
 from gpuhint.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
@@ -225,11 +225,14 @@ class HintEngine:
         self.store.remove_hint(ev.cluster, ev.vc, ev.job_id)
         return None
 
-    def rebuild(self) -> int:
-        """Re-write every pending hint of every VC in ``states`` (after the store came
-        back empty); return how many were written."""
+    def rebuild(self, keys: Iterable[str] | None = None) -> int:
+        """Re-write every pending hint of the VCs ``keys`` (default: all in ``states``)
+        after the store came back empty; return how many were written."""
         n = 0
-        for st in self.states.values():
+        for key in list(self.states) if keys is None else keys:
+            st = self.states.get(key)
+            if st is None:
+                continue
             for job in st.pending.values():
                 self.store.put_hint(job.hint)
                 n += 1

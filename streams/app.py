@@ -46,6 +46,7 @@ from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.cluster_load import ClusterLoadProcessor
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
+from streams.partitioning import partition_for
 from streams.state_table import TableStates
 
 log = logging.getLogger(__name__)
@@ -121,15 +122,20 @@ class Sink:
                 delay = min(self.max_backoff_s, delay * 2)
 
     def _flush_once(self) -> None:
-        ensure = getattr(self.store, "ensure_epoch", None)
-        if ensure is not None and ensure():  # Redis came back empty
+        self.store.flush()
+        take_empty = getattr(self.store, "take_empty", None)
+        if take_empty is not None and take_empty():  # Redis was empty: rewrite from state
             self.rebuilds += 1
             n = self.rebuild()
-            log.warning("Redis came back empty: re-writing %d pending hints", n)
-            mark = getattr(self.store, "mark_rebuilt", None)
-            if mark is not None:
-                mark(n)
-        self.store.flush()
+            reason = getattr(self.store, "empty_reason", "")
+            log.log(
+                logging.WARNING if reason == "redis_empty" else logging.INFO,
+                "re-wrote %d pending hints from state (%s)",
+                n,
+                reason,
+            )
+            self.store.mark_rebuilt(n)  # type: ignore[attr-defined]
+            self.store.flush()
 
 
 @dataclass
@@ -221,7 +227,14 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         on_save=lambda k, blob: ces_table.put(k, blob, ces_partition[k]),
     )
     handler = MessageHandler(engine, topics, ces if settings.ces_enabled else None)
-    sink = Sink(store, engine.rebuild)
+
+    def owned_vcs() -> list[str]:
+        """VC keys on the job-event partitions this worker holds now (the table also
+        keeps revoked partitions' last state, which another worker may have moved on)."""
+        mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == job_topic.topics[0]}
+        return [k for k in states if partition_for(k.encode(), settings.partitions) in mine]
+
+    sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
 
     def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         # a rebalance: re-read each VC's and cluster's newest state from the tables

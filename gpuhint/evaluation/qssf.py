@@ -263,8 +263,18 @@ class ClosedLoopRanker:
     simulator as new priorities.
     """
 
-    def __init__(self, jobs: Sequence[TraceJob], model_name: str, cluster: str = "eval") -> None:
+    def __init__(
+        self,
+        jobs: Sequence[TraceJob],
+        model_name: str,
+        cluster: str = "eval",
+        snapshot_at: float = math.inf,
+    ) -> None:
         self.jobs = jobs
+        self.snapshot_at = snapshot_at
+        self.snapshot: list[tuple[float, int]] | None = None  # (priority, job) waiting then
+        self.snapshot_t = math.nan
+        self._since_snapshot = 0
         self.cluster = cluster
         self.model_name = model_name
         self.live = _LiveVc(model_name)
@@ -302,7 +312,22 @@ class ClosedLoopRanker:
             **extra,
         )
 
+    def _maybe_snapshot(self, t: float) -> None:
+        """Keep the queue as it was at the last event up to ``snapshot_at`` that found
+        jobs waiting (refreshed at most every 32 events: bounded cost)."""
+        if t > self.snapshot_at or not self.live.waiting:
+            return
+        self._since_snapshot += 1
+        if self.snapshot is not None and self._since_snapshot < 32:
+            return
+        self._since_snapshot = 0
+        self.snapshot_t = t
+        self.snapshot = sorted(
+            (self.priority[self.index_of[jid]], self.index_of[jid]) for jid in self.live.waiting
+        )
+
     def submit(self, i: int, t: float) -> float:
+        self._maybe_snapshot(t)
         t0 = time.perf_counter()
         prio, dur = self.live.submit(self._event(i, "submitted", t))
         self.seconds += time.perf_counter() - t0
@@ -316,11 +341,15 @@ class ClosedLoopRanker:
         self.seconds += time.perf_counter() - t0
 
     def finish(self, i: int, t: float) -> list[tuple[int, float]]:
+        self._maybe_snapshot(t)
         t0 = time.perf_counter()
         updates = self.live.finish(self._event(i, "finished", t))
         self.seconds += time.perf_counter() - t0
         self.hint_updates += len(updates)
-        return [(self.index_of[jid], p) for jid, p in updates]
+        out = [(self.index_of[jid], p) for jid, p in updates]
+        for k, p in out:
+            self.priority[k] = p
+        return out
 
     def summary(self) -> OnlinePredictions:
         lv = self.live
@@ -652,3 +681,103 @@ def plot_jct_cdf(report: QssfReport, path: str | Path, title: str = "") -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+@dataclass
+class WaitingJob:
+    """A job waiting in the simulated QSSF schedule at the snapshot time."""
+
+    job_id: str
+    num_gpus: int
+    priority: float
+    predicted_duration_s: float
+
+
+@dataclass
+class ScheduleSummary:
+    """FIFO vs QSSF with gpuhint's hints (closed loop) vs the oracle, and a queue."""
+
+    vc_sizes: dict[str, int]
+    fifo_avg_jct_s: float
+    qssf_avg_jct_s: float
+    oracle_avg_jct_s: float
+    hint_updates: int
+    snapshot_at: float
+    queues: dict[str, list[WaitingJob]]
+    queue_times: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "vc_sizes": dict(self.vc_sizes),
+            "fifo_avg_jct_s": self.fifo_avg_jct_s,
+            "qssf_avg_jct_s": self.qssf_avg_jct_s,
+            "oracle_avg_jct_s": self.oracle_avg_jct_s,
+            "jct_ratio_qssf_over_fifo": self.qssf_avg_jct_s / self.fifo_avg_jct_s,
+            "jct_ratio_qssf_over_oracle": self.qssf_avg_jct_s / self.oracle_avg_jct_s,
+            "hint_updates": self.hint_updates,
+            "snapshot_at": self.snapshot_at,
+            "queue_lengths": {vc: len(q) for vc, q in self.queues.items()},
+            "queue_times": dict(self.queue_times),
+        }
+
+
+def schedule_summary(
+    jobs: Sequence[TraceJob],
+    model: str,
+    *,
+    snapshot_at: float,
+    target_load: float = 0.9,
+    vc_nodes: Mapping[str, int] | None = None,
+) -> ScheduleSummary:
+    """Schedule the GPU jobs under FIFO, the QSSF oracle and QSSF with closed-loop hints
+    (VCs sized to ``target_load`` unless given); keep each VC's QSSF queue as it was at
+    the last moment up to ``snapshot_at`` that had jobs waiting."""
+    by_vc: dict[str, list[int]] = defaultdict(list)
+    for k, j in enumerate(jobs):
+        if j.num_gpus > 0:
+            by_vc[j.vc].append(k)
+    if not by_vc:
+        raise InputError("trace", 0, "no job asks for a GPU: nothing to schedule")
+    sizes = size_vcs(
+        {
+            vc: [(jobs[k].submit_time, jobs[k].duration, jobs[k].num_gpus) for k in ks]
+            for vc, ks in by_vc.items()
+        },
+        target_load,
+        GPUS_PER_NODE,
+    )
+    if vc_nodes:
+        sizes.update({vc: n for vc, n in vc_nodes.items() if vc in sizes})
+    tot = {"fifo": 0.0, "qssf": 0.0, "oracle": 0.0}
+    n = 0
+    updates = 0
+    queues: dict[str, list[WaitingJob]] = {}
+    queue_times: dict[str, float] = {}
+    for vc, ks in sorted(by_vc.items()):
+        sj = [_sim_job(jobs[k]) for k in ks]
+        vc_jobs = [jobs[k] for k in ks]
+        ranker = ClosedLoopRanker(vc_jobs, model, snapshot_at=snapshot_at)
+        runs = {
+            "fifo": simulate_vc(sj, sizes[vc], "fifo"),
+            "oracle": simulate_vc(sj, sizes[vc], "qssf", priorities=[j.service for j in sj]),
+            "qssf": simulate_vc(sj, sizes[vc], "qssf", ranker=ranker),
+        }
+        for name, out in runs.items():
+            tot[name] += sum(o.end - j.submit for o, j in zip(out, sj, strict=True))
+        n += len(sj)
+        updates += ranker.hint_updates
+        queues[vc] = [
+            WaitingJob(vc_jobs[i].job_id, vc_jobs[i].num_gpus, p, ranker.predicted[i])
+            for p, i in ranker.snapshot or []
+        ]
+        queue_times[vc] = ranker.snapshot_t
+    return ScheduleSummary(
+        vc_sizes=sizes,
+        fifo_avg_jct_s=tot["fifo"] / n,
+        qssf_avg_jct_s=tot["qssf"] / n,
+        oracle_avg_jct_s=tot["oracle"] / n,
+        hint_updates=updates,
+        snapshot_at=snapshot_at,
+        queues=queues,
+        queue_times=queue_times,
+    )

@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Hashable
 from typing import Any
 
 from river import base
@@ -54,11 +55,12 @@ def featurize(job: JobEvent) -> dict[str, Any]:
     return x
 
 
-def job_of(x: dict[str, Any]) -> JobEvent:
+def job_of(x: dict[Hashable, Any]) -> JobEvent:
     """The submitted :class:`JobEvent` back from :func:`featurize`'s dict."""
     t = float(x["submit_s"])
-    fields = {f: x.get(f) for f in _FIELDS if x.get(f) is not None}
-    return JobEvent(phase=JobPhase.SUBMITTED, time=t, submit_time=t, **fields)
+    fields: dict[str, Any] = {f: x[f] for f in _FIELDS if x.get(f) is not None}
+    fields.update(phase=JobPhase.SUBMITTED, time=t, submit_time=t)
+    return JobEvent.model_validate(fields)
 
 
 class RiverRegressor(base.Regressor):
@@ -69,8 +71,8 @@ class RiverRegressor(base.Regressor):
     def __init__(self, model: DurationModel) -> None:
         self.model = model
 
-    def predict_one(self, x: dict[str, Any]) -> float:
+    def predict_one(self, x: dict[Hashable, Any]) -> float:
         return float(self.model.predict_one(job_of(x)).duration_s)
 
-    def learn_one(self, x: dict[str, Any], y: float) -> None:
+    def learn_one(self, x: dict[Hashable, Any], y: float) -> None:
         self.model.learn_one(job_of(x), float(y))

@@ -471,6 +471,17 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
             ]
             for name in avg
         ]
+        wu = q.get("without_users")
+        if wu:
+            blind = wu["avg_jct_s"]
+            rows.append(
+                [
+                    "qssf, hints blind to users and names",
+                    _fmt(blind, "s"),
+                    "–",
+                    _fmt(blind / avg["fifo"] if avg.get("fifo") else None),
+                ]
+            )
         fq, qo = q["jct_ratio_fifo_over_qssf"], q["jct_ratio_qssf_over_oracle"]
         sizes = ", ".join(f"{_e(vc)} {k}" for vc, k in q["vc_sizes"].items())
         parts.append(

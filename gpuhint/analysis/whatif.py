@@ -8,6 +8,8 @@ series when one is given. Both are the online, strictly causal evaluations.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,10 +56,49 @@ def qssf_summary(
         "seconds": d["seconds"]["total"],
         "plot": None,
     }
+    out["without_users"] = None
+    if any(j.user or j.name for j in jobs):
+        blind = _qssf_without_users(jobs, model, rep.vc_sizes)
+        oracle = out["avg_jct_s"]["qssf-oracle"]
+        out["without_users"] = {
+            "avg_jct_s": blind,
+            "jct_ratio_qssf_over_oracle": blind / oracle if oracle else None,
+            "jct_ratio_fifo_over_qssf": out["avg_jct_s"]["fifo"] / blind if blind else None,
+        }
     if plot is not None:
         plot_jct_cdf(rep, plot, title=f"JCT by policy ({out['window']})")
         out["plot"] = plot.name
     return out
+
+
+def _qssf_without_users(jobs: Sequence[TraceJob], model: str, vc_sizes: Mapping[str, int]) -> float:
+    """Average JCT of QSSF when the predictor sees neither users nor job names.
+
+    The same jobs, VC sizes and simulator as the main run; only the hints differ.
+    """
+    from gpuhint.evaluation.qssf import predict_online
+    from models.simulator import SimJob, simulate_vc, summarize
+
+    blind = [dataclasses.replace(j, user=None, name=None) for j in jobs]
+    prio = predict_online(blind, model).priority
+    by_vc: dict[str, list[int]] = defaultdict(list)
+    for k, j in enumerate(blind):
+        if j.num_gpus > 0:
+            by_vc[j.vc].append(k)
+    gpus: list[int] = []
+    jct: list[float] = []
+    queue: list[float] = []
+    for vc, ks in by_vc.items():
+        sim = [
+            SimJob(blind[k].job_id, blind[k].submit_time, blind[k].duration, blind[k].num_gpus)
+            for k in ks
+        ]
+        res = simulate_vc(sim, vc_sizes[vc], "qssf", priorities=[prio[k] for k in ks])
+        for job, o in zip(sim, res, strict=True):
+            gpus.append(job.gpus)
+            jct.append(o.end - job.submit)
+            queue.append(o.queue)
+    return summarize(gpus, jct, queue).avg_jct_s
 
 
 def ces_summary(
@@ -100,13 +141,23 @@ def predictor_notes(
     notes: list[str] = []
     ratio = qssf.get("jct_ratio_qssf_over_oracle") if qssf else None
     cost = (
-        f" Here QSSF with the hints ends at {ratio:.2f}x the oracle's average JCT." if ratio else ""
+        f" Here QSSF with the hints ends at {ratio:.2f}x the oracle's average JCT" if ratio else ""
     )
+    blind = qssf.get("without_users") if qssf else None
+    if cost and blind and blind.get("jct_ratio_qssf_over_oracle"):
+        cost += (
+            f"; with users and names hidden from the predictor it would end at "
+            f"{blind['jct_ratio_qssf_over_oracle']:.2f}x (the difference is what they are worth "
+            "here)."
+        )
+    elif cost:
+        cost += "."
     if not fields.get("user"):
         notes.append(
             "The trace has no users: gpuhint's predictor has only the VC and the GPU count to "
             "go on, so every job of one GPU count looks the same at submit and history cannot "
-            "tell a user's short jobs from their long ones." + cost
+            "tell a user's short jobs from their long ones. Traces that record users show what "
+            "they are worth (docs/analyze.md)." + cost
         )
     else:
         share = repetition.get("same_user_same_gpus_prior_share") if repetition else None

@@ -276,6 +276,12 @@ def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
             f"{_s(q['avg_jct_s']['qssf'])}, oracle {_s(q['avg_jct_s']['qssf-oracle'])}: "
             f"{fq:.2f}x better than FIFO, {qo:.2f}x the oracle"
         )
+        wu = q.get("without_users")
+        if wu and wu["jct_ratio_qssf_over_oracle"]:
+            lines.append(
+                f"  QSSF, hints blind to users and names: {wu['jct_ratio_qssf_over_oracle']:.2f}x "
+                "the oracle"
+            )
     else:
         lines.append(f"  QSSF               {g['qssf_note']}")
     if g["ces"]:

@@ -84,6 +84,12 @@ def test_every_figure_on_real_excerpts(
     assert q["window"] == "whole trace"
     assert {"fifo", "qssf", "qssf-oracle"} <= set(q["avg_jct_s"])
     assert q["jct_ratio_qssf_over_oracle"] >= 0.99  # the oracle is (about) the best
+    # the same simulation with hints that never saw a user or a job name
+    blind = q["without_users"]
+    assert blind["avg_jct_s"] > 0
+    assert blind["jct_ratio_qssf_over_oracle"] == pytest.approx(
+        blind["avg_jct_s"] / q["avg_jct_s"]["qssf-oracle"]
+    )
     assert n["gpuhint"]["ces"] is None and "--series" in n["gpuhint"]["ces_note"]
 
 
@@ -100,6 +106,7 @@ def test_trace_without_optional_fields(tmp_path: Path, capsys: pytest.CaptureFix
     assert n["submissions"]["clock"] == "hours since the first submit"
     assert n["submissions"]["by_weekday"] is None
     assert n["helios_summary"]["complete_rate_gpu"] is None
+    assert n["gpuhint"]["qssf"]["without_users"] is None  # nothing to hide
     notes = " ".join(n["gpuhint"]["notes"])
     assert "no users" in notes and "no job names" in notes
     html = (tmp_path / "report.html").read_text()

@@ -39,6 +39,8 @@ class Options:
     target_load: float = 0.9
     series: Path | None = None
     ces_test_days: int = 7
+    ces_test_from: str | None = None
+    ces_test_to: str | None = None
     progress: bool | None = None
 
 
@@ -180,6 +182,8 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
         g["ces"] = whatif.ces_summary(
             opts.series,
             test_days=opts.ces_test_days,
+            test_from=opts.ces_test_from,
+            test_to=opts.ces_test_to,
             plot=out_dir / "ces_load.png",
             progress=opts.progress,
         )

@@ -105,10 +105,13 @@ def ces_summary(
     series_path: str | Path,
     *,
     test_days: int = 7,
+    test_from: str | None = None,
+    test_to: str | None = None,
     plot: Path | None = None,
     progress: bool | None = None,
 ) -> dict[str, Any]:
-    """CES with gpuhint's default policy on a load series, over its last ``test_days``.
+    """CES with gpuhint's default policy on a load series, over the test days
+    ``test_from`` .. ``test_to`` (default: the series' last ``test_days``).
 
     Raises :class:`gpuhint.loadseries.SeriesError` / OSError / ValueError on bad input.
     """
@@ -117,7 +120,7 @@ def ces_summary(
     from models.forecast import LoadForecaster
 
     series = read_series(series_path)
-    lo, hi = ces.window_slots(series, days=test_days)
+    lo, hi = ces.window_slots(series, test_from, test_to, days=test_days)
 
     def factory() -> LoadForecaster:
         return LoadForecaster(horizon_slots=18, slot_s=series.slot_s)

@@ -80,6 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         metavar="N",
         help="CES: report over the series' last N days (default: 7)",
     )
+    p.add_argument("--ces-test-from", metavar="DAY", help="CES: first test day, YYYY-MM-DD")
+    p.add_argument("--ces-test-to", metavar="DAY", help="CES: last test day, YYYY-MM-DD")
     p.add_argument("--no-qssf", action="store_true", help="skip the QSSF simulation")
     p.add_argument(
         "--qssf-jobs",
@@ -164,6 +166,7 @@ def _read(args: argparse.Namespace, tail: int) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from gpuhint.analysis import report
+    from gpuhint.evaluation.ces import parse_day
     from gpuhint.evaluation.qssf import InputError, read_vc_config
     from gpuhint.loadseries import SeriesError
 
@@ -173,6 +176,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--qssf-jobs must be >= 1")
     if args.ces_test_days < 1:
         raise UserError("--ces-test-days must be >= 1")
+    if (args.ces_test_from or args.ces_test_to) and not args.series:
+        raise UserError("--ces-test-from / --ces-test-to need --series")
+    for flag, day in (("--ces-test-from", args.ces_test_from), ("--ces-test-to", args.ces_test_to)):
+        if day:
+            try:
+                parse_day(day)
+            except ValueError as exc:
+                raise UserError(f"{flag}: {exc}") from None
     if args.series and not Path(args.series).is_file():
         raise UserError(f"{args.series}: no such file (--series)")
     try:
@@ -193,6 +204,8 @@ def run(args: argparse.Namespace) -> int:
         target_load=args.target_load,
         series=Path(args.series) if args.series else None,
         ces_test_days=args.ces_test_days,
+        ces_test_from=args.ces_test_from,
+        ces_test_to=args.ces_test_to,
         progress=False if args.no_progress else None,
     )
     try:
@@ -200,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     except SeriesError as exc:
         raise UserError(f"{exc} (--series)") from None
     except ValueError as exc:  # e.g. a CES test window outside the series
-        raise UserError(str(exc)) from None
+        raise UserError(str(exc).replace("--test-", "--ces-test-")) from None
     except OSError as exc:
         raise UserError(f"cannot write into {out_dir}: {exc}") from None
     try:

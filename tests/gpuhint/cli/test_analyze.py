@@ -172,6 +172,10 @@ def test_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 2 and "--qssf-jobs must be >= 1" in err
     rc, _, err = _run(capsys, str(VENUS), "--series", str(tmp_path / "none.csv"))
     assert rc == 2 and "none.csv: no such file (--series)" in err
+    rc, _, err = _run(capsys, str(VENUS), "--ces-test-from", "2020-01-01")
+    assert rc == 2 and "--ces-test-from / --ces-test-to need --series" in err
+    rc, _, err = _run(capsys, str(VENUS), "--series", str(SERIES), "--ces-test-to", "May 3")
+    assert rc == 2 and "--ces-test-to: not a date (YYYY-MM-DD): 'May 3'" in err
     bad = tmp_path / "vc.csv"
     bad.write_text("vc,nodes\nvcA,many\n")
     rc, _, err = _run(capsys, str(VENUS), "--vc-config", str(bad))

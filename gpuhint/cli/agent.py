@@ -86,9 +86,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--slurm",
         metavar="SOURCE",
-        help="Slurm job events from: squeue (squeue --all --states=all --json), sacct "
-        "(sacct --json -a -X -S now-1hours), cmd:COMMAND, or a FILE re-read every interval "
-        "(squeue/sacct JSON or sacct --parsable2 output)",
+        help="Slurm job events from: sacct (sacct --json -a -X from the watermark, else the "
+        "last hour; needs slurmdbd), squeue (squeue --all --states=all --json), cmd:COMMAND, "
+        "or a FILE re-read every interval (squeue/sacct JSON or sacct --parsable2 output)",
+    )
+    p.add_argument(
+        "--slurm-state",
+        metavar="FILE",
+        help="Slurm watermark file: a restarted agent publishes no duplicate and, with "
+        "--slurm sacct, misses no transition (default: none, a restart starts fresh)",
+    )
+    p.add_argument(
+        "--slurm-vc",
+        choices=["account", "partition"],
+        default="account",
+        help="VC of a Slurm job: its account, else its partition (default), or the reverse",
     )
     p.add_argument(
         "--kubernetes",
@@ -127,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     from agents.nvml import Nvml, NvmlUnavailable, RealNvml
     from agents.publisher import BufferedPublisher, KafkaTransport, StdoutTransport, Transport
     from agents.scheduler import JobTracker
-    from agents.slurm import parse_slurm, slurm_source
+    from agents.slurm import slurm_source
+    from agents.slurm_feed import slurm_feed
     from gpuhint.contract import JobState
 
     try:
@@ -165,9 +178,23 @@ def run(args: argparse.Namespace) -> int:
     elif args.nvml == "real":
         nvml = RealNvml()
 
-    feeds = []
+    feeds: list[SchedulerFeed] = []
+    if args.slurm:
+        _check_source("slurm", slurm_source(args.slurm))
+        try:
+            feeds.append(
+                slurm_feed(
+                    args.slurm,
+                    cluster=settings.cluster,
+                    state_path=Path(args.slurm_state) if args.slurm_state else None,
+                    vc_from=args.slurm_vc,
+                )
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--slurm-state: {exc}") from None
+    elif args.slurm_state:
+        raise UserError("--slurm-state needs --slurm")
     for name, spec, parse, vanished, source_of in (
-        ("slurm", args.slurm, parse_slurm, JobState.UNKNOWN, slurm_source),
         ("kubernetes", args.kubernetes, parse_pods, JobState.CANCELLED, kubernetes_source),
     ):
         if not spec:

@@ -105,8 +105,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--kubernetes",
         metavar="SOURCE",
-        help="GPU pod events from: kubectl (kubectl get pods -A -o json), cmd:COMMAND, or a "
-        "FILE with a PodList JSON",
+        help="GPU job events from: kueue (Kueue-managed Jobs and their Workloads through the "
+        "API: in-cluster or $KUBECONFIG; job id = label gpuhint.io/job-id, else the Job's UID), "
+        "kubectl (pods: kubectl get pods -A -o json), cmd:COMMAND, or a FILE with a PodList JSON",
     )
     p.add_argument("--buffer-max", type=int, metavar="N", help="records buffered in memory")
     p.add_argument("--spill-dir", metavar="DIR", help="spill the full buffer to disk here")
@@ -194,10 +195,12 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--slurm-state: {exc}") from None
     elif args.slurm_state:
         raise UserError("--slurm-state needs --slurm")
+    if args.kubernetes == "kueue":
+        feeds.append(_kueue_feed(settings.cluster))
     for name, spec, parse, vanished, source_of in (
         ("kubernetes", args.kubernetes, parse_pods, JobState.CANCELLED, kubernetes_source),
     ):
-        if not spec:
+        if not spec or (name == "kubernetes" and spec == "kueue"):
             continue
         source = source_of(spec)
         _check_source(name, source)
@@ -283,6 +286,19 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _kueue_feed(cluster: str) -> Any:
+    from agents.kubernetes import KueueFeed, KueueSnapshot
+    from agents.scheduler import JobTracker
+    from gpuhint.contract import JobState
+    from gpuhint.kueue.kube import KubeError
+
+    try:
+        snapshot = KueueSnapshot(os.environ.get("KUBECONFIG") or None)
+    except KubeError as exc:
+        raise UserError(f"--kubernetes kueue: {exc}") from None
+    return KueueFeed(JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED), snapshot)
 
 
 def _check_source(name: str, source: str | tuple[str, ...]) -> None:

@@ -38,6 +38,8 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   --interval / GPUHINT_AGENT_INTERVAL_S    seconds between samples (10)
   --buffer-max / GPUHINT_AGENT_BUFFER_MAX  records buffered in memory (10000)
   --spill-dir / GPUHINT_AGENT_SPILL_DIR    spill the buffer to disk here
+  --metrics-port / GPUHINT_METRICS_PORT    /metrics (GPUs under DCGM exporter names) and
+                                           /healthz (docs/metrics.md); unset: off
   GPUHINT_TOPIC_PREFIX, GPUHINT_PARTITIONS. See docs/agent.md.
 """
 
@@ -125,6 +127,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         metavar="SECONDS",
         help="how long to try sending at exit (10)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics and /healthz on PORT (else GPUHINT_METRICS_PORT; unset: off)",
+    )
     add_config_args(p)
     p.set_defaults(handler=run)
 
@@ -153,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             agent_interval_s=args.interval,
             agent_buffer_max=args.buffer_max,
             agent_spill_dir=args.spill_dir,
+            metrics_port=args.metrics_port,
         )
     except UserError as exc:
         raise UserError(_one_line(str(exc))) from None
@@ -255,6 +264,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
 
     log = logging.getLogger("gpuhint.agent")
+    metrics = None
+    if settings.metrics_port is not None:
+        from gpuhint.metrics.agent import start_agent_metrics
+
+        try:
+            metrics = start_agent_metrics(agent, settings.metrics_host, settings.metrics_port)
+        except OSError as exc:
+            agent.close(0)
+            raise UserError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
     log.info(
         "agent %s/%s: nvml %s, every %.3g s -> %s%s",
         settings.cluster,
@@ -277,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         lost = agent.close(args.flush_timeout)
+        if metrics is not None:
+            metrics.stop()
     if lost:
         print(
             f"gpuhint agent: {lost} record(s) could not be sent to "

@@ -147,12 +147,17 @@ def run(args: argparse.Namespace) -> int:
         disable=args.no_progress,
     )
 
+    shown_down = False
+
     def progress(p: ReplayProgress) -> None:
+        nonlocal shown_down
         bar.update(p.acked - bar.n)
         if p.down_since is not None:
             bar.set_postfix_str(f"Kafka down, retry {p.retries}", refresh=True)
-        elif bar.postfix:
+            shown_down = True
+        elif shown_down:
             bar.set_postfix_str("")
+            shown_down = False
         if p.acked > start:
             state.save(p.acked, p.total)
 

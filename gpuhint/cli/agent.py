@@ -151,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from agents.slurm import slurm_source
     from agents.slurm_feed import slurm_feed
     from gpuhint.contract import JobState
+    from gpuhint.kafka_io import kafka_client_config
 
     try:
         settings = settings_from(
@@ -233,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
             on_connect=_topic_creator(settings),
             bootstrap_timeout_ms=int(send_timeout_s * 1000),
             max_block_ms=int(send_timeout_s * 1000),
+            **kafka_client_config(settings),
         )
     if settings.agent_spill_dir is not None:
         try:
@@ -348,8 +350,15 @@ def _check_source(name: str, source: str | tuple[str, ...]) -> None:
 
 def _topic_creator(settings: Any) -> Any:
     def create() -> None:
-        from gpuhint.kafka_io import ensure_topics
+        from gpuhint.kafka_io import ensure_topics, kafka_client_config
 
-        ensure_topics(settings.kafka_bootstrap, settings.topics, settings.partitions, timeout_s=10)
+        ensure_topics(
+            settings.kafka_bootstrap,
+            settings.topics,
+            settings.partitions,
+            timeout_s=10,
+            replication_factor=settings.replication_factor,
+            security=kafka_client_config(settings),
+        )
 
     return create

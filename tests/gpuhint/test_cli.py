@@ -120,9 +120,11 @@ def test_replay_without_a_broker_says_so(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        env=dict(os.environ, GPUHINT_KAFKA_RETRY_S="3", GPUHINT_STATE_DIR=str(tmp_path)),
     )
     assert proc.returncode == 2
     assert f"127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
+    assert "0 of " in proc.stderr and "--resume" in proc.stderr  # retried, then said how far
 
 
 def test_demo_works_from_a_clean_install(tmp_path: Path) -> None:

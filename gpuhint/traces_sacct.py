@@ -92,6 +92,10 @@ def _row(row: dict[str, str], line: int) -> TraceJob | None:
     if duration is None:
         raise ValueError("no Elapsed and no Start/End pair")
     gpus = gpus_from_tres(row.get("alloctres")) or gpus_from_tres(row.get("reqtres")) or 0
+    try:
+        limit = parse_timelimit(row.get("timelimit"))
+    except ValueError:
+        raise ValueError(f"Timelimit: {row.get('timelimit')!r} is not [D-]HH:MM:SS") from None
     nnodes = row.get("nnodes", "").strip()
     if nnodes and not nnodes.isdigit():
         raise ValueError(f"NNodes: {nnodes!r} is not a count")
@@ -107,6 +111,7 @@ def _row(row: dict[str, str], line: int) -> TraceJob | None:
         state=final or JobState.UNKNOWN,
         start_time=start,
         line=line,
+        time_limit_s=limit,
     )
 
 
@@ -202,6 +207,8 @@ def _json_job(j: Any, line: int) -> TraceJob | None:
     gpus = _gpus(tres.get("allocated")) or _gpus(tres.get("requested")) or 0
     assoc = j.get("association") or {}
     nodes = _num(j.get("allocation_nodes"))
+    limit = t.get("limit")
+    limit_min = None if isinstance(limit, dict) and limit.get("infinite") else _num(limit)
     return TraceJob(
         job_id=job_id,
         submit_time=submit,
@@ -214,6 +221,7 @@ def _json_job(j: Any, line: int) -> TraceJob | None:
         state=final or JobState.UNKNOWN,
         start_time=start or None,
         line=line,
+        time_limit_s=limit_min * 60.0 if limit_min else None,
     )
 
 

@@ -46,6 +46,7 @@ def test_real_sacct_exports_read_as_traces(slurm_conf: str, tmp_path: Path) -> N
         assert {j.vc for j in read.jobs} == {"research"}
         assert {j.state for j in read.jobs} == {JobState.COMPLETED}
         assert all(0.5 <= j.duration <= 30 for j in read.jobs)
+        assert {j.time_limit_s for j in read.jobs} == {300.0}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "gpuhint", "evaluate", "qssf", "--trace", str(as_json),

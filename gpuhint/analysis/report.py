@@ -521,6 +521,11 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
     return "".join(parts)
 
 
+def _as_int(v: float | None, kind: str) -> float | int | None:
+    """Counts of the paper's table as ints (they are stored as floats)."""
+    return int(v) if v is not None and kind == "" and v == int(v) and v > 100 else v
+
+
 def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
     """The whole report as one HTML string; figures are read from ``out_dir``."""
     o = n["overview"]
@@ -544,9 +549,17 @@ def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
         f"{o['gpu_hours']:,.0f} GPU hours.</p>"
     )
     hs = n["helios_summary"]
+    paper = {k: v for k, v in stats.paper_clusters().items() if k != "total"}
     summary = _table(
-        ["Helios cluster_summary column", "this trace"],
-        [[f"<code>{k}</code>", _fmt(hs[k], kind)] for k, kind in _SUMMARY_KEYS],
+        ["Helios cluster_summary column", "this trace", *(f"paper: {c}" for c in paper)],
+        [
+            [f"<code>{k}</code>", f"<b>{_fmt(hs[k], kind)}</b>"]
+            + [_fmt(_as_int(c.get(k), kind), kind) for c in paper.values()]
+            for k, kind in _SUMMARY_KEYS
+        ],
+    ) + (
+        "<p class=muted>The paper's columns: the four Helios clusters of SenseTime, April .. "
+        "September 2020 (Hu et al., SC '21; HeliosData, CC-BY-4.0).</p>"
     )
     fields = ", ".join(
         f"{k} {'✓' if v else '✗'}" for k, v in n["fields"].items() if k != "absolute_time"

@@ -411,3 +411,17 @@ def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[s
     for key, grp in (("complete", "completed"), ("cancel", "cancelled"), ("fail", "failed")):
         out[f"{key}_gpu_time"] = float(gt[groups == grp].sum()) if has_state else None
     return out
+
+
+def paper_clusters() -> dict[str, dict[str, float]]:
+    """The Helios paper's per-cluster table (shipped ``helios_cluster_summary.csv``), by
+    cluster name: the anchors a trace's ``helios_summary`` is shown beside."""
+    import csv
+    from importlib import resources
+
+    text = resources.files("gpuhint").joinpath("data/helios_cluster_summary.csv").read_text()
+    out: dict[str, dict[str, float]] = {}
+    for row in csv.DictReader(text.splitlines()):
+        name = row.pop("id")
+        out[name] = {k: float(v) for k, v in row.items() if v}
+    return out

@@ -174,3 +174,16 @@ def test_helios_summary(df) -> None:  # type: ignore[no-untyped-def]
     assert s["cancel_gpu_time"] == 8000.0
     none = stats.helios_summary(df, has_state=False, has_start=False)
     assert none["complete_rate_gpu"] is None and none["avg_que_time_gpu"] is None
+
+
+def test_paper_anchors_ship_with_the_package() -> None:
+    paper = stats.paper_clusters()
+    assert set(paper) == {"Venus", "Earth", "Saturn", "Uranus", "total"}
+    assert paper["Venus"]["med_run_time_gpu"] == 204.0
+    assert paper["Saturn"]["complete_rate_gpu"] == 0.582
+
+
+def test_paper_columns_are_the_trace_summary_columns(df) -> None:  # type: ignore[no-untyped-def]
+    """Same names as a trace's own summary, so they sit side by side in the report."""
+    own = stats.helios_summary(df, has_state=True, has_start=True)
+    assert set(stats.paper_clusters()["Venus"]) == set(own)

@@ -111,6 +111,7 @@ def test_trace_without_optional_fields(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no users" in notes and "no job names" in notes
     html = (tmp_path / "report.html").read_text()
     assert "Skipped, the trace lacks what they need" in html
+    assert "paper: Venus" in html  # the anchors beside the trace's own figures
     _check_outputs(tmp_path, n)
 
 

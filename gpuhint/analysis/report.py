@@ -491,7 +491,8 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
         parts.append(
             f"<p class=big>Scheduling the {_e(q['window'])} ({q['jobs_simulated']:,} GPU jobs) "
             "smallest expected service first with gpuhint's online hints "
-            f"(<code>{_e(q['model'])}</code>) gives an average job completion time "
+            f"(<code>{_e(q['model'])}</code>; {_e(q['qssf_description'])}) gives an average "
+            "job completion time "
             f"<b>{_fmt(fq)}x</b> shorter than FIFO and <b>{_fmt(qo)}x</b> the oracle's "
             "(which knows every job's true GPUs x duration).</p>"
             + _table(["policy", "average JCT", "average queue", "x FIFO"], rows)

@@ -53,6 +53,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("users", "User concentration"),
     ("repetition", "Repetitiveness: does a user's history predict the next job?"),
     ("vcs", "Virtual clusters"),
+    ("time_limits", "Requested time limits"),
 )
 
 
@@ -123,6 +124,11 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
         if need("vcs", f["vc"], "the trace has no virtual clusters (one 'default' VC)")
         else None
     )
+    n["time_limits"] = (
+        stats.time_limit_stats(df)
+        if need("time_limits", f["time_limit"], "the trace has no requested time limits")
+        else None
+    )
     secs["stats"] = round(time.perf_counter() - t0, 3)
 
     log("drawing figures")
@@ -145,6 +151,8 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
         ).name
     if n["vcs"]:
         figs["vcs"] = figures.vcs(n["vcs"], out_dir / "vcs.png").name
+    if n["time_limits"]:
+        figs["time_limits"] = figures.time_limits(df, out_dir / "time_limits.png").name
     secs["figures"] = round(time.perf_counter() - t1, 3)
 
     g: dict[str, Any] = {"qssf": None, "qssf_note": None, "ces": None, "ces_note": None}
@@ -166,6 +174,7 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
                 vc_nodes=opts.vc_nodes,
                 target_load=opts.target_load,
                 plot=out_dir / "qssf_jct_cdf.png",
+                progress=log,
             )
             figs["qssf"] = g["qssf"]["plot"]
         except InputError as exc:
@@ -441,6 +450,27 @@ def _section_body(key: str, n: Mapping[str, Any]) -> str:
                 "GPU completed",
             ],
             rows,
+        )
+    if key == "time_limits":
+        return _table(
+            ["measure", "value"],
+            [
+                ["jobs with a time limit", _fmt(v["jobs"])],
+                ["median run time / time limit", _fmt(v["median_used_share"], "pct")],
+                ["jobs using under half their limit", _fmt(v["under_half_share"], "pct")],
+                [
+                    "jobs reaching their limit (run time >= 99% of it)",
+                    _fmt(v["at_limit_share"], "pct"),
+                ],
+                [
+                    "GPU time reserved by the limits but not used",
+                    _fmt(v["unused_gpu_time_share"], "pct"),
+                ],
+                ["median time limit", _fmt(v["median_limit_s"], "s")],
+            ],
+        ) + (
+            "<p class=muted>A scheduler that backfills by time limits plans with these "
+            "numbers; gpuhint's predicted durations are what the jobs really take.</p>"
         )
     return ""  # pragma: no cover
 

@@ -487,6 +487,23 @@ _SUMMARY_KEYS = (
 )  # fmt: skip
 
 
+def _loop_words(q: Mapping[str, Any]) -> str:
+    if q.get("loop") == "closed":
+        updates = q.get("hint_updates")
+        return (
+            ", closed loop: it learns and re-ranks the waiting jobs inside the simulated "
+            "schedule" + (f", {updates:,} hint updates" if updates else "")
+        )
+    if q.get("loop") == "open":
+        return ", open loop: hints from the trace's own timeline"
+    return ""
+
+
+def _utc(iso: str) -> str:
+    """``2017-12-01T00:00:00+00:00`` as ``2017-12-01 00:00``."""
+    return iso[:16].replace("T", " ")
+
+
 def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
     g = n["gpuhint"]
     parts = ["<h2 id=gpuhint>What gpuhint can do for this cluster</h2>"]
@@ -521,7 +538,7 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
         parts.append(
             f"<p class=big>Scheduling the {_e(q['window'])} ({q['jobs_simulated']:,} GPU jobs) "
             "smallest expected service first with gpuhint's online hints "
-            f"(<code>{_e(q['model'])}</code>; {_e(q['qssf_description'])}) gives an average "
+            f"(<code>{_e(q['model'])}</code>{_loop_words(q)}) gives an average "
             "job completion time "
             f"<b>{_fmt(fq)}x</b> shorter than FIFO and <b>{_fmt(qo)}x</b> the oracle's "
             "(which knows every job's true GPUs x duration).</p>"
@@ -540,7 +557,8 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
     else:
         parts.append(
             f"<p class=big>On {_e(c['series'])} ({c['total_nodes']} nodes), over "
-            f"{_e(c['test_from'][:10])} .. {_e(c['test_to'][:10])}: utilization of powered-on "
+            f"{_e(_utc(c['test_from']))} .. {_e(_utc(c['test_to']))} UTC: utilization of "
+            "powered-on "
             f"nodes {_fmt(c['util_before'], 'pct')} → <b>{_fmt(c['util_after'], 'pct')}</b>, "
             f"{c['mean_powered_off']:.1f} nodes off on average (~{c['energy_saved_kwh']:,.0f} "
             f"kWh), {c['shortfall_node_slots']} shortfall node-slots, "

@@ -575,6 +575,80 @@ def _as_int(v: float | None, kind: str) -> float | int | None:
     return int(v) if v is not None and kind == "" and v == int(v) and v > 100 else v
 
 
+def findings(n: Mapping[str, Any]) -> list[str]:
+    """The headline facts of a trace in plain sentences, from its numbers."""
+    out: list[str] = []
+    d = n["duration"]["gpu"]
+    if d["jobs"]:
+        line = (
+            f"Half of the GPU jobs run under {_dur(d['median_s'])}, yet the mean is "
+            f"{_dur(d['mean_s'])}"
+        )
+        short, short_t = (
+            n["duration"]["gpu_jobs_under_1h_share"],
+            n["duration"]["gpu_time_of_jobs_under_1h_share"],
+        )
+        if short and short_t is not None:
+            line += (
+                f": the {_fmt(short, 'pct')} that end within an hour use "
+                f"{_fmt(short_t, 'pct')} of the GPU time"
+            )
+        out.append(line + ".")
+    g = n["gpu_demand"]
+    if g and g["single_gpu_job_share"] is not None:
+        big = [r for r in g["buckets"] if r["gpus"] not in ("0", "1", "2", "3-4", "5-8")]
+        big_jobs = sum(r["job_share"] or 0 for r in big)
+        big_time = sum(r["gpu_time_share"] or 0 for r in big)
+        out.append(
+            f"{_fmt(g['single_gpu_job_share'], 'pct')} of GPU jobs ask for one GPU; jobs of "
+            f"more than 8 GPUs are {_fmt(big_jobs, 'pct')} of the jobs and use "
+            f"{_fmt(big_time, 'pct')} of the GPU time."
+        )
+    st = n["states"]
+    if st and st["gpu"]["jobs"]:
+        c, t = st["gpu"]["by_count"], st["gpu"]["by_gpu_time"]
+        bad = (c["cancelled"] or 0) + (c["failed"] or 0)
+        bad_t = (t["cancelled"] or 0) + (t["failed"] or 0)
+        out.append(
+            f"{_fmt(bad, 'pct')} of GPU jobs end cancelled or failed, holding "
+            f"{_fmt(bad_t, 'pct')} of the GPU time (failed alone: {_fmt(c['failed'], 'pct')} "
+            f"of the jobs, {_fmt(t['failed'], 'pct')} of the time)."
+        )
+    q = n["queue"]
+    if q and q["gpu"]["jobs"]:
+        out.append(
+            f"GPU jobs wait {_dur(q['gpu']['median_s'])} at the median and "
+            f"{_dur(q['gpu']['mean_s'])} on average; {_fmt(q['gpu']['over_1h_share'], 'pct')} "
+            "wait over an hour."
+        )
+    u = n["users"]
+    if u and u["users"]:
+        top = u["top"]["top_10pct"]
+        out.append(
+            f"The top 10% of users ({top['users']:,} of {u['users']:,}) use "
+            f"{_fmt(top['gpu_time_share'], 'pct')} of the GPU time."
+        )
+    r = n["repetition"]
+    if r and r["same_user_same_gpus_prior_share"] is not None:
+        out.append(
+            f"{_fmt(r['same_user_same_gpus_prior_share'], 'pct')} of jobs repeat an earlier "
+            "job's user and GPU count: history has something to learn from."
+        )
+    sub = n["submissions"]
+    if sub["peak_hour"] is not None:
+        out.append(
+            f"Submissions peak at {sub['peak_hour']:02d}:00 and are fewest at "
+            f"{sub['quietest_hour']:02d}:00 ({sub['clock']})."
+        )
+    qs = n["gpuhint"]["qssf"]
+    if qs and qs["jct_ratio_fifo_over_qssf"] and qs["jct_ratio_qssf_over_oracle"]:
+        out.append(
+            f"QSSF with gpuhint's hints: average JCT {qs['jct_ratio_fifo_over_qssf']:.2f}x "
+            f"shorter than FIFO, {qs['jct_ratio_qssf_over_oracle']:.2f}x the oracle's."
+        )
+    return out
+
+
 def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
     """The whole report as one HTML string; figures are read from ``out_dir``."""
     o = n["overview"]
@@ -619,7 +693,8 @@ def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
     toc = "".join(
         f'<li><a href="#{k}">{_e(t)}</a></li>' for k, t in SECTIONS if n.get(k) is not None
     )
-    body = [head, f"<p class=muted>fields: {fields}</p>"]
+    facts = "".join(f"<li>{_e(x)}</li>" for x in findings(n))
+    body = [head, f"<ul class=big>{facts}</ul>", f"<p class=muted>fields: {fields}</p>"]
     if skipped:
         body.append(
             f"<div class=note>Skipped, the trace lacks what they need:<ul>{skipped}</ul></div>"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuhint.metrics.applier import ApplierMetrics
+from gpuhint.testing.metrics_docs import undocumented
 from gpuhint.testing.scrape import get, samples, value
 
 
@@ -30,6 +31,7 @@ def test_served_counters_and_health() -> None:
         assert value(got, "gpuhint_applier_pass_seconds_bucket", le="1.0", **k) == 0
         assert value(got, "gpuhint_applier_pending_jobs", **k) == 10
         assert value(got, "gpuhint_applier_last_pass_changed", **k) == 4
+        assert not undocumented({n for n, _ in got}), "add them to docs/metrics.md"
     finally:
         srv.stop()
     again = m.serve("127.0.0.1", 0)  # a second server on the same registry is fine

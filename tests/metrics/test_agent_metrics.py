@@ -103,3 +103,21 @@ def test_health_and_collector_in_process() -> None:
     assert len(gpus) == 7 and "2" not in gpus  # GPU 2 fell off the bus: no made-up values
     assert value(got, "gpuhint_agent_gpus", state="unhealthy") == 1
     agent.close()
+
+
+def test_taken_port_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    from gpuhint.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc = main(
+            ["agent", "--nvml", "fake", "--dry-run", "--once", "--node", "n", "--metrics-port",
+             str(port)]
+        )  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and f"cannot serve metrics on 0.0.0.0:{port}" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -7,7 +7,8 @@ silent), replays the shipped Philly excerpt paced over the run, plants a few mal
 messages, and scrapes every process every ``--interval`` seconds. Only the metrics the dashboard
 draws are kept (JSON lines, gzipped).
 
-    python -m gpuhint.metrics.record --seconds 240 --out docs/img/dashboard-series.jsonl.gz
+    python -m gpuhint.metrics.record --seconds 480 --interval 3 \\
+        --out docs/img/dashboard-series.jsonl.gz
     python -m gpuhint.metrics.dashboard render docs/img/dashboard-series.jsonl.gz \\
         docs/img/dashboard.png
 """
@@ -103,7 +104,12 @@ def _obedient_idle_nodes(
         client.close()
 
 
-def record(out: Path, seconds: float, interval: float, workdir: Path) -> int:
+def record(out: Path, seconds: float, interval: float, workdir: Path, slot_s: int = 2) -> int:
+    """Run the pipeline for ``seconds``, scraping every ``interval``; return the rounds.
+
+    CES needs ``warmup_slots`` (144) slots of history before it advises a power-down,
+    so ``slot_s=2`` sees power-downs after about 5 minutes.
+    """
     from prometheus_client.parser import text_string_to_metric_families
     from tqdm import tqdm
 
@@ -125,7 +131,7 @@ def record(out: Path, seconds: float, interval: float, workdir: Path) -> int:
             GPUHINT_PARTITIONS="4",
             GPUHINT_STATE_DIR=str(workdir / "state"),
             GPUHINT_CLUSTER="philly",
-            GPUHINT_CES_SLOT_S="10",
+            GPUHINT_CES_SLOT_S=str(slot_s),
             GPUHINT_METRICS_HOST="127.0.0.1",
             PYTHONUNBUFFERED="1",
         )
@@ -205,14 +211,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="series to write (.jsonl.gz)")
     ap.add_argument("--seconds", type=float, default=240.0, help="how long to record (240)")
     ap.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (2)")
+    ap.add_argument(
+        "--slot-s", type=int, default=2, help="CES slot (2 s: power-downs after ~5 min warm-up)"
+    )
     args = ap.parse_args(argv)
-    if args.seconds <= 0 or args.interval <= 0:
-        print("--seconds and --interval must be > 0", file=sys.stderr)
+    if args.seconds <= 0 or args.interval <= 0 or args.slot_s < 1:
+        print("--seconds and --interval must be > 0, --slot-s >= 1", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpuhint-record-") as tmp:
         try:
-            n = record(args.out, args.seconds, args.interval, Path(tmp))
+            n = record(args.out, args.seconds, args.interval, Path(tmp), args.slot_s)
         except Exception as exc:
             log = Path(tmp) / "processes.log"
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""

@@ -41,6 +41,7 @@ from gpuhint.contract import (
     decode_message,
 )
 from gpuhint.core import HintEngine
+from gpuhint.kafka_io import faust_credentials
 from gpuhint.store import HintStore
 from gpuhint.topics import cluster_key, job_key
 from models import checkpoint
@@ -129,6 +130,7 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
     app = faust.App(
         settings.app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
+        broker_credentials=faust_credentials(settings),
         store="memory://",
         autodiscover=False,
         web_enabled=False,
@@ -144,6 +146,7 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         agent_supervisor=mode.CrashingSupervisor,
     )
     topics = settings.topics
+    limits = settings.limits
 
     def raw_topic(name: str) -> Any:
         """Bytes in, bytes out: decoding is ours, so a bad message reaches our handler."""
@@ -226,8 +229,10 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
             offset=msg.offset,
             key=event.key,
             value=event.value,
+            max_bytes=settings.dead_letter_max_bytes,
         )
-        await dead_letter.send(key=event.key, value=record)
+        # wait for the broker's ack: the offset must not be committed before it
+        await (await dead_letter.send(key=event.key, value=record))
         store.count("dead_letter")
         stats.dead_letter += 1
         short = reason.split(":")[0]
@@ -240,7 +245,7 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
             try:
                 if not event.value:
                     raise InvalidMessage("empty message")
-                ev = decode_job_event(event.value)
+                ev = decode_job_event(event.value, limits)
                 want = job_key(ev.cluster, ev.vc)
                 if event.key != want:
                     raise InvalidMessage(
@@ -273,7 +278,7 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
                 try:
                     if not event.value:
                         raise InvalidMessage("empty message")
-                    msg = decode_message(event.value)
+                    msg = decode_message(event.value, limits)
                     if not isinstance(msg, NodeStatus):
                         raise InvalidMessage(f"expected kind 'node_status', got {msg.kind!r}")
                 except InvalidMessage as exc:

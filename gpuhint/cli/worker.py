@@ -54,7 +54,12 @@ def run(args: argparse.Namespace) -> int:
     import faust
     import redis
 
-    from gpuhint.kafka_io import KafkaUnavailable, topic_partitions
+    from gpuhint.kafka_io import (
+        KafkaUnavailable,
+        TopicMismatch,
+        ensure_topics,
+        kafka_client_config,
+    )
     from gpuhint.metrics.store import MeteredRedisStore
     from gpuhint.metrics.worker import start_worker_metrics
     from models.registry import DURATION_MODELS
@@ -86,17 +91,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"bad Redis URL: {exc}") from None
     except redis.RedisError as exc:
         raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
-    for topic in (settings.topics.job_events, settings.topics.cluster_telemetry):
-        try:
-            found = topic_partitions(settings.kafka_bootstrap, topic)
-        except KafkaUnavailable as exc:
-            raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
-        if found is not None and found != settings.partitions:
-            raise UserError(
-                f"topic {topic} has {found} partitions but GPUHINT_PARTITIONS="
-                f"{settings.partitions}: the worker's tables must be co-partitioned with it; "
-                "set GPUHINT_PARTITIONS to match"
-            )
+    try:  # create the topics (never left to broker auto-creation) or refuse, before consuming
+        ensure_topics(
+            settings.kafka_bootstrap,
+            settings.topics,
+            settings.partitions,
+            replication_factor=settings.replication_factor,
+            security=kafka_client_config(settings),
+            check=(settings.topics.job_events, settings.topics.cluster_telemetry),
+        )
+    except KafkaUnavailable as exc:
+        raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
+    except TopicMismatch as exc:
+        raise UserError(str(exc)) from None
     try:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

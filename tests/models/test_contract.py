@@ -183,3 +183,42 @@ def test_expected_duration_ranks_users(name: str) -> None:
     mid = m.predict(_job(2001, user="alice", gpus=1)).expected_s
     slow = m.predict(_job(2002, user="bob", gpus=1)).expected_s
     assert fast < mid < slow and slow > 10 * fast
+
+
+def _worst_stream() -> list[tuple[JobEvent, float]]:
+    """The most extreme events the wire decoder accepts (gpuhint.contract.Limits defaults)."""
+    from gpuhint.contract import DEFAULT_LIMITS, MAX_DURATION_S
+
+    out = []
+    for i in range(120):
+        gpus = (0, 1, DEFAULT_LIMITS.max_gpus)[i % 3]
+        dur = (0.0, MAX_DURATION_S, 1e-3, 30.0)[i % 4]
+        user = ("u" * 256, None, f"new{i}", "alice")[i % 4]
+        job = _job(i, user=user, gpus=gpus, num_cpus=None, num_nodes=DEFAULT_LIMITS.max_nodes)
+        out.append((job, dur))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_worst_accepted_values_keep_predictions_finite(name: str) -> None:
+    """A decoded event can poison no model: predictions stay finite and in the hint's bounds."""
+    from gpuhint.contract import MAX_DURATION_S, PriorityHint
+
+    model = make_model(name)
+    preds = _replay(model, _worst_stream())
+    for job, _ in _worst_stream()[:12] + _stream(30, seed=5):
+        p = model.predict(job)
+        for v in (p.duration_s, p.p10_s, p.p90_s, p.log_std, p.expected_s):
+            assert math.isfinite(v) and v >= 0.0
+        assert p.duration_s <= 10 * MAX_DURATION_S
+        PriorityHint(  # the hint the engine would write validates
+            job_id=job.job_id,
+            num_gpus=job.num_gpus,
+            submit_time=job.submit_time,
+            predicted_duration_s=p.duration_s,
+            priority=max(job.num_gpus, 1) * p.expected_s,
+            model=model.name,
+            model_version=model.version,
+            created_at=0.0,
+        )
+    assert all(math.isfinite(x) for x in preds)

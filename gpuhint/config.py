@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")
     agent_spill_dir: Path | None = Field(None, description="agent: spill the buffer to disk here")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="serve /metrics and /healthz here (unset: off)"
+    )
+    metrics_host: str = Field("0.0.0.0", min_length=1, description="address /metrics binds")
     max_gpus_per_job: int = Field(
         2048, ge=1, le=65536, description="decode: a job asking for more GPUs is rejected"
     )

@@ -7,6 +7,9 @@ Formats (``fmt="auto"`` picks one from the file name and header):
 * ``philly`` -- Microsoft Philly ``cluster_job_log`` JSON (a list of job objects).
 * ``plain``  -- ``job_id,submission_time,duration,num_gpu`` (seconds), as the ITP traces.
 
+Helios-style and plain CSVs may carry an optional ``time_limit`` column: the run time
+the job asked for, in seconds (Slurm ``TimeLimit``); empty means none.
+
 Files may be gzipped. A bad record raises :class:`TraceError` naming ``file:line`` and
 the reason, or, with ``on_error="skip"``, is collected in ``TraceRead.errors``.
 Times without a zone are read as UTC.
@@ -58,6 +61,7 @@ class TraceJob:
     state: JobState = JobState.COMPLETED
     start_time: float | None = None
     line: int = 0
+    time_limit_s: float | None = None
 
     @property
     def service(self) -> float:
@@ -162,6 +166,17 @@ def _time(row: dict[str, str], col: str, required: bool = True) -> float | None:
 _HELIOS_STATES = {s.value for s in JobState}
 
 
+def _time_limit(row: dict[str, str]) -> float | None:
+    """The optional ``time_limit`` column (seconds the job asked for; empty: none)."""
+    raw = (row.get("time_limit") or "").strip()
+    if not raw:
+        return None
+    limit = nonneg_number(raw, "time_limit")
+    if limit == 0:
+        raise ValueError("time_limit must be > 0 seconds (leave it empty for no limit)")
+    return limit
+
+
 def _helios_row(row: dict[str, str], line: int) -> TraceJob:
     job_id = (row.get("job_id") or "").strip()
     if not job_id:
@@ -187,6 +202,7 @@ def _helios_row(row: dict[str, str], line: int) -> TraceJob:
         state=state,
         start_time=start,
         line=line,
+        time_limit_s=_time_limit(row),
     )
 
 
@@ -200,6 +216,7 @@ def _plain_row(row: dict[str, str], line: int) -> TraceJob:
         duration=_float(row, "duration"),
         num_gpus=_int(row, "num_gpu") or 0,
         line=line,
+        time_limit_s=_time_limit(row),
     )
 
 
@@ -383,6 +400,7 @@ def job_events(jobs: Iterable[TraceJob], cluster: str = "default") -> list[JobEv
             "num_gpus": j.num_gpus,
             "num_cpus": j.num_cpus,
             "num_nodes": j.num_nodes,
+            "time_limit_s": j.time_limit_s,
             "submit_time": j.submit_time,
         }
         for phase, t, extra in (

@@ -73,6 +73,26 @@ class HistoryEstimator:
             reasons=(("prior", 0.0),),
         )
 
+    def predict_one(self, job: JobEvent) -> DurationPrediction:
+        """River's convention (pure): :meth:`predict`, which keeps no submit state."""
+        return self.predict(job)
+
+    def learn_one(self, job: JobEvent, duration_s: float) -> None:
+        self.learn(job, duration_s)
+
+    def observe_start(self, job: JobEvent) -> None:
+        """Nothing to do: the paper's rule learns at finish only."""
+
+    def expected_one(self, job: JobEvent, now: float | None = None) -> float:
+        """Expected duration now (pure): the point value, a mean of durations."""
+        p = self.predict(job)
+        lim = job.time_limit_s
+        return min(p.expected_s, lim) if lim else p.expected_s
+
+    def related_keys(self, job: JobEvent) -> tuple[str, ...]:
+        """The keys whose change moves this job's prediction (user+GPUs, user)."""
+        return tuple(k for lv, k in self._keys(job) if lv != "vc")
+
     def learn(self, job: JobEvent, duration_s: float) -> None:
         lg = math.log1p(max(0.0, duration_s))
         for _, key in self._keys(job):

@@ -3,8 +3,8 @@
 #
 #   ./scripts/test.sh [PYTEST ARGS...]
 #
-# 1. installs redis-server and Slurm 22.05 + munge + slurmdbd + MariaDB (Debian/Ubuntu,
-#    when run as root) if they are missing,
+# 1. installs redis-server, chromium and Slurm 22.05 + munge + slurmdbd + MariaDB
+#    (Debian/Ubuntu, when run as root) if they are missing,
 # 2. checks Java 17+ and Maven (they fetch and run the real Kafka broker),
 # 3. makes a virtualenv (.venv, or $GPUHINT_VENV) with gpuhint and its dev extras,
 # 4. fetches Apache Kafka's jars from Maven Central (once; cached in .cache/kafka),
@@ -24,6 +24,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
   else
     die "redis-server is missing: install it (sudo apt-get install -y redis-server)"
+  fi
+fi
+# Debian's chromium: the headless-browser test of `gpuhint analyze`'s HTML report
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${GPUHINT_TEST_CHROMIUM:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    die "chromium is missing: install it (sudo apt-get install -y chromium) or set GPUHINT_TEST_CHROMIUM"
   fi
 fi
 if ! "${PYTHON:-python3}" -c "import ensurepip, venv" >/dev/null 2>&1; then

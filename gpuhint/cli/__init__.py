@@ -18,7 +18,17 @@ from collections.abc import Sequence
 from gpuhint import __version__
 from gpuhint.cli.common import UserError
 
-SUBCOMMANDS = ("demo", "replay", "worker", "hints", "evaluate", "agent")
+SUBCOMMANDS = (
+    "demo",
+    "replay",
+    "worker",
+    "hints",
+    "evaluate",
+    "agent",
+    "analyze",
+    "slurm",
+    "kueue",
+)
 
 DESCRIPTION = """\
 gpuhint: QSSF priority hints and CES power advisories for GPU clusters.

@@ -23,6 +23,7 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   --redis-url / GPUHINT_REDIS_URL         redis://[:password@]HOST:PORT/DB
   GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
   GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR. See docs/configuration.md.
+  --metrics-port / GPUHINT_METRICS_PORT   Prometheus /metrics and /healthz (docs/metrics.md)
 """
 
 
@@ -37,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--redis-url", metavar="URL", help="Redis URL")
     p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
     p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics and /healthz on PORT (else GPUHINT_METRICS_PORT; unset: off)",
+    )
     add_config_args(p)
     p.set_defaults(handler=run)
 
@@ -53,24 +60,31 @@ def run(args: argparse.Namespace) -> int:
         ensure_topics,
         kafka_client_config,
     )
+    from gpuhint.metrics.store import MeteredRedisStore
+    from gpuhint.metrics.worker import start_worker_metrics
     from models.registry import DURATION_MODELS
     from streams.app import build_app
-    from streams.redis_store import RedisStore
 
     settings = settings_from(
-        args, kafka_bootstrap=args.bootstrap, redis_url=args.redis_url, model=args.model
+        args,
+        kafka_bootstrap=args.bootstrap,
+        redis_url=args.redis_url,
+        model=args.model,
+        metrics_port=args.metrics_port,
     )
     if settings.model not in DURATION_MODELS:
         raise UserError(
             f"unknown model {settings.model!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
         )
     try:
-        store = RedisStore.from_url(
+        store = MeteredRedisStore.from_url(
             settings.redis_url.get_secret_value(),
             keys=settings.keys,
             hint_ttl_s=settings.hint_ttl_s,
             advisory_ttl_s=settings.advisory_ttl_s,
             changes_maxlen=settings.changes_maxlen,
+            watts_per_node=settings.ces_watts_per_node,
+            slot_s=settings.ces_slot_s,
         )
         store.r.ping()
     except ValueError as exc:
@@ -95,6 +109,19 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"state directory {settings.state_dir}: {exc.strerror}") from None
     handle = build_app(settings, store)
+    if settings.metrics_port is not None:
+        try:
+            metrics = start_worker_metrics(
+                handle, store, settings.key_prefix, settings.metrics_host, settings.metrics_port
+            )
+        except OSError as exc:
+            raise UserError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        logging.getLogger("gpuhint").info(
+            "metrics on http://%s:%d/metrics, health on /healthz", metrics.host, metrics.port
+        )
     logging.getLogger("gpuhint").info(
         "worker %s: kafka %s, model %s, %d partitions",
         settings.app_id,

@@ -11,53 +11,15 @@ import os
 import shlex
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from gpuhint.slurm.power import Node
+from gpuhint.slurm.priority import SlurmJob
 
 SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class SlurmCommandError(RuntimeError):
     """A Slurm command failed (one line: the command and Slurm's message)."""
-
-
-@dataclass(frozen=True)
-class QueuedJob:
-    """A job as ``squeue`` shows it, with what the priority applier needs."""
-
-    job_id: str
-    state: str
-    priority: int
-    site_factor: int | None = None
-    pinned: bool = False
-    nodes: str = ""
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """A node as ``sinfo`` shows it: its state flags and whether it holds a job."""
-
-    name: str
-    state: str  # e.g. "idle", "idle~", "mixed", "allocated", "down*", "idle!"
-
-    @property
-    def base(self) -> str:
-        return self.state.rstrip("~#%!*$@^-+")
-
-    @property
-    def powered_down(self) -> bool:
-        return self.state.endswith("~")
-
-    @property
-    def powering(self) -> bool:
-        return self.state[-1:] in ("#", "%", "!")
-
-    @property
-    def busy(self) -> bool:
-        return self.base in ("allocated", "mixed", "completing")
-
-    @property
-    def idle(self) -> bool:
-        return self.base == "idle" and not self.powered_down and not self.powering
 
 
 class SlurmCli:
@@ -98,45 +60,47 @@ class SlurmCli:
         return proc.stdout
 
     # ------------------------------------------------------------------ reads
-    def pending_and_running(self) -> list[QueuedJob]:
-        """Pending, running and completing jobs, with priority and pinned flag.
-
-        ``%Q`` is the priority, ``%i`` the id (``123_4`` for an array task); squeue
-        cannot print the site factor, so ``sprio`` supplies it (see :meth:`site_factors`).
-        """
-        out = self.run(["squeue", "-h", "--states=PD,R,CG,CF,S", "-r", "-o", "%i|%T|%Q|%N"])
-        jobs = []
-        for line in out.splitlines():
-            parts = line.split("|")
-            if len(parts) < 4:
-                continue
-            try:
-                prio = int(parts[2])
-            except ValueError:
-                prio = 0
-            jobs.append(QueuedJob(parts[0], parts[1], prio, nodes=parts[3]))
-        return jobs
-
-    def site_factors(self) -> dict[str, int]:
-        """``{job id: site factor}`` of every pending job (``sprio``)."""
-        out = self.run(["sprio", "-h", "-o", "%i|%S"], check=False)
-        result = {}
-        for line in out.splitlines():
-            a, _, b = line.partition("|")
-            try:
-                result[a.strip()] = int(float(b))
-            except ValueError:
-                continue
-        return result
-
-    def nodes(self) -> list[NodeInfo]:
+    def nodes(self) -> list[Node]:
         out = self.run(["sinfo", "-h", "-N", "-o", "%N|%t"])
-        seen: dict[str, NodeInfo] = {}
+        seen: dict[str, Node] = {}
         for line in out.splitlines():
             name, _, state = line.partition("|")
             if name and name not in seen:
-                seen[name] = NodeInfo(name.strip(), _long_state(state.strip()))
+                seen[name] = Node(name.strip(), _long_state(state.strip()))
         return list(seen.values())
+
+    def pending_jobs(self, pin_tolerance: int = 10) -> list[SlurmJob]:
+        """Pending jobs (array tasks one by one) with site factor, pinned and held flags.
+
+        ``sprio`` prints each factor weighted; a job whose priority differs from their sum
+        (minus the nice adjustment) by more than ``pin_tolerance`` had ``Priority=`` set by
+        an admin: it is pinned. Priority 0 means held.
+        """
+        out = self.run(["squeue", "-h", "-r", "--states=PD", "-o", "%i|%A|%Q"])
+        factors = self._sprio()
+        jobs = []
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) < 3:
+                continue
+            job_id, raw_id, prio = parts[0].strip(), parts[1].strip(), _int(parts[2])
+            site, total = factors.get(raw_id, (0, None))
+            pinned = total is not None and abs(prio - total) > pin_tolerance
+            jobs.append(SlurmJob(job_id, "PENDING", site, pinned=pinned, held=prio == 0))
+        return jobs
+
+    def _sprio(self) -> dict[str, tuple[int, int]]:
+        """``{raw job id: (site factor, sum of weighted factors - nice)}``."""
+        out = self.run(["sprio", "-h", "-o", "%i|%A|%B|%F|%J|%P|%Q|%S|%T|%N"], check=False)
+        result = {}
+        for line in out.splitlines():
+            p = line.split("|")
+            if len(p) < 10:
+                continue
+            tres = sum(_int(x.partition("=")[2]) for x in p[8].split(",") if "=" in x)
+            total = sum(_int(x) for x in p[1:8]) + tres - _int(p[9])
+            result[p[0].strip()] = (_int(p[7]), max(total, 1))
+        return result
 
     # ------------------------------------------------------------------ writes
     def scontrol_batch(self, lines: Sequence[str]) -> list[str]:
@@ -162,6 +126,39 @@ class SlurmCli:
         except subprocess.TimeoutExpired:
             raise SlurmCommandError(f"scontrol: {len(lines)} updates timed out") from None
         return [ln for ln in proc.stderr.splitlines() if ln.strip()]
+
+
+def _int(text: str) -> int:
+    try:
+        return int(float(text))
+    except ValueError:
+        return 0
+
+
+class SlurmNodes:
+    """:class:`~gpuhint.slurm.power.NodePort` on a real slurmctld."""
+
+    def __init__(self, cli: SlurmCli) -> None:
+        self.cli = cli
+
+    def nodes(self) -> list[Node]:
+        return self.cli.nodes()
+
+    def apply(self, lines: Sequence[str]) -> list[str]:
+        return self.cli.scontrol_batch(lines)
+
+
+class SlurmQueue:
+    """:class:`~gpuhint.slurm.priority.SlurmPort` on a real slurmctld."""
+
+    def __init__(self, cli: SlurmCli) -> None:
+        self.cli = cli
+
+    def queue(self) -> list[SlurmJob]:
+        return self.cli.pending_jobs()
+
+    def apply(self, lines: Sequence[str]) -> list[str]:
+        return self.cli.scontrol_batch(lines)
 
 
 _SHORT_NODE = {

@@ -41,6 +41,7 @@ import mode
 from gpuhint.ces_core import CesEngine, ClusterLoadTracker
 from gpuhint.config import Settings
 from gpuhint.core import HintEngine
+from gpuhint.kafka_io import faust_credentials
 from gpuhint.store import HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
@@ -158,6 +159,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     app = faust.App(
         settings.app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
+        broker_credentials=faust_credentials(settings),
         store="memory://",
         autodiscover=False,
         web_enabled=False,
@@ -226,7 +228,13 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         checkpoints=ces_table,
         on_save=lambda k, blob: ces_table.put(k, blob, ces_partition[k]),
     )
-    handler = MessageHandler(engine, topics, ces if settings.ces_enabled else None)
+    handler = MessageHandler(
+        engine,
+        topics,
+        ces if settings.ces_enabled else None,
+        limits=settings.limits,
+        dead_letter_max_bytes=settings.dead_letter_max_bytes,
+    )
 
     def owned_vcs() -> list[str]:
         """VC keys on the job-event partitions this worker holds now (the table also
@@ -245,7 +253,8 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
     async def emit(outcome: Outcome) -> None:
         if outcome.dead_letter is not None:
-            await dead_letter.send(value=outcome.dead_letter)
+            # wait for the broker's ack: the offset must not be committed before it
+            await (await dead_letter.send(value=outcome.dead_letter))
         for fw in outcome.forwards:
             await telemetry.send(key=fw.key, value=fw.value)
 

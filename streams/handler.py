@@ -24,9 +24,11 @@ import logging
 from dataclasses import dataclass, field
 
 from gpuhint.contract import (
+    DEFAULT_LIMITS,
     InvalidMessage,
     JobEvent,
     JobPhase,
+    Limits,
     NodeStatus,
     PriorityHint,
     decode_job_event,
@@ -35,7 +37,7 @@ from gpuhint.contract import (
 from gpuhint.core import HintEngine, state_key
 from gpuhint.topics import Topics, cluster_key, job_key
 from streams.cluster_load import ClusterLoadProcessor
-from streams.dead_letter import dead_letter_record
+from streams.dead_letter import DEFAULT_MAX_BYTES, dead_letter_record
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +90,14 @@ class MessageHandler:
         engine: HintEngine,
         topics: Topics | None = None,
         ces: ClusterLoadProcessor | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        dead_letter_max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.engine = engine
         self.topics = topics or Topics()
         self.ces = ces
+        self.limits = limits
+        self.dead_letter_max_bytes = dead_letter_max_bytes
         self.stats = WorkerStats()
 
     def _dead(self, msg: Message, reason: str) -> Outcome:
@@ -108,6 +114,7 @@ class MessageHandler:
             offset=msg.offset,
             key=msg.key,
             value=msg.value,
+            max_bytes=self.dead_letter_max_bytes,
         )
         return Outcome(dead_letter=record, reason=reason)
 
@@ -116,7 +123,7 @@ class MessageHandler:
         try:
             if not msg.value:
                 raise InvalidMessage("empty message")
-            ev = decode_job_event(msg.value)
+            ev = decode_job_event(msg.value, self.limits)
             want = job_key(ev.cluster, ev.vc)
             if msg.key != want:
                 raise InvalidMessage(
@@ -141,7 +148,7 @@ class MessageHandler:
         try:
             if not msg.value:
                 raise InvalidMessage("empty message")
-            ns = decode_message(msg.value)
+            ns = decode_message(msg.value, self.limits)
             if not isinstance(ns, NodeStatus):
                 raise InvalidMessage(f"expected kind 'node_status', got {ns.kind!r}")
         except InvalidMessage as exc:
@@ -157,7 +164,7 @@ class MessageHandler:
         try:
             if not msg.value:
                 raise InvalidMessage("empty message")
-            m = decode_message(msg.value)
+            m = decode_message(msg.value, self.limits)
             if not isinstance(m, NodeStatus | JobEvent):
                 raise InvalidMessage(f"unexpected kind {m.kind!r}")
         except InvalidMessage as exc:

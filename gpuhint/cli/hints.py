@@ -40,46 +40,51 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 
 def run(args: argparse.Namespace) -> int:
     import redis
-    from pydantic import ValidationError
 
-    from streams.redis_store import RedisStore
+    from gpuhint.client import HintClient, UnreadableValue
 
     if args.top < 0:
         raise UserError("--top must be >= 0")
     settings = settings_from(args, cluster=args.cluster, redis_url=args.redis_url)
     cluster = settings.cluster
     try:
-        store = RedisStore.from_url(settings.redis_url.get_secret_value(), keys=settings.keys)
+        client = HintClient.from_url(
+            settings.redis_url.get_secret_value(), key_prefix=settings.key_prefix
+        )
     except ValueError as exc:
         raise UserError(f"bad Redis URL: {exc}") from None
     try:
-        if args.vc:
-            vcs = [args.vc]
-        else:
-            pattern = f"{settings.keys.root}:queue:{cluster}:*"
-            vcs = sorted(k.decode().rsplit(":", 1)[1] for k in store.r.scan_iter(match=pattern))
+        vcs = [args.vc] if args.vc else client.vcs(cluster)
         queues: dict[str, list[dict[str, Any]]] = {}
         lengths: dict[str, int] = {}
         for vc in vcs:
-            q = store.queue(cluster, vc)
+            q = client.queue(cluster, vc)
             lengths[vc] = len(q)
             rows = []
-            for rank, (job_id, priority) in enumerate(q[: args.top], 1):
-                row: dict[str, Any] = {"rank": rank, "job_id": job_id, "priority": priority}
+            for rank, entry in enumerate(q[: args.top], 1):
+                row: dict[str, Any] = {
+                    "rank": rank,
+                    "job_id": entry.job_id,
+                    "priority": entry.priority,
+                }
                 try:
-                    h = store.get_hint(cluster, job_id)
-                except ValidationError as exc:  # written by another schema version
-                    row["error"] = f"unreadable hint: {exc.error_count()} schema error(s)"
+                    h = client.hint(cluster, entry.job_id)
+                except UnreadableValue as exc:  # written by another schema version
+                    row["error"] = f"unreadable hint: {exc}"
                     h = None
                 if h is not None:
                     row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
                 rows.append(row)
             queues[vc] = rows
-        advice = store.get_advisory(cluster)
-        load = store.get_load(cluster)
-        dead = store.counters().get("dead_letter", 0)
+        advice = client.cluster_advice(cluster)
+        load = client.load(cluster)
+        dead = client.stats().get("dead_letter", 0)
     except redis.RedisError as exc:
         raise UserError(f"cannot read Redis ({type(exc).__name__}: {exc})") from None
+    except UnreadableValue as exc:
+        raise UserError(f"unreadable value in Redis: {exc}") from None
+    finally:
+        client.close()
 
     if args.json:
         out = {

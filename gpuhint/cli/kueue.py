@@ -1,0 +1,240 @@
+"""``gpuhint kueue``: act on gpuhint's hints in a Kubernetes cluster running Kueue."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from gpuhint.cli.common import UserError, add_config_args, settings_from
+
+DESCRIPTION = """\
+Kueue admits the waiting Workload of highest priority first. apply-priorities gives
+each waiting Job's Workload the WorkloadPriorityClass of its gpuhint hint: a ladder of
+--classes classes it creates, gpuhint-00 (largest expected GPU-seconds, value --base)
+up to gpuhint-NN (smallest), by log-spaced buckets between --min-service and
+--max-service. It sets the Job's label kueue.x-k8s.io/priority-class, which Kueue copies
+to the Workload's priority.
+
+What it never touches: admitted Workloads (the patch also tests spec.suspend=true, so
+a Job admitted meanwhile is refused by the API server), Jobs whose owner set another
+priority class, Workloads without a hint. Only Workloads whose class must change are
+patched, at most --rate per second. In a ClusterQueue that may preempt, a Workload gets
+at most a class strictly below the lowest admitted priority of its queue (its cohort),
+so gpuhint never makes a preemptor (see docs/kubernetes.md).
+
+A Job is linked to its hint by the label gpuhint.io/job-id, else its UID: the id the
+agent's `--kubernetes kueue` source publishes.
+
+settings (flags override env vars):
+  --kubeconfig / GPUHINT_KUEUE_KUBECONFIG     else in-cluster, else ~/.kube/config
+  --cluster / GPUHINT_CLUSTER                 the gpuhint cluster name of the hints
+  --redis-url / GPUHINT_REDIS_URL, GPUHINT_KEY_PREFIX
+  GPUHINT_KUEUE_CLASSES, _BASE, _MIN_SERVICE_S, _MAX_SERVICE_S, _INTERVAL_S, _RATE,
+  _BURST, _WORKERS (flags of the same names)
+"""
+
+EPILOG = """\
+examples:
+  gpuhint kueue apply-priorities --cluster k8s --once --dry-run     what it would change
+  gpuhint kueue apply-priorities --cluster k8s --once --json        one pass, a JSON report
+  gpuhint kueue apply-priorities --cluster k8s                      the daemon (every 5 s)
+turn it off: stop the daemon, then `gpuhint kueue apply-priorities --clear` removes
+gpuhint's class from every waiting Job (they fall back to Kueue's default priority).
+"""
+
+log = logging.getLogger("gpuhint.kueue")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
+    p = sub.add_parser(
+        "kueue",
+        help="set Kueue Workload priorities from the hints",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ksub = p.add_subparsers(dest="kueue_command", metavar="ACTION", required=True)
+    a = ksub.add_parser(
+        "apply-priorities",
+        help="map hints onto WorkloadPriorityClass labels of waiting Jobs",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument("--once", action="store_true", help="one pass, then exit")
+    a.add_argument("--dry-run", action="store_true", help="change nothing; say what would change")
+    a.add_argument("--json", action="store_true", help="one JSON report per pass on stdout")
+    a.add_argument(
+        "--clear",
+        action="store_true",
+        help="remove gpuhint's classes from every waiting Job and exit (turning it off)",
+    )
+    a.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    a.add_argument("--context", help="kubeconfig context")
+    a.add_argument("--cluster", help="gpuhint cluster name of the hints")
+    a.add_argument("--redis-url", metavar="URL", help="Redis holding the hints")
+    a.add_argument("--classes", type=int, metavar="N", help="classes in the ladder (10)")
+    a.add_argument("--base", type=int, metavar="VALUE", help="priority of gpuhint-00 (0)")
+    a.add_argument("--min-service", type=float, metavar="GPU_S", help="top-class bound (600)")
+    a.add_argument("--max-service", type=float, metavar="GPU_S", help="bottom bound (5529600)")
+    a.add_argument("--interval", type=float, metavar="SECONDS", help="between passes (5)")
+    a.add_argument("--rate", type=float, metavar="PER_S", help="patches per second (20; 0: no cap)")
+    a.add_argument("--burst", type=int, metavar="N", help="patch burst (50)")
+    a.add_argument("--workers", type=int, metavar="N", help="concurrent patches (4)")
+    a.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
+    )
+    add_config_args(a)
+    a.set_defaults(handler=run)
+
+
+def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
+    from gpuhint.kueue.settings import KueueSettingsError, load_kueue_settings
+
+    common = settings_from(
+        args, cluster=args.cluster, redis_url=args.redis_url, metrics_port=args.metrics_port
+    )
+    try:
+        ks = load_kueue_settings(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            classes=args.classes,
+            base=args.base,
+            min_service_s=args.min_service,
+            max_service_s=args.max_service,
+            interval_s=args.interval,
+            rate=args.rate,
+            burst=args.burst,
+            workers=args.workers,
+        )
+    except KueueSettingsError as exc:
+        raise UserError(str(exc)) from None
+    return common, ks
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuhint.kueue.applier import Applier
+    from gpuhint.kueue.hints import hint_reader
+    from gpuhint.kueue.kube import KubeError, KubeKueue, api_client
+    from gpuhint.kueue.policy import ClassLadder
+
+    common, ks = _settings(args)
+    ladder = ClassLadder(
+        classes=ks.classes,
+        base=ks.base,
+        min_service_s=ks.min_service_s,
+        max_service_s=ks.max_service_s,
+    )
+    try:
+        backend = KubeKueue(api_client(ks.kubeconfig, ks.context))
+    except KubeError as exc:
+        raise UserError(str(exc)) from None
+    if args.clear:
+        return _clear(backend, ladder, args)
+    applier = Applier(
+        backend,
+        hint_reader(common.redis_url.get_secret_value(), common.key_prefix),
+        common.cluster,
+        ladder,
+        rate=ks.rate,
+        burst=ks.burst,
+        workers=ks.workers,
+        dry_run=args.dry_run,
+    )
+    metrics = _metrics(common)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping after this pass", signal.Signals(signum).name)
+        stop.set()
+
+    try:
+        created = applier.ensure_classes()
+        if created:
+            log.info(
+                "%s WorkloadPriorityClasses: %s",
+                "would create/fix" if args.dry_run else "created/fixed",
+                ", ".join(created),
+            )
+        if args.once:
+            backend.sync()
+            _report(applier.run_pass(), args, metrics)
+            return 0
+        old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            backend.watch(stop)
+            log.info(
+                "applying hints of cluster %s to Kueue every %.3g s (%s)",
+                common.cluster,
+                ks.interval_s,
+                "dry run" if args.dry_run else f"at most {ks.rate:g} patches/s",
+            )
+            while not stop.is_set():
+                _report(applier.run_pass(), args, metrics)
+                # a pass every interval; a changed Workload / Job / queue brings it
+                # forward (after 0.5 s, so a burst of changes makes one pass)
+                if backend.wait_change(ks.interval_s):
+                    stop.wait(0.5)
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+    except KubeError as exc:
+        raise UserError(f"Kubernetes API: {exc}") from None
+    except OSError as exc:  # Redis unreachable and the like
+        raise UserError(f"cannot read hints: {exc}") from None
+    return 0
+
+
+def _metrics(settings: Any) -> Any:
+    from gpuhint.metrics.applier import start_applier_metrics
+
+    try:
+        return start_applier_metrics("kueue", settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}"
+        ) from None
+
+
+def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:
+    if metrics is not None:
+        metrics.observe_kueue_pass(report)
+    if args.json:
+        print(json.dumps(report.to_json(), sort_keys=True), flush=True)
+        return
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items())) or "none"
+    verb = "would relabel" if report.dry_run else "relabelled"
+    n = len(report.planned) if report.dry_run else report.relabelled
+    line = (
+        f"{report.workloads} workloads ({report.pending} waiting), {report.hints} hints: "
+        f"{verb} {n}, unchanged {report.unchanged}, refused {report.refused}, "
+        f"errors {report.errors}; skipped: {skipped} ({report.seconds:.2f} s)"
+    )
+    if args.once or report.relabelled or report.planned or report.errors:
+        print(line, flush=True)
+    for p in report.planned:
+        print(
+            f"  {p['namespace']}/{p['job']}: {p['from'] or '-'} -> {p['to']} "
+            f"(priority {p['priority']}, {p['expected_service_gpu_s']:.0f} GPU-s)"
+        )
+
+
+def _clear(backend: Any, ladder: Any, args: argparse.Namespace) -> int:
+    """Remove gpuhint's class label from every waiting Job (admitted ones are left)."""
+    backend.sync()
+    n = 0
+    for v in backend.views():
+        if v.pending and v.job_name and ladder.owns(v.job_class):
+            if not args.dry_run:
+                backend.unlabel(v.namespace, v.job_name)
+            n += 1
+    verb = "would clear" if args.dry_run else "cleared"
+    print(f"{verb} gpuhint's class on {n} waiting Job(s)", file=sys.stderr)
+    return 0

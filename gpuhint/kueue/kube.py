@@ -1,0 +1,421 @@
+"""The Kubernetes side of the applier: list + watch caches and patches, on the official client.
+
+The ``kubernetes`` package supplies the configuration (kubeconfig or in-cluster service
+account), authentication, TLS and the connection pool; requests go out raw and answers
+are parsed as plain JSON, because turning 10,000 Jobs into the client's model objects
+costs more than the whole applier pass. Each watched kind is one :class:`Reflector`: a
+paged list, then a watch from its resourceVersion in a thread, re-listing when the
+server says the version is gone (410).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from gpuhint.kueue.objects import (
+    QUEUE_NAME_LABEL,
+    JobRef,
+    WorkloadRef,
+    job_ref,
+    key,
+    local_queue_target,
+    queue_policy,
+    workload_ref,
+)
+from gpuhint.kueue.policy import (
+    MANAGED_BY_LABEL,
+    PRIORITY_CLASS_LABEL,
+    SERVICE_LABEL,
+    ClassLadder,
+    QueuePolicy,
+    WorkloadView,
+)
+
+log = logging.getLogger("gpuhint.kueue")
+
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+PATHS = {
+    "workloads": f"{KUEUE_API}/workloads",
+    "localqueues": f"{KUEUE_API}/localqueues",
+    "clusterqueues": f"{KUEUE_API}/clusterqueues",
+    "workloadpriorityclasses": f"{KUEUE_API}/workloadpriorityclasses",
+    "jobs": "/apis/batch/v1/jobs",
+}
+T = TypeVar("T")
+
+
+class KubeError(RuntimeError):
+    """An API request failed: ``status`` is the HTTP code (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A ``kubernetes.client.ApiClient``: this kubeconfig, else in-cluster, else ~/.kube/config."""
+    import os
+
+    from kubernetes import client, config
+
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
+    try:
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    except config.ConfigException as exc:
+        raise KubeError(0, f"kubeconfig {kubeconfig or '~/.kube/config'}: {exc}") from None
+
+
+class KubeApi:
+    """Raw JSON requests through a ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | tuple[float, float] | None = 30.0,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        params = self.client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            return self.client.call_api(*params, _request_timeout=timeout)
+        except Exception as exc:  # urllib3 / connection errors surface as many types
+            raise KubeError(0, f"{method} {path}: {exc}") from None
+
+    def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        resp = self._call(method, path, **kw)
+        data = resp.read()
+        if resp.status >= 400:
+            try:
+                message = json.loads(data).get("message", "")
+            except ValueError:
+                message = data[:200].decode(errors="replace")
+            raise KubeError(resp.status, f"{method} {path}: {message}")
+        return json.loads(data) if data else {}
+
+    def list_all(
+        self, path: str, label_selector: str | None = None, page: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object of a collection (paged) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        cont = ""
+        while True:
+            query = [("limit", str(page))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if cont:
+                query.append(("continue", cont))
+            doc = self.request("GET", path, query=query)
+            items.extend(doc.get("items") or [])
+            meta = doc.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch(
+        self, path: str, resource_version: str, label_selector: str | None, timeout_s: int
+    ) -> Iterator[dict[str, Any]]:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        query = [
+            ("watch", "1"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_s)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        resp = self._call("GET", path, query=query, timeout=(10.0, timeout_s + 30.0))
+        if resp.status >= 400:
+            raise KubeError(resp.status, f"watch {path}: {resp.read()[:200]!r}")
+        try:
+            for line in iter_resp_lines(resp.response):
+                yield json.loads(line)
+        finally:
+            with contextlib.suppress(Exception):
+                resp.response.release_conn()
+
+
+class Reflector(Generic[T]):
+    """A cache of one kind: ``items`` maps ``namespace/name`` to ``transform(object)``."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        path: str,
+        transform: Callable[[dict[str, Any]], T],
+        label_selector: str | None = None,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.api = api
+        self.path = path
+        self.transform = transform
+        self.label_selector = label_selector
+        self.watch_timeout_s = watch_timeout_s
+        self.items: dict[str, T] = {}
+        self.resource_version = ""
+        self.events = 0
+        self.changed = threading.Event()  # set on every change; the applier waits on it
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def relist(self) -> None:
+        objs, rv = self.api.list_all(self.path, self.label_selector)
+        fresh = {key(o): self.transform(o) for o in objs}
+        with self._lock:
+            self.items = fresh
+            self.resource_version = rv
+        self.changed.set()
+
+    def snapshot(self) -> list[T]:
+        with self._lock:
+            return list(self.items.values())
+
+    def get(self, k: str) -> T | None:
+        with self._lock:
+            return self.items.get(k)
+
+    def start(self, stop: threading.Event) -> None:
+        self.relist()
+        self._thread = threading.Thread(
+            target=self._run, args=(stop,), name=f"watch {self.path}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, stop: threading.Event) -> None:
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                for ev in self.api.watch(
+                    self.path, self.resource_version, self.label_selector, self.watch_timeout_s
+                ):
+                    if stop.is_set():
+                        return
+                    self._apply(ev)
+                backoff = 1.0
+            except _Gone:
+                log.info("%s: resourceVersion too old, re-listing", self.path)
+                self._relist_quietly(stop)
+            except KubeError as exc:
+                log.warning("%s: watch failed (%s); retrying in %.0f s", self.path, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+                if exc.status in (0, 410):
+                    self._relist_quietly(stop)
+
+    def _relist_quietly(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.relist()
+                return
+            except KubeError as exc:
+                log.warning("%s: list failed (%s); retrying", self.path, exc)
+                stop.wait(5.0)
+
+    def _apply(self, ev: dict[str, Any]) -> None:
+        kind, obj = ev.get("type"), ev.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone()
+            raise KubeError(int(obj.get("code") or 0), str(obj.get("message")))
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        with self._lock:
+            if kind in ("ADDED", "MODIFIED"):
+                self.items[key(obj)] = self.transform(obj)
+            elif kind == "DELETED":
+                self.items.pop(key(obj), None)
+            if rv:
+                self.resource_version = str(rv)
+        if kind != "BOOKMARK":
+            self.events += 1
+            self.changed.set()
+
+
+class _Gone(Exception):
+    pass
+
+
+class KubeKueue:
+    """Kueue on a real API server: cached Workloads, Jobs, LocalQueues and ClusterQueues."""
+
+    def __init__(self, client: Any) -> None:
+        self.api = KubeApi(client)
+        self.workloads: Reflector[WorkloadRef] = Reflector(
+            self.api, PATHS["workloads"], workload_ref
+        )
+        # only Jobs that Kueue manages carry a queue name
+        self.jobs: Reflector[JobRef] = Reflector(
+            self.api, PATHS["jobs"], job_ref, label_selector=QUEUE_NAME_LABEL
+        )
+        self.local_queues: Reflector[str | None] = Reflector(
+            self.api, PATHS["localqueues"], local_queue_target
+        )
+        self.cluster_queues: Reflector[QueuePolicy] = Reflector(
+            self.api, PATHS["clusterqueues"], queue_policy
+        )
+        self._reflectors: list[Reflector[Any]] = [
+            self.cluster_queues,
+            self.local_queues,
+            self.jobs,
+            self.workloads,
+        ]
+
+    # -- cache -------------------------------------------------------------------------
+    def sync(self) -> None:
+        """List everything once (a one-shot pass)."""
+        for r in self._reflectors:
+            r.relist()
+
+    def watch(self, stop: threading.Event) -> None:
+        """List, then keep the caches current in background threads."""
+        for r in self._reflectors:
+            r.start(stop)
+
+    def wait_change(self, timeout_s: float) -> bool:
+        """Block until a cached object changes (or the timeout); clear the flag."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for r in self._reflectors:
+                if r.changed.is_set():
+                    for rr in self._reflectors:
+                        rr.changed.clear()
+                    return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.workloads.changed.wait(min(left, 0.2))
+
+    def queues(self) -> list[QueuePolicy]:
+        return self.cluster_queues.snapshot()
+
+    def views(self) -> list[WorkloadView]:
+        """Every Workload joined with its Job and its ClusterQueue."""
+        lq = dict(self.local_queues.items)
+        jobs = self.jobs
+        out = []
+        for w in self.workloads.snapshot():
+            job = jobs.get(f"{w.namespace}/{w.job_name}") if w.job_name else None
+            if job is not None and w.job_uid and job.uid != w.job_uid:
+                job = None  # a Job of the same name, re-created
+            cq = w.admitted_queue or (
+                lq.get(f"{w.namespace}/{w.queue_name}") if w.queue_name else None
+            )
+            out.append(
+                WorkloadView(
+                    namespace=w.namespace,
+                    name=w.name,
+                    job_name=job.name if job else None,
+                    job_id=job.job_id if job else w.uid,
+                    cluster_queue=cq,
+                    job_class=job.priority_class if job else w.class_name,
+                    priority=w.priority,
+                    pending=w.pending,
+                    class_kind=w.class_kind,
+                )
+            )
+        return out
+
+    # -- writes ------------------------------------------------------------------------
+    def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]:
+        """Create (or fix the value of) gpuhint's WorkloadPriorityClasses; names changed."""
+        path = PATHS["workloadpriorityclasses"]
+        existing = {
+            o["metadata"]["name"]: o for o in self.api.list_all(path)[0] if o.get("metadata")
+        }
+        changed = []
+        for c in ladder.all():
+            body = {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": c.name, "labels": {MANAGED_BY_LABEL: "gpuhint"}},
+                "value": c.value,
+                "description": "gpuhint QSSF class: higher = smaller expected GPU-seconds",
+            }
+            old = existing.get(c.name)
+            if old is not None and old.get("value") == c.value:
+                continue
+            changed.append(c.name)
+            if dry_run:
+                continue
+            if old is None:
+                self.api.request("POST", path, body=body)
+            else:
+                self.api.request(
+                    "PATCH",
+                    f"{path}/{quote(c.name)}",
+                    body={"value": c.value},
+                    content_type="application/merge-patch+json",
+                )
+        return changed
+
+    def relabel(self, namespace: str, job: str, class_name: str, service_s: float) -> bool:
+        """Set a suspended Job's ``kueue.x-k8s.io/priority-class`` (Kueue copies it to the
+        Workload). The JSON patch first tests ``spec.suspend == true``: a Job admitted since
+        the cache saw it is refused by the server itself. False when refused."""
+        labels = "/metadata/labels/"
+        ops = [
+            {"op": "test", "path": "/spec/suspend", "value": True},
+            {"op": "add", "path": labels + _pointer(PRIORITY_CLASS_LABEL), "value": class_name},
+            {"op": "add", "path": labels + _pointer(SERVICE_LABEL), "value": f"{service_s:.0f}"},
+        ]
+        try:
+            self.api.request(
+                "PATCH",
+                f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/{quote(job)}",
+                body=ops,
+                content_type="application/json-patch+json",
+            )
+        except KubeError as exc:
+            if exc.status in (404, 409, 422):  # gone, or no longer suspended
+                return False
+            raise
+        return True
+
+    def unlabel(self, namespace: str, job: str) -> bool:
+        """Remove gpuhint's class from a suspended Job (Kueue's default priority again)."""
+        labels = "/metadata/labels/"
+        ops = [
+            {"op": "test", "path": "/spec/suspend", "value": True},
+            {"op": "remove", "path": labels + _pointer(PRIORITY_CLASS_LABEL)},
+        ]
+        try:
+            self.api.request(
+                "PATCH",
+                f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/{quote(job)}",
+                body=ops,
+                content_type="application/json-patch+json",
+            )
+        except KubeError as exc:
+            if exc.status in (404, 409, 422):
+                return False
+            raise
+        return True
+
+
+def _pointer(label: str) -> str:
+    """A label key as a JSON-pointer segment (RFC 6901)."""
+    return label.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,80 @@
+"""The in-memory twin of a Kueue cluster, for pure tests of the applier.
+
+It keeps one Job per Workload and mimics what Kueue does with a priority-class label: the
+Workload's priority becomes the class's value. Relabelling a Job that is no longer
+suspended is refused, as the API server refuses the applier's guarded patch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuhint.kueue.policy import ClassLadder, QueuePolicy, WorkloadView
+
+
+@dataclass
+class _Job:
+    view: WorkloadView
+    suspended: bool = True
+
+    @property
+    def job_class(self) -> str | None:
+        return self.view.job_class
+
+
+class InMemoryKueue:
+    def __init__(self, queues: list[QueuePolicy] | None = None) -> None:
+        self.jobs: dict[str, _Job] = {}
+        self.cluster_queues = list(queues or [])
+        self.classes: dict[str, int] = {}
+        self.patches = 0
+
+    def add_job(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        job_id: str,
+        cluster_queue: str | None = "cq",
+        job_class: str | None = None,
+        priority: int = 0,
+        admitted: bool = False,
+    ) -> None:
+        view = WorkloadView(
+            namespace=namespace,
+            name=f"job-{name}",
+            job_name=name,
+            job_id=job_id,
+            cluster_queue=cluster_queue,
+            job_class=job_class,
+            priority=priority,
+            pending=not admitted,
+        )
+        self.jobs[f"{namespace}/{name}"] = _Job(view, suspended=not admitted)
+
+    def admit(self, namespace: str, name: str) -> None:
+        job = self.jobs[f"{namespace}/{name}"]
+        job.view = replace(job.view, pending=False)
+        job.suspended = False
+
+    def views(self) -> list[WorkloadView]:
+        return [j.view for j in self.jobs.values()]
+
+    def queues(self) -> list[QueuePolicy]:
+        return list(self.cluster_queues)
+
+    def relabel(self, namespace: str, job: str, class_name: str, service_s: float) -> bool:
+        j = self.jobs.get(f"{namespace}/{job}")
+        if j is None or not j.suspended:
+            return False
+        self.patches += 1
+        j.view = replace(
+            j.view, job_class=class_name, priority=self.classes.get(class_name, j.view.priority)
+        )
+        return True
+
+    def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]:
+        changed = [c.name for c in ladder.all() if self.classes.get(c.name) != c.value]
+        if not dry_run:
+            self.classes.update({c.name: c.value for c in ladder.all()})
+        return changed

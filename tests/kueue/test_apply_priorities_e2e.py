@@ -1,0 +1,190 @@
+"""``gpuhint kueue apply-priorities`` on a real API server with Kueue and a real Redis.
+
+Four suspended Jobs of 8 GPUs wait on a 16-GPU ClusterQueue. The hints say the last is
+the smallest: it is admitted first (with the oldest of the rest, FIFO among equals). A
+hint update re-orders the waiting ones; admitted Workloads are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from gpuhint.contract import PriorityHint
+from gpuhint.keys import RedisKeys
+from gpuhint.kueue.applier import Applier
+from gpuhint.kueue.hints import hint_reader
+from gpuhint.kueue.kube import KubeKueue, api_client
+from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL, ClassLadder
+from gpuhint.testing.k8s import KueueEnv, wait_for
+from streams.redis_store import RedisStore
+
+pytestmark = pytest.mark.integration
+CLUSTER = "k8s"
+LADDER = ClassLadder()
+TOP = LADDER.at(LADDER.classes - 1)
+BIG = 8 * 2 * 86400.0  # 8 GPUs for 2 days
+SMALL = 8 * 60.0  # 8 GPUs for a minute
+
+
+def _hint(job_id: str, vc: str, service: float) -> PriorityHint:
+    return PriorityHint(
+        job_id=job_id,
+        cluster=CLUSTER,
+        vc=vc,
+        num_gpus=8,
+        submit_time=time.time(),
+        predicted_duration_s=service / 8,
+        priority=service,
+        model="test",
+        model_version="1",
+        created_at=time.time(),
+    )
+
+
+@pytest.fixture
+def hints(redis_url: str, unique_prefix: str) -> Iterator[Callable[..., None]]:
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+
+    def put(vc: str, **services: float) -> None:
+        for job_id, service in services.items():
+            store.put_hint(_hint(job_id, vc, service))
+        store.flush()
+
+    yield put
+    store.close()
+
+
+def _priorities(env: KueueEnv) -> dict[str, int]:
+    return {j: int(w["spec"].get("priority") or 0) for j, w in env.workloads().items()}
+
+
+def _labels(env: KueueEnv, name: str) -> dict[str, str]:
+    return dict(env.get_job(name)["metadata"].get("labels") or {})
+
+
+def test_smallest_hint_is_admitted_first_and_admitted_workloads_are_untouched(
+    kubeconfig: str,
+    kueue_env: Callable[..., KueueEnv],
+    hints: Callable[..., None],
+    redis_url: str,
+    unique_prefix: str,
+) -> None:
+    env = kueue_env(gpus=16, hold=True)
+    ids = {f"j{i}": f"{env.id}-j{i}" for i in range(1, 5)}
+    for n, (name, job_id) in enumerate(ids.items(), 1):
+        env.job(name, gpus=8, job_id=job_id)
+        # Kueue orders equals by their Workload's creation time (1-s resolution)
+        wait_for(f"{n} Workloads", lambda n=n: len(env.workloads()) == n)  # type: ignore[misc]
+        time.sleep(1.05)
+    hints(env.cq, **{ids["j1"]: BIG, ids["j2"]: BIG, ids["j3"]: BIG, ids["j4"]: SMALL})
+
+    backend = KubeKueue(api_client(kubeconfig))
+    applier = Applier(
+        backend, hint_reader(redis_url, unique_prefix), CLUSTER, LADDER, rate=0, workers=2
+    )
+    applier.ensure_classes()
+    backend.sync()
+    report = applier.run_pass()
+    assert report.relabelled == 4 and report.errors == 0, report
+    assert _labels(env, "j4")[PRIORITY_CLASS_LABEL] == TOP.name
+    low = LADDER.class_for(BIG)
+    assert {_labels(env, f"j{i}")[PRIORITY_CLASS_LABEL] for i in (1, 2, 3)} == {low.name}
+    # Kueue carries the Job's class to the Workload's priority
+    wait_for(
+        "Workload priorities from the classes",
+        lambda: _priorities(env) == {"j1": low.value, "j2": low.value, "j3": low.value,
+                                     "j4": TOP.value},
+    )  # fmt: skip
+    backend.sync()
+    assert applier.run_pass().relabelled == 0  # nothing changed: no patch
+
+    env.release()
+    wait_for("two admissions", lambda: len(env.admitted()) == 2)
+    time.sleep(1.0)
+    assert env.admitted() == {"j4", "j1"}  # FIFO alone would admit j1 and j2
+
+    # admitted Workloads are never touched, whatever their hints say now
+    before = {n: _labels(env, n) for n in ("j1", "j4")}
+    prio_before = _priorities(env)
+    hints(env.cq, **{ids["j1"]: SMALL / 2, ids["j4"]: BIG * 10})
+    backend.sync()
+    report = applier.run_pass()
+    assert report.relabelled == 0 and report.skipped.get("admitted") == 2, report
+    assert {n: _labels(env, n) for n in ("j1", "j4")} == before
+    assert {k: _priorities(env)[k] for k in ("j1", "j4")} == {
+        k: prio_before[k] for k in ("j1", "j4")
+    }
+
+    # a hint update re-orders the waiting ones: j3 (newer) now goes before j2, through
+    # the daemon, which watches the cluster and re-reads the hints every interval
+    daemon = subprocess.Popen(
+        [
+            sys.executable, "-m", "gpuhint", "kueue", "apply-priorities",
+            "--kubeconfig", kubeconfig, "--cluster", CLUSTER, "--interval", "0.5", "--json",
+        ],
+        env={**os.environ, "GPUHINT_REDIS_URL": redis_url, "GPUHINT_KEY_PREFIX": unique_prefix},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        hints(env.cq, **{ids["j3"]: SMALL})
+        wait_for(
+            "the daemon to relabel j3",
+            lambda: _labels(env, "j3").get(PRIORITY_CLASS_LABEL) == TOP.name,
+            timeout_s=60,
+        )
+        assert _labels(env, "j2")[PRIORITY_CLASS_LABEL] == low.name
+        wait_for("j3's Workload priority", lambda: _priorities(env)["j3"] == TOP.value)
+        env.finish("j4")
+        wait_for("a new admission", lambda: len(env.admitted()) == 2 and "j4" not in env.admitted())
+        time.sleep(1.0)
+        assert env.admitted() == {"j1", "j3"}
+        assert {n: _labels(env, n) for n in ("j1",)} == {"j1": before["j1"]}
+    finally:
+        daemon.terminate()
+        out, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+    passes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert passes and sum(p["relabelled"] for p in passes) == 1, passes
+    assert all(p["errors"] == 0 for p in passes)
+
+
+def test_dry_run_changes_nothing_and_reports_the_plan(
+    kubeconfig: str,
+    kueue_env: Callable[..., KueueEnv],
+    hints: Callable[..., None],
+    redis_url: str,
+    unique_prefix: str,
+) -> None:
+    env = kueue_env(gpus=16, hold=True)
+    uid = env.job("a", gpus=8)  # no gpuhint.io/job-id label: the Job's UID links it
+    env.job("b", gpus=8, job_id="not-hinted")
+    wait_for("2 Workloads", lambda: len(env.workloads()) == 2)
+    hints(env.cq, **{uid: SMALL})
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "gpuhint", "kueue", "apply-priorities", "--once", "--dry-run",
+            "--json", "--kubeconfig", kubeconfig, "--cluster", CLUSTER,
+        ],
+        env={**os.environ, "GPUHINT_REDIS_URL": redis_url, "GPUHINT_KEY_PREFIX": unique_prefix},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    mine = [p for p in report["planned"] if p["namespace"] == env.ns]
+    assert [(p["job"], p["to"], p["job_id"]) for p in mine] == [("a", TOP.name, uid)]
+    assert report["dry_run"] is True and report["relabelled"] == 0
+    assert PRIORITY_CLASS_LABEL not in _labels(env, "a")
+    assert PRIORITY_CLASS_LABEL not in _labels(env, "b")

@@ -72,7 +72,7 @@ class MarkRebuilt:
 
     hints: int
     reason: str = "redis_empty"
-    """``redis_empty`` (the epoch marker was gone) or ``worker_start``."""
+    """Why: ``redis_empty`` (the epoch marker was gone or replaced)."""
 
 
 Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | Count | MarkRebuilt
@@ -122,9 +122,6 @@ class BufferedStore(abc.ABC):
         if created or (self.epoch_seen is not None and current != self.epoch_seen):
             self.empty_detected = True
             self.empty_reason = "redis_empty"
-        elif self.epoch_seen is None:  # this worker's first flush: Redis may have lost
-            self.empty_detected = True  # data while no worker ran, so rewrite anyway
-            self.empty_reason = "worker_start"
         self.epoch_seen = current
 
     def take_empty(self) -> bool:

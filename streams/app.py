@@ -240,7 +240,9 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         """VC keys on the job-event partitions this worker holds now (the table also
         keeps revoked partitions' last state, which another worker may have moved on)."""
         mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == job_topic.topics[0]}
-        return [k for k in states if partition_for(k.encode(), settings.partitions) in mine]
+        # only VCs with saved state: one first seen in the current batch has every
+        # pending job of its own in this very flush
+        return [k for k in states.backing if partition_for(k.encode(), settings.partitions) in mine]
 
     sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
 

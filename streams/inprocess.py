@@ -121,7 +121,9 @@ class InProcessPipeline:
         if w.store.take_empty():
             self.rebuilds += 1
             keys = [
-                k for k in w.states if partition_for(k.encode(), self.n_partitions) in w.partitions
+                k
+                for k in w.states.backing
+                if partition_for(k.encode(), self.n_partitions) in w.partitions
             ]
             w.store.mark_rebuilt(w.handler.engine.rebuild(keys))
             w.store.flush()
@@ -138,22 +140,30 @@ class InProcessPipeline:
         workers: int = 1,
         max_batches: int | None = None,
         crash: CrashPoint | None = None,
+        after_batch: Callable[[int], None] | None = None,
     ) -> int:
         """Run ``workers`` fresh workers (partitions split round-robin) over the log:
-        batches in turn from every partition, until the log is drained or ``max_batches``
-        batches ran; then a worker dies at ``crash`` (its buffer and live state lost,
-        nothing committed for that batch). Return the events committed in this run."""
+                batches in turn from every partition, until the log is drained or ``max_batches``
+                batches ran; then a worker dies at ``crash`` (its buffer and live state lost,
+                nothing committed for that batch). ``after_batch(n)`` runs after the n-th
+        batch (e.g. to wipe Redis mid-run). Return the events committed in this run."""
         ws = [self._worker(f"w{i}", set()) for i in range(workers)]
         for p in range(self.n_partitions):
             ws[p % workers].partitions.add(p)
         try:
-            return self._run(ws, max_batches, crash)
+            return self._run(ws, max_batches, crash, after_batch)
         finally:
             for w in ws:
                 self.redelivered += w.handler.engine.stats.redelivered
                 self.learned += w.handler.engine.stats.learned
 
-    def _run(self, ws: list[_Worker], max_batches: int | None, crash: CrashPoint | None) -> int:
+    def _run(
+        self,
+        ws: list[_Worker],
+        max_batches: int | None,
+        crash: CrashPoint | None,
+        after_batch: Callable[[int], None] | None,
+    ) -> int:
         done = 0
         batches = 0
         while True:
@@ -169,6 +179,8 @@ class InProcessPipeline:
                         return done
                     batches += 1
                     progressed = True
+                    if after_batch is not None:
+                        after_batch(batches)
                     if max_batches is not None and batches >= max_batches:
                         return done
             if not progressed:

@@ -380,8 +380,9 @@ def _section_body(key: str, n: Mapping[str, Any]) -> str:
         )
     if key == "repetition":
         return (
-            "<p>The paper's history rule predicts a job as the mean duration of the same "
-            "user's earlier jobs with the same GPU count (else all the user's earlier jobs).</p>"
+            "<p>The paper's history rule predicts a job, at its submit, as the mean duration "
+            "of the same user's finished jobs with the same GPU count (else of all the user's "
+            "finished jobs), replayed online over the trace.</p>"
             + _table(
                 ["measure", "value"],
                 [

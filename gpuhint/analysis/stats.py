@@ -277,32 +277,68 @@ def user_gpu_time_curve(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def history_rule(df: pd.DataFrame) -> pd.DataFrame:
-    """The paper's history rule, replayed over the trace in submit order.
+def _finished_before_submit(
+    group: np.ndarray, submit: np.ndarray, end: np.ndarray, duration: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per job: how many jobs of its group finished before it was submitted, and the sum
+    of their durations. A finish at the very submit time does not count (the online
+    engine handles a submit before a finish at the same time)."""
+    n = len(group)
+    g = np.concatenate([group, group])
+    t = np.concatenate([submit, end])
+    kind = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
+    val = np.concatenate([np.zeros(n), duration])
+    order = np.lexsort((kind, t, g))  # by group, then time, submits before finishes
+    gs, ks, vs = g[order], kind[order], val[order]
+    c_before = np.cumsum(ks) - ks  # finishes strictly before each position, trace-wide
+    s_before = np.cumsum(vs) - vs
+    first = np.ones(2 * n, dtype=bool)
+    first[1:] = gs[1:] != gs[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(2 * n), 0))
+    cnt = c_before - c_before[start]
+    tot = s_before - s_before[start]
+    is_submit = ks == 0
+    rows = order[is_submit]
+    out_c = np.zeros(n, dtype=np.int64)
+    out_s = np.zeros(n)
+    out_c[rows] = cnt[is_submit]
+    out_s[rows] = tot[is_submit]
+    return out_c, out_s
 
-    Each job is predicted as the mean duration of the same user's earlier-submitted jobs
-    with the same GPU count, else of all the user's earlier jobs; a user's first job has
-    no prediction. Returns ``user``, ``predicted``, ``duration``, ``ape`` (absolute error
-    over the true duration, at least 1 s) and ``same_size_prior`` (bool) per job with a
-    user. Earlier-submitted jobs may still run at submit, so this is the rule with
-    hindsight of their durations: a floor on its online error.
+
+def history_rule(df: pd.DataFrame) -> pd.DataFrame:
+    """The paper's history rule, replayed online over the trace.
+
+    As ``models/history.py`` keeps it (per VC): a job is predicted, when it is submitted,
+    as the mean duration of the same user's jobs with the same GPU count that have
+    finished by then, else of all the user's finished jobs; without either it has no
+    prediction. A job finishes at its start (its submit when the trace has no start)
+    plus its duration. Returns ``user``, ``predicted``, ``duration``, ``ape`` (absolute
+    error over the true duration, at least 1 s) and ``same_size_prior`` (an earlier
+    *submitted* job of the same user and GPU count exists) per job with a user.
     """
-    d = df.loc[df["user"].notna(), ["user", "gpus", "duration"]]
-    gs = d.groupby(["user", "gpus"], observed=True, sort=False)["duration"]
-    cnt_s = gs.cumcount()
-    mean_s = (gs.cumsum() - d["duration"]) / cnt_s.where(cnt_s > 0)
-    gu = d.groupby("user", observed=True, sort=False)["duration"]
-    cnt_u = gu.cumcount()
-    mean_u = (gu.cumsum() - d["duration"]) / cnt_u.where(cnt_u > 0)
-    pred = mean_s.fillna(mean_u)
-    ape = (pred - d["duration"]).abs() / d["duration"].clip(lower=1.0)
+    d = df.loc[df["user"].notna(), ["vc", "user", "gpus", "duration", "submit", "start"]]
+    submit = d["submit"].to_numpy(dtype="float64")
+    start = np.fmax(d["start"].to_numpy(dtype="float64"), submit)  # NaN start -> submit
+    dur = d["duration"].to_numpy(dtype="float64")
+    end = start + dur
+    by_size = d.groupby(["vc", "user", "gpus"], observed=True, sort=False)
+    by_user = d.groupby(["vc", "user"], observed=True, sort=False)
+    cs, ss = _finished_before_submit(by_size.ngroup().to_numpy(), submit, end, dur)
+    cu, su = _finished_before_submit(by_user.ngroup().to_numpy(), submit, end, dur)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pred = np.where(
+            cs > 0, ss / np.maximum(cs, 1), np.where(cu > 0, su / np.maximum(cu, 1), np.nan)
+        )
+    predicted = pd.Series(pred, index=d.index)
+    ape = (predicted - d["duration"]).abs() / d["duration"].clip(lower=1.0)
     return pd.DataFrame(
         {
             "user": d["user"],
-            "predicted": pred,
+            "predicted": predicted,
             "duration": d["duration"],
             "ape": ape,
-            "same_size_prior": cnt_s > 0,
+            "same_size_prior": by_size.cumcount() > 0,
         }
     )
 

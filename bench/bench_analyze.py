@@ -12,7 +12,7 @@ jobs in under 2 minutes and 2 GB.
 
 Usage::
 
-    python bench/bench_analyze.py [--jobs 1000000] [--keep TRACE] [--qssf-jobs 20000]
+    python bench/bench_analyze.py [--jobs 1000000] [--keep TRACE] [--qssf-jobs 10000]
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--keep", metavar="TRACE", help="generate into (or reuse) this file")
-    ap.add_argument("--qssf-jobs", type=int, default=20_000)
+    ap.add_argument("--qssf-jobs", type=int, default=10_000)
     ap.add_argument("--out", metavar="DIR", help="report folder (default: a temporary one)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -114,8 +114,9 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
     has_users = need("users", f["user"], "the trace has no users")
     n["users"] = stats.user_stats(df) if has_users else None
     if has_users:
-        n["repetition"] = stats.repetition_stats(df)
-        per_user_ape = stats.per_user_median_ape(df)
+        hist = stats.history_rule(df)
+        n["repetition"] = stats.repetition_stats(df, hist)
+        per_user_ape = stats.per_user_median_ape(df, hist)
     else:
         skipped["repetition"] = "the trace has no users"
         n["repetition"] = None

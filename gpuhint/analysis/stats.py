@@ -169,8 +169,16 @@ def demand_stats(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def state_group(df: pd.DataFrame) -> pd.Series:
+    """completed / cancelled / failed / unknown per job (mapped on the categories)."""
+    state = df["state"].astype("category")
+    names = [STATE_GROUPS.get(str(c), "unknown") for c in state.cat.categories]
+    codes = state.cat.codes.to_numpy()
+    return pd.Series(np.asarray(names, dtype=object)[codes], index=df.index)
+
+
 def state_stats(df: pd.DataFrame) -> dict[str, Any]:
-    groups = df["state"].astype(str).map(STATE_GROUPS).fillna("unknown")
+    groups = state_group(df)
     gt = gpu_time(df)
     gpu = df["gpus"] > 0
 
@@ -343,8 +351,9 @@ def history_rule(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def repetition_stats(df: pd.DataFrame) -> dict[str, Any]:
-    h = history_rule(df)
+def repetition_stats(df: pd.DataFrame, h: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Repetition numbers; ``h`` is :func:`history_rule`'s result when already computed."""
+    h = history_rule(df) if h is None else h
     scored = h.dropna(subset=["ape"])
     per_user = scored.groupby("user", observed=True)["ape"].agg(["median", "size"])
     per_user = per_user[per_user["size"] >= MIN_USER_JOBS]
@@ -377,9 +386,9 @@ def _factor(h: pd.DataFrame) -> pd.Series:
     return np.maximum(p / t, t / p)
 
 
-def per_user_median_ape(df: pd.DataFrame) -> pd.Series:
+def per_user_median_ape(df: pd.DataFrame, h: pd.DataFrame | None = None) -> pd.Series:
     """Each user's median history-rule error (users with at least MIN_USER_JOBS scored)."""
-    h = history_rule(df).dropna(subset=["ape"])
+    h = (history_rule(df) if h is None else h).dropna(subset=["ape"])
     per_user = h.groupby("user", observed=True)["ape"].agg(["median", "size"])
     return per_user.loc[per_user["size"] >= MIN_USER_JOBS, "median"]
 
@@ -387,32 +396,49 @@ def per_user_median_ape(df: pd.DataFrame) -> pd.Series:
 def vc_stats(df: pd.DataFrame, has_state: bool, has_start: bool) -> list[dict[str, Any]]:
     gt = gpu_time(df)
     total = float(gt.sum())
-    out = []
-    q = queue_delay(df)
-    for vc, idx in df.groupby("vc", observed=True).groups.items():
-        sub = df.loc[idx]
-        gpu = sub["gpus"] > 0
-        g = sub[gpu]
-        row: dict[str, Any] = {
-            "vc": str(vc),
-            "jobs": len(sub),
-            "gpu_jobs": int(gpu.sum()),
-            "users": int(sub["user"].nunique()),
-            "gpu_hours": float(gt.loc[idx].sum() / 3600),
-            "gpu_time_share": _num(gt.loc[idx].sum() / total) if total > 0 else None,
-            "median_duration_gpu_s": _num(g["duration"].median()) if len(g) else None,
-            "mean_duration_gpu_s": _num(g["duration"].mean()) if len(g) else None,
-            "max_gpus": int(sub["gpus"].max()),
-            "mean_queue_gpu_s": None,
-            "completion_rate_gpu": None,
+    gpu = df["gpus"] > 0
+    frame = pd.DataFrame(
+        {
+            "vc": df["vc"],
+            "user": df["user"],
+            "gpus": df["gpus"],
+            "gt": gt,
+            "gpu_job": gpu,
+            "dur_gpu": df["duration"].where(gpu),
+            "queue_gpu": queue_delay(df).where(gpu),
+            "done_gpu": (df["state"] == "COMPLETED").where(gpu).astype("float64"),
         }
-        if has_start and len(g):
-            row["mean_queue_gpu_s"] = _num(q.loc[g.index].mean())
-        if has_state and len(g):
-            row["completion_rate_gpu"] = _num((g["state"] == "COMPLETED").mean())
-        out.append(row)
-    out.sort(key=lambda r: -r["gpu_hours"])
-    return out
+    )
+    g = frame.groupby("vc", observed=True)
+    agg = pd.DataFrame(
+        {
+            "jobs": g.size(),
+            "gpu_jobs": g["gpu_job"].sum(),
+            "users": g["user"].nunique(),
+            "gt": g["gt"].sum(),
+            "med": g["dur_gpu"].median(),
+            "mean": g["dur_gpu"].mean(),
+            "max_gpus": g["gpus"].max(),
+            "queue": g["queue_gpu"].mean(),
+            "done": g["done_gpu"].mean(),
+        }
+    ).sort_values("gt", ascending=False, kind="stable")
+    return [
+        {
+            "vc": str(vc),
+            "jobs": int(r["jobs"]),
+            "gpu_jobs": int(r["gpu_jobs"]),
+            "users": int(r["users"]),
+            "gpu_hours": float(r["gt"] / 3600),
+            "gpu_time_share": _num(r["gt"] / total) if total > 0 else None,
+            "median_duration_gpu_s": _num(r["med"]),
+            "mean_duration_gpu_s": _num(r["mean"]),
+            "max_gpus": int(r["max_gpus"]),
+            "mean_queue_gpu_s": _num(r["queue"]) if has_start else None,
+            "completion_rate_gpu": _num(r["done"]) if has_state else None,
+        }
+        for vc, r in agg.iterrows()
+    ]
 
 
 def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[str, Any]:
@@ -440,7 +466,7 @@ def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[s
         "med_que_time_gpu": _num(q[gpu].median()) if has_start and len(g) else None,
         "med_gpu_num": _num(g["gpus"].median()) if len(g) else None,
     }
-    groups = df["state"].astype(str).map(STATE_GROUPS)
+    groups = state_group(df)
     for suffix, mask in (("", None), ("_cpu", ~gpu), ("_gpu", gpu)):
         s = groups if mask is None else groups[mask]
         for key, grp in (("complete", "completed"), ("cancel", "cancelled"), ("fail", "failed")):

@@ -87,7 +87,7 @@ def agent_port(tmp_path: Path) -> Iterator[int]:
     proc.wait(30)
 
 
-# panels no process of this test feeds: no applier runs, the engine counts no updates
+# panels no process of this test feeds: no applier runs
 NO_DATA_HERE = {"Applier actions and refusals (per min)"}
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,16 @@ class ModelCheckpointer:
     def save(self, model: DurationModel) -> None:
         checkpoint.save(model, self.path)
         log.info("checkpointed model %s to %s", self.name, self.path)
+
+
+def _dead_letter_acked(fut: Any) -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if fut.cancelled() or exc is not None:
+        log.critical(
+            "dead-letter record not acknowledged (%s); exiting before its offset is committed",
+            "cancelled" if exc is None else f"{type(exc).__name__}: {exc}",
+        )
+        os._exit(70)
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -231,8 +242,10 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
             value=event.value,
             max_bytes=settings.dead_letter_max_bytes,
         )
-        # wait for the broker's ack: the offset must not be committed before it
-        await (await dead_letter.send(key=event.key, value=record))
+        # Faust flushes its producer before it commits offsets; a record the broker
+        # refuses stops the worker there, so its offset is never committed (redelivered).
+        fut = await dead_letter.send(key=event.key, value=record)
+        fut.add_done_callback(_dead_letter_acked)
         store.count("dead_letter")
         stats.dead_letter += 1
         short = reason.split(":")[0]

@@ -304,6 +304,8 @@ class BufferedPublisher:
         self._backoff = 0.0
         self._next_try = 0.0
         self._down_since: float | None = None
+        self._last_log = 0.0
+        self.log_every_s = 60.0
 
     @property
     def pending(self) -> int:
@@ -382,8 +384,17 @@ class BufferedPublisher:
         )
         self._next_try = now + self._backoff
         if self._down_since is None:
-            self._down_since = now
+            self._down_since = self._last_log = now
             log.warning("%s; buffering (%d pending), retrying", exc, self.pending)
+        elif now - self._last_log >= self.log_every_s:  # rate-limited: one line a minute
+            self._last_log = now
+            log.warning(
+                "transport still down after %.0f s (%d pending, %d dropped): %s",
+                now - self._down_since,
+                self.pending,
+                self.dropped,
+                exc,
+            )
         else:
             log.debug("%s; retry in %.1f s (%d pending)", exc, self._backoff, self.pending)
 

@@ -114,6 +114,12 @@ class Workers:
         fh.close()
         self.logs[slot] = log
 
+    def log_lines(self) -> int:
+        """Lines written so far to every log of these workers."""
+        return sum(
+            p.read_bytes().count(b"\n") for p in self.logdir.glob("worker-*.log") if p.is_file()
+        )
+
     def kill(self, slot: int = 0) -> None:
         p = self.procs.pop(slot)
         with contextlib.suppress(ProcessLookupError):
@@ -463,8 +469,11 @@ def broker_down(chaos: Chaos, timeout_s: float, down_s: float = 30.0) -> Scenari
         chaos.send(recs[:half])
         _first_change(chaos, prefix, timeout_s)
         kill_process(chaos.kafka)
+        lines0 = w.log_lines()
         th = _replay_in_thread(chaos, recs[half:])  # the replay keeps retrying meanwhile
         time.sleep(down_s)
+        rate = (w.log_lines() - lines0) / down_s
+        res.notes.append(f"worker log lines/s while the broker was down: {rate:.1f}")
         chaos.kafka.start()
         t_back = time.monotonic()
         th.join()

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,7 @@ class SlurmFeed(SchedulerFeed):
     lookback_s: float = 3600.0
     margin_s: float = 300.0
     last_poll: float | None = field(default=None)
+    accept: Callable[[str], bool] | None = None  # job ids to follow (None: all)
 
     def __post_init__(self) -> None:
         if self.state_path is not None:
@@ -146,6 +147,8 @@ class SlurmFeed(SchedulerFeed):
         try:
             text = read_source(self.command(now), timeout_s=self.timeout_s)
             jobs = parse_slurm(text, self.vc_from)
+            if self.accept is not None:
+                jobs = [j for j in jobs if self.accept(j.job_id)]
         except SchedulerError as exc:
             self.failures += 1
             if self.failures == 1 or self.failures % 60 == 0:

@@ -59,6 +59,7 @@ class RedisKeys:
 
 # Change-stream entry types (field ``type`` of each ``changes`` entry).
 CHANGE_HINT = "hint"
+CHANGE_HINT_UPDATED = "hint_updated"
 CHANGE_HINT_REMOVED = "hint_removed"
 CHANGE_ADVICE = "advice"
 CHANGE_LOAD = "load"

@@ -34,6 +34,13 @@ class PutHint:
 
 
 @dataclass(frozen=True)
+class UpdateHint:
+    """A waiting job's hint with a new priority: applied only if the hint still exists."""
+
+    hint: PriorityHint
+
+
+@dataclass(frozen=True)
 class RemoveHint:
     cluster: str
     vc: str
@@ -58,7 +65,7 @@ class Count:
     n: int = 1
 
 
-Op = PutHint | RemoveHint | PutAdvisory | PutLoad | Count
+Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | Count
 
 
 @runtime_checkable
@@ -66,6 +73,7 @@ class HintStore(Protocol):
     """What the core needs from a store (write side) and what readers use (read side)."""
 
     def put_hint(self, hint: PriorityHint) -> None: ...
+    def update_hint(self, hint: PriorityHint) -> None: ...
     def remove_hint(self, cluster: str, vc: str, job_id: str) -> None: ...
     def put_advisory(self, advisory: PowerAdvisory) -> None: ...
     def put_load(self, load: ClusterLoad) -> None: ...
@@ -103,6 +111,10 @@ class BufferedStore(abc.ABC):
 
     def put_hint(self, hint: PriorityHint) -> None:
         self._add(PutHint(hint))
+
+    def update_hint(self, hint: PriorityHint) -> None:
+        """Re-rank a waiting job (a ``hint_updated`` change); a no-op once it is gone."""
+        self._add(UpdateHint(hint))
 
     def remove_hint(self, cluster: str, vc: str, job_id: str) -> None:
         self._add(RemoveHint(cluster, vc, job_id))
@@ -181,6 +193,14 @@ class InMemoryStore(BufferedStore):
                 self.hints[(h.cluster, h.job_id)] = h
                 self.queues.setdefault((h.cluster, h.vc), {})[h.job_id] = h.priority
                 self._change(Change(keys.CHANGE_HINT, h.cluster, h.job_id, h.model_dump_json()))
+            elif isinstance(op, UpdateHint):
+                h = op.hint
+                if (h.cluster, h.job_id) in self.hints:
+                    self.hints[(h.cluster, h.job_id)] = h
+                    self.queues.setdefault((h.cluster, h.vc), {})[h.job_id] = h.priority
+                    self._change(
+                        Change(keys.CHANGE_HINT_UPDATED, h.cluster, h.job_id, h.model_dump_json())
+                    )
             elif isinstance(op, RemoveHint):
                 existed = self.hints.pop((op.cluster, op.job_id), None)
                 q = self.queues.get((op.cluster, op.vc))

@@ -6,6 +6,8 @@ Formats (``fmt="auto"`` picks one from the file name and header):
   ``job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue``
 * ``philly`` -- Microsoft Philly ``cluster_job_log`` JSON (a list of job objects).
 * ``plain``  -- ``job_id,submission_time,duration,num_gpu`` (seconds), as the ITP traces.
+* ``sacct`` / ``sacct-json`` -- Slurm accounting: ``sacct --parsable2`` / ``sacct --json``
+  (:mod:`gpuhint.traces_sacct`).
 
 Helios-style and plain CSVs may carry an optional ``time_limit`` column: the run time
 the job asked for, in seconds (Slurm ``TimeLimit``); empty means none.
@@ -31,7 +33,7 @@ from typing import Any, Literal, TextIO
 
 from gpuhint.contract import JobEvent, JobPhase, JobState
 
-TraceFormat = Literal["auto", "helios", "philly", "plain"]
+TraceFormat = Literal["auto", "helios", "philly", "plain", "sacct", "sacct-json"]
 OnError = Literal["stop", "skip"]
 
 
@@ -100,10 +102,18 @@ def parse_time(value: str) -> float:
 
 def detect_format(path: Path) -> str:
     name = path.name.lower().removesuffix(".gz")
+    with open_text(path) as fh:
+        head = fh.read(4096)
+    if head.lstrip().startswith("{"):  # sacct --json is an object; Philly is an array
+        return "sacct-json"
     if name.endswith(".json"):
         return "philly"
-    with open_text(path) as fh:
-        header = fh.readline().strip().lower()
+    header = head.splitlines()[0].strip().lower() if head else ""
+    if "|" in header:
+        from gpuhint.traces_sacct import looks_like_sacct
+
+        if looks_like_sacct(header):
+            return "sacct"
     cols = {c.strip() for c in header.split(",")}
     if {"submit_time", "gpu_num", "duration"} <= cols:
         return "helios"
@@ -114,7 +124,8 @@ def detect_format(path: Path) -> str:
         1,
         "unknown trace format: expected a Helios cluster_log.csv header "
         "(job_id,...,gpu_num,...,submit_time,...,duration), a plain "
-        "job_id,submission_time,duration,num_gpu header, or Philly JSON",
+        "job_id,submission_time,duration,num_gpu header, Philly JSON, or a Slurm "
+        "sacct --parsable2 / --json export",
     )
 
 
@@ -371,6 +382,10 @@ def read_trace(
         out = _read_csv(p, _plain_row, on_error)
     elif kind == "philly":
         out = _read_philly(p, on_error)
+    elif kind in ("sacct", "sacct-json"):
+        from gpuhint.traces_sacct import read_sacct_json, read_sacct_parsable
+
+        out = (read_sacct_parsable if kind == "sacct" else read_sacct_json)(p, on_error)
     else:  # pragma: no cover - guarded by the Literal
         raise ValueError(f"unknown format {fmt!r}")
     out.fmt = kind

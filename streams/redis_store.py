@@ -24,6 +24,7 @@ from gpuhint.store import (
     PutHint,
     PutLoad,
     RemoveHint,
+    UpdateHint,
 )
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,19 @@ if redis.call('DEL', KEYS[1]) == 1 then
   return 1
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
+return 0
+"""
+
+# KEYS: hint key, queue key, changes stream; ARGV: job_id, hint JSON, priority, ttl,
+# cluster, vc, maxlen. Only a hint that still exists moves (its job has not started).
+_UPDATE_HINT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
+             'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
+  return 1
+end
 return 0
 """
 
@@ -60,6 +74,7 @@ class RedisStore(BufferedStore):
         self.advisory_ttl_s = advisory_ttl_s
         self.changes_maxlen = changes_maxlen
         self._remove = self.r.register_script(_REMOVE_HINT)
+        self._update = self.r.register_script(_UPDATE_HINT)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisStore:
@@ -87,6 +102,25 @@ class RedisStore(BufferedStore):
                         "job_id": h.job_id,
                         "priority": repr(h.priority),
                     },
+                )
+            elif isinstance(op, UpdateHint):
+                h = op.hint
+                self._update(
+                    keys=[
+                        self.k.hint(h.cluster, h.job_id),
+                        self.k.queue(h.cluster, h.vc),
+                        self.k.changes,
+                    ],
+                    args=[
+                        h.job_id,
+                        h.model_dump_json(),
+                        repr(h.priority),
+                        self.hint_ttl_s,
+                        h.cluster,
+                        h.vc,
+                        self.changes_maxlen,
+                    ],
+                    client=pipe,
                 )
             elif isinstance(op, RemoveHint):
                 self._remove(

@@ -237,3 +237,27 @@ def vcs(rows: list[dict[str, Any]], path: Path, top: int = 20) -> Path:
     ax.set_title(f"virtual clusters by GPU time (top {len(rows)})")
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
+
+
+def time_limits(df: pd.DataFrame, path: Path) -> Path:
+    plt = _plt()
+    d = df.loc[df["limit"].notna() & (df["limit"] > 0)]
+    used = (d["duration"] / d["limit"]).clip(upper=1.5)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    v = np.sort(used.to_numpy(dtype="float64"))
+    if v.size:
+        ax.step(
+            v,
+            np.arange(1, v.size + 1) / v.size,
+            where="post",
+            color="tab:blue",
+            label=f"jobs with a time limit (n={v.size:,})",
+        )
+    ax.axvline(1.0, color="tab:red", ls=":", lw=0.8)
+    ax.set_xlabel("run time / requested time limit (over 1.5 drawn at 1.5)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title("how much of the requested time limit jobs use")
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)

@@ -19,6 +19,8 @@ state       category   final state (``gpuhint.contract.JobState`` names)
 vc          category   virtual cluster ("default" when the trace has none)
 user        category   user, NaN when the trace has none
 name        category   job name, NaN when the trace has none
+limit       float64    requested time limit, seconds (NaN: none)
+line        int64      the job's line in the file
 ==========  =========  ======================================================
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -88,9 +91,17 @@ def _chunk_frame(jobs: list[TraceJob]) -> pd.DataFrame:
             "vc": pd.Categorical([j.vc for j in jobs]),
             "user": pd.Categorical([j.user for j in jobs]),
             "name": pd.Categorical([j.name for j in jobs]),
+            "limit": pd.array(
+                [math.nan if _limit(j) is None else _limit(j) for j in jobs], dtype="float64"
+            ),
             "line": pd.array([j.line for j in jobs], dtype="int64"),
         }
     )
+
+
+def _limit(job: TraceJob) -> float | None:
+    """The job's requested time limit, for readers that record one."""
+    return getattr(job, "time_limit_s", None)
 
 
 def _concat(chunks: list[pd.DataFrame]) -> pd.DataFrame:

@@ -75,6 +75,7 @@ def fields_present(df: pd.DataFrame) -> dict[str, bool]:
         "vc": bool(n and (df["vc"] != "default").any()),
         "gpus": bool(n and (df["gpus"] > 0).any()),
         "absolute_time": bool(n and float(df["submit"].min()) >= ABSOLUTE_TIME_MIN),
+        "time_limit": bool(n and "limit" in df and df["limit"].notna().any()),
     }
 
 
@@ -411,3 +412,34 @@ def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[s
     for key, grp in (("complete", "completed"), ("cancel", "cancelled"), ("fail", "failed")):
         out[f"{key}_gpu_time"] = float(gt[groups == grp].sum()) if has_state else None
     return out
+
+
+def paper_clusters() -> dict[str, dict[str, float]]:
+    """The Helios paper's per-cluster table (shipped ``helios_cluster_summary.csv``), by
+    cluster name: the anchors a trace's ``helios_summary`` is shown beside."""
+    import csv
+    from importlib import resources
+
+    text = resources.files("gpuhint").joinpath("data/helios_cluster_summary.csv").read_text()
+    out: dict[str, dict[str, float]] = {}
+    for row in csv.DictReader(text.splitlines()):
+        name = row.pop("id")
+        out[name] = {k: float(v) for k, v in row.items() if v}
+    return out
+
+
+def time_limit_stats(df: pd.DataFrame) -> dict[str, Any]:
+    """How the run times compare with the time limits the jobs asked for (Slurm TimeLimit)."""
+    d = df.loc[df["limit"].notna() & (df["limit"] > 0), ["duration", "limit", "gpus"]]
+    used = d["duration"] / d["limit"]
+    reserved = (d["gpus"] * d["limit"]).sum()
+    unused = (d["gpus"] * (d["limit"] - d["duration"]).clip(lower=0)).sum()
+    n = len(d)
+    return {
+        "jobs": n,
+        "median_used_share": _num(used.median()) if n else None,
+        "under_half_share": _num((used < 0.5).mean()) if n else None,
+        "at_limit_share": _num((used >= 0.99).mean()) if n else None,
+        "unused_gpu_time_share": _num(unused / reserved) if reserved > 0 else None,
+        "median_limit_s": _num(d["limit"].median()) if n else None,
+    }

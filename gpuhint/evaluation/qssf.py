@@ -250,6 +250,7 @@ class _LiveVc:
             w = self.waiting[jid]
             if not flipped:
                 self.model_prio[jid] = max(w.num_gpus, 1) * self.model.expected_one(w, ev.time)
+                self.guard.reprioritize(jid, self.model_prio[jid])
             out.append((jid, w.submit_time if self.guard.fallback else self.model_prio[jid]))
         return out
 

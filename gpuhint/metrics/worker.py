@@ -207,7 +207,7 @@ class WorkerCollector(Collector):
         yield errors
         lag = GaugeMetricFamily(
             "gpuhint_kafka_consumer_lag",
-            "Messages behind the partition's end: high watermark - committed offset.",
+            "Messages behind an input partition's end: high watermark - committed offset.",
             labels=["topic", "partition"],
         )
         assigned = GaugeMetricFamily(
@@ -235,7 +235,10 @@ def _assignment(app: Any) -> set[Any]:
 
 
 def consumer_lag(app: Any) -> dict[tuple[str, int], int]:
-    """Lag of each assigned partition whose high watermark and position are known."""
+    """Lag of each assigned input partition whose high watermark and position are known.
+
+    Faust's table changelogs and its assignor topic are left out.
+    """
     consumer = getattr(app, "_consumer", None)
     monitor = getattr(app, "_monitor", None)
     out: dict[tuple[str, int], int] = {}
@@ -244,6 +247,8 @@ def consumer_lag(app: Any) -> dict[tuple[str, int], int]:
     committed_by_monitor = dict(getattr(monitor, "tp_committed_offsets", None) or {})
     committed_by_consumer = dict(getattr(consumer, "_committed_offset", None) or {})
     for tp in _assignment(app):
+        if tp.topic.endswith("-changelog") or "__assignor" in tp.topic:
+            continue  # Faust's own topics: input topics only
         try:
             hw = consumer.highwater(tp)
         except Exception:

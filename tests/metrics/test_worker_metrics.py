@@ -16,6 +16,7 @@ from kafka import KafkaProducer
 from gpuhint.client import HintClient
 from gpuhint.contract import JobEvent, JobPhase, NodeStatus, encode_message
 from gpuhint.kafka_io import ensure_topics
+from gpuhint.testing.metrics_docs import undocumented
 from gpuhint.testing.scrape import get, samples, total, value, wait_ready
 from gpuhint.testing.services import free_port
 from gpuhint.topics import Topics, job_key, node_key
@@ -152,4 +153,6 @@ def test_scrape_a_running_worker(
     assert total(got, "gpuhint_advisories_total", scope="cluster") == value(
         got, "gpuhint_ces_slots_total"
     )
-    assert "process_cpu_seconds_total" in {n for n, _ in got}
+    names = {n for n, _ in got}
+    assert "process_cpu_seconds_total" in names
+    assert not undocumented(names), "add them to docs/metrics.md"

@@ -448,16 +448,22 @@ def sigkill_worker(chaos: Chaos, timeout_s: float, kills: int = 3) -> ScenarioRe
 
 
 def rebalance(chaos: Chaos, timeout_s: float) -> ScenarioResult:
+    """Two workers share the partitions; one is SIGKILLed once both hold some."""
     with chaos.scenario("two_workers_one_killed") as (prefix, res, w):
         recs, _ = chaos.records(prefix, 0, 0)
         w.start(0)
         w.start(1)
-        th = _replay_in_thread(chaos, recs)
+        half = len(recs) // 2
+        chaos.send(recs[:half])
         _first_change(chaos, prefix, timeout_s)
+        time.sleep(15.0)  # the group settles: both members own partitions
+        th = _replay_in_thread(chaos, recs[half:])
         time.sleep(1.0)
-        w.kill(1)  # its partitions move to worker 0
+        w.kill(1)  # mid-stream: its partitions move to worker 0
+        t_kill = time.monotonic()
         th.join()
         _finish(chaos, prefix, res, w, timeout_s)
+        res.recovery_s = round(time.monotonic() - t_kill, 1)
     return res
 
 

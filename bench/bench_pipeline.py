@@ -38,13 +38,19 @@ from pathlib import Path
 import redis
 from kafka import KafkaConsumer, KafkaProducer
 
+from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
-from gpuhint.kafka_io import ensure_topics
+from gpuhint.kafka_io import ensure_topics, kafka_client_config
 from gpuhint.keys import RedisKeys
 from gpuhint.testing.services import kafka_service, redis_service
 from gpuhint.topics import Topics, job_key
 
 CLUSTER = "bench"
+
+
+def security() -> dict[str, object]:
+    """Kafka client TLS/SASL options from GPUHINT_KAFKA_SECURITY_* (empty: plaintext)."""
+    return kafka_client_config(load_settings())
 
 
 class HintWatcher(threading.Thread):
@@ -116,14 +122,17 @@ def raw_roundtrip(bootstrap: str, prefix: str, rate: float, seconds: float) -> l
     from kafka.admin import KafkaAdminClient, NewTopic
 
     topic = f"{prefix}.raw"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security())
     admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])
     admin.close()
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=f"{prefix}-raw", auto_offset_reset="latest"
+        bootstrap_servers=bootstrap,
+        group_id=f"{prefix}-raw",
+        auto_offset_reset="latest",
+        **security(),
     )
     consumer.subscribe([topic])
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security())
     producer.send(topic, b"warm").get(30)
     while not consumer.assignment():
         consumer.poll(200)
@@ -177,7 +186,7 @@ def setup(
 ) -> tuple[dict[str, str], Topics, RedisKeys]:
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     topics, keys = Topics(prefix), RedisKeys(prefix)
-    ensure_topics(bootstrap, topics, partitions=8)
+    ensure_topics(bootstrap, topics, partitions=8, security=security())
     env = dict(
         os.environ,
         GPUHINT_KAFKA_BOOTSTRAP=bootstrap,
@@ -203,7 +212,9 @@ def throughput(
     bootstrap: str, url: str, model: str, tmp: Path, n_workers: int, lifecycles: int, vcs: int
 ) -> float:
     env, topics, keys = setup(bootstrap, url, model, tmp)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=1 << 18)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=1 << 18, **security()
+    )
     t = time.time()
     evs = [e for i in range(lifecycles) for e in lifecycle(i, "thr", vcs, t)]
     markers = [
@@ -241,7 +252,7 @@ def hint_latency(
     watcher = HintWatcher(url, keys)
     watcher.start()
     w = Worker(env, tmp / f"{topics.prefix}.log")
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security())
     try:
         t = time.time()
         warm = [lifecycle(i, "warm", 8, t)[0] for i in range(200)]

@@ -223,8 +223,8 @@ def throughput(
             job_id=f"mark-{v}",
             cluster=CLUSTER,
             vc=f"vc{v}",
-            time=t + 9e5,
-            submit_time=t + 9e5,
+            time=t + 5,
+            submit_time=t + 5,
         )
         for v in range(vcs)
     ]

@@ -114,6 +114,8 @@ def test_trace_without_optional_fields(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no users" in notes and "no job names" in notes
     html = (tmp_path / "report.html").read_text()
     assert "Skipped, the trace lacks what they need" in html
+    assert "Queueing delay (the trace has no start times)" in html
+    assert "The trace records no users" in html  # said in the headline too
     assert "paper: Venus" in html  # the anchors beside the trace's own figures
     _check_outputs(tmp_path, n)
 

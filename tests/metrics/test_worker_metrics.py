@@ -63,7 +63,10 @@ def _wait(check, timeout: float, what: str, log: Path):  # type: ignore[no-untyp
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        ok, last = check()
+        try:
+            ok, last = check()
+        except OSError as exc:  # a scrape cut short on a loaded machine: try again
+            ok, last = False, f"{type(exc).__name__}: {exc}"
         if ok:
             return last
         time.sleep(0.5)

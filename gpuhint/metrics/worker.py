@@ -87,6 +87,11 @@ class WorkerCollector(Collector):
         yield _counter(
             "gpuhint_model_learned", "Finished jobs the duration model learned from.", s.learned
         )
+        yield _counter(
+            "gpuhint_events_redelivered",
+            "Job events seen again (offset already applied): no state change, writes re-emitted.",
+            s.redelivered,
+        )
         err = SummaryMetricFamily(
             "gpuhint_prediction_abs_log_error",
             "|log(predicted duration) - log(actual)| of each scored finished job; "
@@ -174,6 +179,13 @@ class WorkerCollector(Collector):
             e.add_metric([cluster], kwh)
         yield e
         yield _counter("gpuhint_redis_flushes", "Batches written to Redis.", batches)
+        sink = getattr(self.worker, "sink", None)
+        if sink is not None:
+            yield _counter(
+                "gpuhint_redis_rebuilds",
+                "Times Redis came back empty and the pending hints were re-written from state.",
+                sink.rebuilds,
+            )
         yield _counter("gpuhint_redis_errors", "Batches that failed with a Redis error.", errors)
         yield GaugeMetricFamily(
             "gpuhint_redis_pending_writes", "Writes buffered, not yet in Redis.", value=st.pending

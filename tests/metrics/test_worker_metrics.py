@@ -185,6 +185,8 @@ def _check_worker(
     assert value(got, "gpuhint_prediction_abs_log_error_count") > 0
     assert value(got, "gpuhint_prediction_abs_log_error_sum") > 0
     assert value(got, "gpuhint_redis_errors_total") == 0
+    assert value(got, "gpuhint_events_redelivered_total") == 0  # one clean run: none seen twice
+    assert value(got, "gpuhint_redis_rebuilds_total") <= 1  # at most the first start's marker
     assert value(got, "gpuhint_redis_writes_total", op="hint") == by_phase["submitted"]
     assert value(got, "gpuhint_worker_ready") == 1
     assert value(got, "gpuhint_redis_up") == 1

@@ -74,6 +74,14 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmdbd >/dev/null 2>
     die "Slurm is missing: sudo apt-get install -y $slurm_pkgs (or GPUHINT_TEST_SLURM=slurm.conf)"
   fi
 fi
+if ! command -v openssl >/dev/null 2>&1; then  # TLS test certificates (tests/faults)
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  else
+    die "openssl is missing: install it (sudo apt-get install -y openssl)"
+  fi
+fi
 command -v java >/dev/null 2>&1 || die "Java 17+ is missing (it runs the Kafka broker)"
 command -v mvn >/dev/null 2>&1 || die "Maven is missing (it fetches Kafka from Maven Central)"
 echo "redis: $(redis-server --version | cut -d' ' -f3)  java: $(java -version 2>&1 | head -1)"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from functools import partial
@@ -53,6 +54,16 @@ from streams.state_table import TableStates
 log = logging.getLogger(__name__)
 
 __all__ = ["Worker", "WorkerStats", "build_app", "faust_broker_url"]
+
+
+def _dead_letter_acked(fut: Any) -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if fut.cancelled() or exc is not None:
+        log.critical(
+            "dead-letter record not acknowledged (%s); exiting before its offset is committed",
+            "cancelled" if exc is None else f"{type(exc).__name__}: {exc}",
+        )
+        os._exit(70)
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -255,8 +266,10 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
     async def emit(outcome: Outcome) -> None:
         if outcome.dead_letter is not None:
-            # wait for the broker's ack: the offset must not be committed before it
-            await (await dead_letter.send(value=outcome.dead_letter))
+            # Faust flushes its producer before it commits offsets; a record the broker
+            # refuses stops the worker there, so its offset is never committed (redelivered).
+            fut = await dead_letter.send(value=outcome.dead_letter)
+            fut.add_done_callback(_dead_letter_acked)
         for fw in outcome.forwards:
             await telemetry.send(key=fw.key, value=fw.value)
 

@@ -3,7 +3,7 @@
 #
 #   ./scripts/test.sh [PYTEST ARGS...]
 #
-# 1. installs redis-server, chromium and Slurm 22.05 + munge + slurmdbd + MariaDB
+# 1. installs redis-server, chromium, prometheus and Slurm 22.05 + munge + slurmdbd + MariaDB
 #    (Debian/Ubuntu, when run as root) if they are missing,
 # 2. checks Java 17+ and Maven (they fetch and run the real Kafka broker),
 # 3. makes a virtualenv (.venv, or $GPUHINT_VENV) with gpuhint and its dev extras,
@@ -33,6 +33,20 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${GPUHINT_TEST_CHROMIUM:-}" ];
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   else
     die "chromium is missing: install it (sudo apt-get install -y chromium) or set GPUHINT_TEST_CHROMIUM"
+  fi
+fi
+# Debian's prometheus: tests/metrics evaluates the Grafana dashboard's queries on a real one
+if ! command -v prometheus >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    made_policy=0   # keep apt from starting a system-wide Prometheus
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  else
+    die "prometheus is missing: install it (sudo apt-get install -y --no-install-recommends prometheus)"
   fi
 fi
 if ! "${PYTHON:-python3}" -c "import ensurepip, venv" >/dev/null 2>&1; then

@@ -3,12 +3,16 @@
 Writes are buffered (see :class:`gpuhint.store.BufferedStore`) and one ``flush()``
 sends them as a single non-transactional pipeline. Every write is idempotent: a hint
 is ``SET`` + ``ZADD``, a removal is ``DEL`` + ``ZREM`` (a Lua script, so the change
-stream records a removal only when a hint really existed).
+stream records a removal only when a hint really existed). Every pipeline begins with
+``SET epoch <random> NX`` and ``GET epoch``: when the SET succeeds, or the marker is not
+the one this store saw last (another worker re-created it), Redis had lost its data and
+the worker rewrites its pending hints (:attr:`~gpuhint.store.BufferedStore.empty_detected`).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import redis
@@ -19,6 +23,7 @@ from gpuhint.keys import RedisKeys
 from gpuhint.store import (
     BufferedStore,
     Count,
+    MarkRebuilt,
     Op,
     PutAdvisory,
     PutHint,
@@ -86,6 +91,8 @@ class RedisStore(BufferedStore):
 
     def _apply(self, ops: list[Op]) -> None:
         pipe = self.r.pipeline(transaction=False)
+        pipe.set(self.k.epoch, uuid.uuid4().hex, nx=True)  # True: Redis had lost it
+        pipe.get(self.k.epoch)
         for op in ops:
             if isinstance(op, PutHint):
                 h = op.hint
@@ -156,7 +163,12 @@ class RedisStore(BufferedStore):
                 self._xadd(pipe, {"type": K.CHANGE_LOAD, "cluster": ld.cluster})
             elif isinstance(op, Count):
                 pipe.hincrby(self.k.stats, op.name, op.n)
-        pipe.execute()
+            elif isinstance(op, MarkRebuilt):
+                self._xadd(
+                    pipe, {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
+                )
+        results = pipe.execute()
+        self._saw_epoch(bool(results[0]), bytes(results[1]).decode())
 
     def sweep_stale(self) -> int:
         """Drop queue members whose hint key has expired; return how many were dropped."""

@@ -219,7 +219,17 @@ def repetition(per_user_ape: pd.Series, rep: dict[str, Any], path: Path) -> Path
     if share is not None:
         title += f"\n{share:.0%} of jobs follow an earlier job of the same user and GPU count"
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    if v.size:
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.text(
+            0.5,
+            0.5,
+            f"no user has {rep['min_jobs_per_user']} predicted jobs",
+            ha="center",
+            transform=ax.transAxes,
+            color="0.4",
+        )
     return _save(fig, path)
 
 

@@ -114,8 +114,9 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
     has_users = need("users", f["user"], "the trace has no users")
     n["users"] = stats.user_stats(df) if has_users else None
     if has_users:
-        n["repetition"] = stats.repetition_stats(df)
-        per_user_ape = stats.per_user_median_ape(df)
+        hist = stats.history_rule(df)
+        n["repetition"] = stats.repetition_stats(df, hist)
+        per_user_ape = stats.per_user_median_ape(df, hist)
     else:
         skipped["repetition"] = "the trace has no users"
         n["repetition"] = None
@@ -380,8 +381,9 @@ def _section_body(key: str, n: Mapping[str, Any]) -> str:
         )
     if key == "repetition":
         return (
-            "<p>The paper's history rule predicts a job as the mean duration of the same "
-            "user's earlier jobs with the same GPU count (else all the user's earlier jobs).</p>"
+            "<p>The paper's history rule predicts a job, at its submit, as the mean duration "
+            "of the same user's finished jobs with the same GPU count (else of all the user's "
+            "finished jobs), replayed online over the trace.</p>"
             + _table(
                 ["measure", "value"],
                 [

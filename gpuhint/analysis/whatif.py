@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuhint.traces import TraceJob
 
-QSSF_MAX_JOBS = 20_000
+QSSF_MAX_JOBS = 10_000
 
 
 def qssf_summary(

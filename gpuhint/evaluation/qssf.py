@@ -150,13 +150,15 @@ def predict_online(
     jobs: Sequence[TraceJob], model_name: str, cluster: str = "eval"
 ) -> OnlinePredictions:
     """Replay ``jobs`` through the hint core as the worker would; keep each job's hint."""
+    from functools import partial
+
     from gpuhint.core import HintEngine
     from gpuhint.store import InMemoryStore
     from gpuhint.traces import job_events
     from models.registry import make_model
 
-    model = make_model(model_name)
-    engine = HintEngine(model, InMemoryStore(), clock=lambda: 0.0)
+    model = make_model(model_name)  # for its name and version; each VC gets its own
+    engine = HintEngine(partial(make_model, model_name), InMemoryStore(), clock=lambda: 0.0)
     pending: dict[str, deque[int]] = defaultdict(deque)
     for k, j in enumerate(jobs):
         pending[j.job_id].append(k)

@@ -79,12 +79,6 @@ class WorkerCollector(Collector):
             ev.add_metric([phase], float(getattr(s, phase)))
         yield ev
         yield _counter("gpuhint_hints_written", "Priority hints written (new).", s.hints_written)
-        if hasattr(s, "hints_updated"):
-            yield _counter(
-                "gpuhint_hints_updated",
-                "Hints of waiting jobs re-written because their priority moved.",
-                s.hints_updated,
-            )
         yield _counter(
             "gpuhint_hints_removed",
             "Hint removals (one per started or finished job; idempotent in Redis).",
@@ -153,9 +147,15 @@ class WorkerCollector(Collector):
         w = CounterMetricFamily(
             "gpuhint_redis_writes", "Write operations applied to Redis, by kind.", labels=["op"]
         )
-        for op in ("hint", "hint_remove", "advice", "load", "counter"):
+        for op in ("hint", "hint_update", "hint_remove", "advice", "load", "counter"):
             w.add_metric([op], float(writes.get(op, 0)))
         yield w
+        yield _counter(
+            "gpuhint_hints_updated",
+            "Re-rankings of waiting jobs written to Redis (hint_updated; a no-op for a job "
+            "that started meanwhile).",
+            writes.get("hint_update", 0),
+        )
         a = CounterMetricFamily(
             "gpuhint_advisories",
             "Power advisories written, by action and scope (cluster summary or one node).",

@@ -75,7 +75,7 @@ class ScenarioResult:
 def reference_hints(events: list[JobEvent], model: str) -> dict[str, float]:
     """job id -> priority of every hint one uninterrupted in-process engine leaves."""
     store = InMemoryStore()
-    engine = HintEngine(make_model(model), store)
+    engine = HintEngine(lambda: make_model(model), store)
     for ev in events:
         engine.on_job_event(ev)
     store.flush()

@@ -207,3 +207,21 @@ def test_time_limits(tmp_path: Path) -> None:
     # reserved 1x100 + 2x100 + 1x100 GPU-s, unused 50 + 0 + 90
     assert t["unused_gpu_time_share"] == pytest.approx(140 / 400)
     assert t["median_limit_s"] == 100.0
+
+
+def test_history_rule_learns_only_from_finished_jobs(tmp_path: Path) -> None:
+    """Online, as the engine: a job still running at a submit teaches nothing yet."""
+    p = tmp_path / "online.csv"
+    head = TINY.splitlines()[0]
+    rows = [
+        "1,alice,v,1,,1,COMPLETED,0,0,,1000,",  # runs until t=1000
+        "2,alice,v,1,,1,COMPLETED,10,10,,50,",  # at t=10 nothing has finished
+        "3,alice,v,1,,1,COMPLETED,100,100,,20,",  # job 2 finished at 60
+        "4,alice,v,1,,1,COMPLETED,1000,1000,,10,",  # job 1 ends at 1000: not yet
+        "5,alice,v,2,,1,COMPLETED,2000,2000,,30,",  # no 2-GPU history: all of alice's
+    ]
+    p.write_text("\n".join([head, *rows]) + "\n")
+    h = stats.history_rule(read_frame(p).jobs)
+    want = [-1, -1, 50, (50 + 20) / 2, (1000 + 50 + 20 + 10) / 4]
+    assert list(h["predicted"].fillna(-1)) == pytest.approx(want)
+    assert list(h["same_size_prior"]) == [False, True, True, True, False]

@@ -215,3 +215,32 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for word in ("report.html", "analysis.json", "--series", "examples:", "--on-error skip"):
         assert word in out
+
+
+SAMPLES = {
+    "helios": VENUS,
+    "philly": PHILLY,
+    "plain": ITP,
+    "sacct": DATA / "slurm" / "sacct_parsable.txt",  # made-up jobs in sacct's real shapes
+    "sacct-json": DATA / "slurm" / "sacct.json",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLES))
+def test_every_trace_format(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """Each format of gpuhint's trace readers (detected from the file, and forced)."""
+    from typing import get_args
+
+    from gpuhint.traces import TraceFormat, detect_format, read_trace
+
+    assert fmt in get_args(TraceFormat)
+    sample = SAMPLES[fmt]
+    assert detect_format(sample) == fmt
+    rc, out, err = _run(
+        capsys, str(sample), "-o", str(tmp_path), "--no-qssf", "--json", "--format", fmt
+    )
+    assert rc == 0, err
+    n = json.loads(out)
+    assert n["format"] == fmt
+    assert n["rows"] == len(read_trace(sample).jobs)
+    assert "duration" in n["figures"]

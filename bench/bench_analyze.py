@@ -12,7 +12,7 @@ jobs in under 2 minutes and 2 GB.
 
 Usage::
 
-    python bench/bench_analyze.py [--jobs 1000000] [--keep TRACE] [--qssf-jobs 20000]
+    python bench/bench_analyze.py [--jobs 1000000] [--keep TRACE] [--qssf-jobs 10000]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import random
 import resource
 import subprocess
@@ -101,6 +100,29 @@ def generate(path: Path, n: int, seed: int = 1) -> None:
             )
 
 
+def _tree_rss_kb(pid: int) -> int:
+    """Resident memory (kB) of ``pid`` and all its descendants, from /proc."""
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            status = (d / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        parent[int(d.name)] = int(fields.get("PPid", "0").strip())
+        rss[int(d.name)] = int(fields.get("VmRSS", "0 kB").split()[0])
+    tree = {pid}
+    grew = True
+    while grew:
+        new = {p for p, pp in parent.items() if pp in tree} - tree
+        grew = bool(new)
+        tree |= new
+    return sum(rss.get(p, 0) for p in tree)
+
+
 def _ts(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -109,7 +131,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--keep", metavar="TRACE", help="generate into (or reuse) this file")
-    ap.add_argument("--qssf-jobs", type=int, default=20_000)
+    ap.add_argument("--qssf-jobs", type=int, default=10_000)
     ap.add_argument("--out", metavar="DIR", help="report folder (default: a temporary one)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,19 +156,29 @@ def main() -> int:
         ]
         print("$ " + " ".join(cmd[2:]))
         t = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tree_peak = 0
+        while child.poll() is None:  # the whole process tree: the reader's workers too
+            tree_peak = max(tree_peak, _tree_rss_kb(child.pid))
+            time.sleep(0.2)
+        stdout, stderr = child.communicate()
         wall = time.perf_counter() - t
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        if proc.returncode != 0:
-            print(proc.stderr, file=sys.stderr)
-            return proc.returncode
-        print(proc.stdout.rstrip())
+        if child.returncode != 0:
+            print(stderr, file=sys.stderr)
+            return child.returncode
+        print(stdout.rstrip())
         secs = json.loads((out / "analysis.json").read_text())["seconds"]
         print("stages (s): " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items()))
-        ok = wall < 120 and peak_mb < 2048
+        tree_mb = max(
+            tree_peak / 1024, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        )
+        ok = wall < 120 and tree_mb < 2048
         print(
             f"\n{args.jobs:,} jobs, {size / 1e6:,.0f} MB of CSV: {wall:.1f} s wall, peak RSS "
-            f"{peak_mb:,.0f} MB (target < 120 s and < 2,048 MB: {'met' if ok else 'MISSED'})"
+            f"{tree_mb:,.0f} MB for the process and its workers together (largest single "
+            f"process {peak_mb:,.0f} MB); target < 120 s and < 2,048 MB: "
+            f"{'met' if ok else 'MISSED'}"
         )
     return 0
 

@@ -76,6 +76,15 @@ class Settings(BaseSettings):
     app_id: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$", description="Faust app id")
     state_dir: Path = Field(Path("var/worker"), description="worker state and checkpoints")
     checkpoint_interval_s: float = Field(60.0, gt=0)
+    worker_session_timeout_s: float = Field(
+        10.0, ge=1, le=300, description="worker: a silent worker loses its partitions after this"
+    )
+    worker_heartbeat_s: float = Field(1.0, gt=0, le=60, description="worker: heartbeat interval")
+    worker_instance_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="worker: static group membership id (stable per replica, e.g. pod name)",
+    )
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
     batch_within_s: float = Field(0.05, gt=0, description="max wait to fill a batch")
     ces_enabled: bool = Field(True, description="worker: derive cluster load, advise power")

@@ -145,7 +145,8 @@ def ensure_topics(
                 found = len(desc["partitions"])
                 if found != partitions:
                     raise TopicMismatch(
-                        f"topic {desc['topic']} has {found} partitions but GPUHINT_PARTITIONS="
+                        f"topic {desc.get('topic') or desc.get('name')} has {found} partitions "
+                        f"but GPUHINT_PARTITIONS="
                         f"{partitions}: the worker's tables must be co-partitioned with it; "
                         "set GPUHINT_PARTITIONS to match"
                     )

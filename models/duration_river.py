@@ -128,7 +128,7 @@ class KeyedDurationModel:
     """
 
     name = "history_mix"
-    version = "2"
+    version = "3"
 
     def __init__(
         self,
@@ -248,7 +248,7 @@ class LinearDurationModel(KeyedDurationModel):
     """
 
     name = "river_linear"
-    version = "2"
+    version = "3"
 
     def __init__(
         self,
@@ -291,7 +291,7 @@ class TreeDurationModel(KeyedDurationModel):
     """Hoeffding tree regressor of the residual (adaptive leaves: mean or linear)."""
 
     name = "river_tree"
-    version = "2"
+    version = "3"
 
     def __init__(
         self, grace_period: int = 100, max_depth: int = 10, leaf: str = "mean", **kw: Any
@@ -312,7 +312,7 @@ class ForestDurationModel(KeyedDurationModel):
     """Adaptive random forest regressor of the residual (accurate, slow)."""
 
     name = "river_arf"
-    version = "2"
+    version = "3"
 
     def __init__(
         self, n_models: int = 10, max_depth: int = 8, grace_period: int = 200, **kw: Any

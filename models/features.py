@@ -86,7 +86,7 @@ EXPERT_STATS = ("med", "fast", "slow", "amean")
 and log1p of the all-time mean duration (the paper's rule)."""
 
 
-BURST_GAP_S = 1800.0
+BURST_GAP_S = 900.0
 """Default gap between consecutive submits of one shape that still continues a burst;
 chosen on the shared traces (docs/qssf.md, "Bursts")."""
 

@@ -1,8 +1,8 @@
 """Never worse than FIFO: a shadow simulation of the VC's recent jobs, hints against FIFO.
 
 The guard keeps the last ``window`` jobs of one VC *in submit order* whose true
-durations are known (submit time, duration, GPUs and the priority the model gave them
-at submit): a job enters when it and every job submitted before it have finished (a
+durations are known (submit time, duration, GPUs and the last priority the model gave
+them while they waited): a job enters when it and every job submitted before it have finished (a
 straggler more than ``4 * window`` submits behind is dropped). Every ``every`` such
 jobs it schedules them twice on a VC of the size seen in use (the most GPUs running at once,
 in whole nodes), by the model's priorities (QSSF) and by arrival (FIFO), with the same
@@ -60,6 +60,13 @@ class FifoGuard:
         """A job was submitted and the model gave it ``priority``."""
         if gpus > 0 and math.isfinite(priority) and job_id not in self.open:
             self.open[job_id] = [submit_time, float(gpus), priority, -1.0]
+
+    def reprioritize(self, job_id: str, priority: float) -> None:
+        """The model moved a waiting job's priority (a hint update): the shadow uses the
+        priority the job had when it started, as the scheduler did."""
+        e = self.open.get(job_id)
+        if e is not None and math.isfinite(priority):
+            e[2] = priority
 
     def observe(self, job_id: str, duration: float, running_gpus: int) -> bool:
         """A job finished after ``duration`` s, ``running_gpus`` GPUs running (itself

@@ -56,6 +56,19 @@ class HistoryEstimator:
         return keys
 
     def predict(self, job: JobEvent) -> DurationPrediction:
+        """Pure. A job's time limit bounds the prediction (it cannot outrun it)."""
+        p = self._predict(job)
+        lim = job.time_limit_s
+        if lim is None or lim <= 0 or p.duration_s <= lim:
+            return p
+        return DurationPrediction.from_log(
+            min(math.log1p(lim), math.log1p(p.duration_s)),
+            p.log_std,
+            point_s=lim,
+            reasons=(*p.reasons, ("time_limit", lim)),
+        )
+
+    def _predict(self, job: JobEvent) -> DurationPrediction:
         for level, key in self._keys(job):
             s = self.state.get(key)
             if s and s[0] > 0:
@@ -85,9 +98,7 @@ class HistoryEstimator:
 
     def expected_one(self, job: JobEvent, now: float | None = None) -> float:
         """Expected duration now (pure): the point value, a mean of durations."""
-        p = self.predict(job)
-        lim = job.time_limit_s
-        return min(p.expected_s, lim) if lim else p.expected_s
+        return self.predict(job).expected_s
 
     def related_keys(self, job: JobEvent) -> tuple[str, ...]:
         """The keys whose change moves this job's prediction (user+GPUs, user)."""

@@ -3,7 +3,7 @@
 #
 #   ./scripts/test.sh [PYTEST ARGS...]
 #
-# 1. installs redis-server, chromium and Slurm 22.05 + munge + slurmdbd + MariaDB
+# 1. installs redis-server, chromium, prometheus and Slurm 22.05 + munge + slurmdbd + MariaDB
 #    (Debian/Ubuntu, when run as root) if they are missing,
 # 2. checks Java 17+ and Maven (they fetch and run the real Kafka broker),
 # 3. makes a virtualenv (.venv, or $GPUHINT_VENV) with gpuhint and its dev extras,
@@ -35,6 +35,20 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${GPUHINT_TEST_CHROMIUM:-}" ];
     die "chromium is missing: install it (sudo apt-get install -y chromium) or set GPUHINT_TEST_CHROMIUM"
   fi
 fi
+# Debian's prometheus: tests/metrics evaluates the Grafana dashboard's queries on a real one
+if ! command -v prometheus >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    made_policy=0   # keep apt from starting a system-wide Prometheus
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  else
+    die "prometheus is missing: install it (sudo apt-get install -y --no-install-recommends prometheus)"
+  fi
+fi
 if ! "${PYTHON:-python3}" -c "import ensurepip, venv" >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq
@@ -58,6 +72,14 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmdbd >/dev/null 2>
     [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
   elif [ -z "${GPUHINT_TEST_SLURM:-}" ]; then
     die "Slurm is missing: sudo apt-get install -y $slurm_pkgs (or GPUHINT_TEST_SLURM=slurm.conf)"
+  fi
+fi
+if ! command -v openssl >/dev/null 2>&1; then  # TLS test certificates (tests/faults)
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  else
+    die "openssl is missing: install it (sudo apt-get install -y openssl)"
   fi
 fi
 command -v java >/dev/null 2>&1 || die "Java 17+ is missing (it runs the Kafka broker)"

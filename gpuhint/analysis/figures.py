@@ -219,7 +219,17 @@ def repetition(per_user_ape: pd.Series, rep: dict[str, Any], path: Path) -> Path
     if share is not None:
         title += f"\n{share:.0%} of jobs follow an earlier job of the same user and GPU count"
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    if v.size:
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.text(
+            0.5,
+            0.5,
+            f"no user has {rep['min_jobs_per_user']} predicted jobs",
+            ha="center",
+            transform=ax.transAxes,
+            color="0.4",
+        )
     return _save(fig, path)
 
 
@@ -236,4 +246,28 @@ def vcs(rows: list[dict[str, Any]], path: Path, top: int = 20) -> Path:
     ax.set_xlabel("GPU hours")
     ax.set_title(f"virtual clusters by GPU time (top {len(rows)})")
     ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def time_limits(df: pd.DataFrame, path: Path) -> Path:
+    plt = _plt()
+    d = df.loc[df["limit"].notna() & (df["limit"] > 0)]
+    used = (d["duration"] / d["limit"]).clip(upper=1.5)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    v = np.sort(used.to_numpy(dtype="float64"))
+    if v.size:
+        ax.step(
+            v,
+            np.arange(1, v.size + 1) / v.size,
+            where="post",
+            color="tab:blue",
+            label=f"jobs with a time limit (n={v.size:,})",
+        )
+    ax.axvline(1.0, color="tab:red", ls=":", lw=0.8)
+    ax.set_xlabel("run time / requested time limit (over 1.5 drawn at 1.5)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title("how much of the requested time limit jobs use")
+    ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)

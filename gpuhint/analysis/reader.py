@@ -19,6 +19,8 @@ state       category   final state (``gpuhint.contract.JobState`` names)
 vc          category   virtual cluster ("default" when the trace has none)
 user        category   user, NaN when the trace has none
 name        category   job name, NaN when the trace has none
+limit       float64    requested time limit, seconds (NaN: none)
+line        int64      the job's line in the file
 ==========  =========  ======================================================
 """
 
@@ -27,6 +29,9 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
+import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -40,6 +45,7 @@ from gpuhint import traces
 from gpuhint.traces import OnError, TraceError, TraceJob
 
 CHUNK_ROWS = 100_000
+PARALLEL_MIN_BYTES = 16 << 20
 
 RowParser = Callable[[dict[str, str], int], TraceJob]
 
@@ -88,9 +94,17 @@ def _chunk_frame(jobs: list[TraceJob]) -> pd.DataFrame:
             "vc": pd.Categorical([j.vc for j in jobs]),
             "user": pd.Categorical([j.user for j in jobs]),
             "name": pd.Categorical([j.name for j in jobs]),
+            "limit": pd.array(
+                [math.nan if _limit(j) is None else _limit(j) for j in jobs], dtype="float64"
+            ),
             "line": pd.array([j.line for j in jobs], dtype="int64"),
         }
     )
+
+
+def _limit(job: TraceJob) -> float | None:
+    """The job's requested time limit, for readers that record one."""
+    return getattr(job, "time_limit_s", None)
 
 
 def _concat(chunks: list[pd.DataFrame]) -> pd.DataFrame:
@@ -166,8 +180,14 @@ def read_frame(
     chunk_rows: int = CHUNK_ROWS,
     tail_jobs: int = 0,
     progress: Progress | None = None,
+    workers: int | None = None,
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES,
 ) -> TraceFrame:
     """Read a trace of any format gpuhint reads into a :class:`TraceFrame`.
+
+    A large uncompressed CSV without quoted fields (``parallel_min_bytes`` and up) is
+    parsed by ``workers`` processes (default: one per CPU, at most 4), each over a range
+    of whole lines; the result is the same as reading it in one process.
 
     Raises what :func:`gpuhint.traces.read_trace` raises: :class:`TraceError` naming
     ``file:line`` (unless ``on_error="skip"``), FileNotFoundError, IsADirectoryError.
@@ -182,32 +202,28 @@ def read_frame(
     total = p.stat().st_size
     errors: list[TraceError] = []
     parse = _ROW_PARSERS.get(kind)
+    n_workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
+    parts = (
+        _split_lines(p, n_workers * 4)
+        if parse is not None and n_workers > 1 and total >= parallel_min_bytes
+        else None
+    )
     raw = open(p, "rb")  # noqa: SIM115 - closed below, after the generator is drained
     counter = _Counting(raw)
     try:
-        if parse is not None:
+        if parts is not None:
+            chunks, tail, errors = _read_parallel(
+                p, kind, on_error, parts, n_workers, chunk_rows, tail_jobs, progress, total
+            )
+        elif parse is not None:
             source: Iterator[TraceJob] = _iter_csv(p, parse, on_error, errors, counter)
         else:
             read = traces.read_trace(p, kind, on_error)  # type: ignore[arg-type]
             errors.extend(read.errors)
             counter.count = total
             source = iter(read.jobs)
-        chunks: list[pd.DataFrame] = []
-        tail: deque[TraceJob] = deque(maxlen=max(tail_jobs, 0))
-        buf: list[TraceJob] = []
-        for job in source:
-            buf.append(job)
-            if len(buf) >= chunk_rows:
-                chunks.append(_chunk_frame(buf))
-                if tail_jobs:
-                    tail.extend(buf)
-                buf = []
-                if progress is not None:
-                    progress(counter.count, total)
-        if buf:
-            chunks.append(_chunk_frame(buf))
-            if tail_jobs:
-                tail.extend(buf)
+        if parts is None:
+            chunks, tail = _frames(source, chunk_rows, tail_jobs, progress, counter, total)
     finally:
         raw.close()
     if progress is not None:
@@ -227,6 +243,136 @@ def read_frame(
         tail=tail_sorted,
         seconds=time.perf_counter() - t0,
     )
+
+
+def _frames(
+    source: Iterator[TraceJob],
+    chunk_rows: int,
+    tail_jobs: int,
+    progress: Progress | None,
+    counter: _Counting | None,
+    total: int,
+) -> tuple[list[pd.DataFrame], deque[TraceJob]]:
+    """Chunk ``source`` into frames; keep its last ``tail_jobs`` jobs."""
+    chunks: list[pd.DataFrame] = []
+    tail: deque[TraceJob] = deque(maxlen=max(tail_jobs, 0))
+    buf: list[TraceJob] = []
+    for job in source:
+        buf.append(job)
+        if len(buf) >= chunk_rows:
+            chunks.append(_chunk_frame(buf))
+            if tail_jobs:
+                tail.extend(buf)
+            buf = []
+            if progress is not None and counter is not None:
+                progress(counter.count, total)
+    if buf:
+        chunks.append(_chunk_frame(buf))
+        if tail_jobs:
+            tail.extend(buf)
+    return chunks, tail
+
+
+Part = tuple[int, int, int]
+"""A range of whole lines of a file: (first byte, end byte, line number of its first line)."""
+
+
+def _split_lines(path: Path, n: int) -> list[Part] | None:
+    """Cut a CSV after its header into ``n`` ranges of whole lines; None when it cannot be
+    cut safely (gzipped, or a quote anywhere: a quoted field may hold a newline)."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b" or b'"' in data:
+        return None
+    head = data.find(b"\n") + 1
+    if head <= 0:
+        return None
+    cuts = [head]
+    for k in range(1, n):
+        nl = data.find(b"\n", max(cuts[-1], head + (len(data) - head) * k // n))
+        if nl < 0:
+            break
+        if nl + 1 > cuts[-1]:
+            cuts.append(nl + 1)
+    cuts.append(len(data))
+    parts: list[Part] = []
+    line = 2
+    for a, b in itertools.pairwise(cuts):
+        if b > a:
+            parts.append((a, b, line))
+        line += data.count(b"\n", a, b)
+    return parts
+
+
+def _parse_part(
+    path: str, kind: str, on_error: OnError, part: Part, chunk_rows: int, tail_jobs: int
+) -> tuple[list[pd.DataFrame], list[TraceJob], list[tuple[int, str]], tuple[int, str] | None]:
+    """In a worker: the jobs of one range of lines, as frames; bad rows as (line, reason)."""
+    parse = _ROW_PARSERS[kind]
+    with open(path, "rb") as fh:
+        header = fh.readline().decode("utf-8")
+        fh.seek(part[0])
+        text = fh.read(part[1] - part[0]).decode("utf-8")
+    fields = next(csv.reader([header]))
+    width = len(fields)
+    reader = csv.DictReader(io.StringIO(text, newline=""), fieldnames=fields)
+    bad: list[tuple[int, str]] = []
+    stop: tuple[int, str] | None = None
+
+    def jobs() -> Iterator[TraceJob]:
+        nonlocal stop
+        for row in reader:
+            line = part[2] - 1 + reader.line_num
+            try:
+                if None in row:
+                    raise ValueError(
+                        f"{width + len(row[None])} fields where the header has {width}"
+                    )
+                yield parse(row, line)
+            except ValueError as exc:
+                if on_error == "stop":
+                    stop = (line, str(exc))
+                    return
+                bad.append((line, str(exc)))
+
+    chunks, tail = _frames(jobs(), chunk_rows, tail_jobs, None, None, 0)
+    return chunks, list(tail), bad, stop
+
+
+def _read_parallel(
+    path: Path,
+    kind: str,
+    on_error: OnError,
+    parts: list[Part],
+    workers: int,
+    chunk_rows: int,
+    tail_jobs: int,
+    progress: Progress | None,
+    total: int,
+) -> tuple[list[pd.DataFrame], deque[TraceJob], list[TraceError]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunks: list[pd.DataFrame] = []
+    tail: deque[TraceJob] = deque(maxlen=max(tail_jobs, 0))
+    errors: list[TraceError] = []
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = [
+            pool.submit(_parse_part, str(path), kind, on_error, part, chunk_rows, tail_jobs)
+            for part in parts
+        ]
+        for part, fut in zip(parts, futures, strict=True):
+            got, part_tail, bad, stop = fut.result()
+            errors.extend(TraceError(str(path), line, why) for line, why in bad)
+            if stop is not None:
+                for f in futures:
+                    f.cancel()
+                raise TraceError(str(path), stop[0], stop[1])
+            chunks.extend(got)
+            tail.extend(part_tail)
+            if progress is not None:
+                progress(part[1], total)
+    return chunks, tail, errors
 
 
 def _latest_jobs(path: Path, kind: str, on_error: OnError, keep: set[int]) -> list[TraceJob]:

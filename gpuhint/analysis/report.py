@@ -53,6 +53,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("users", "User concentration"),
     ("repetition", "Repetitiveness: does a user's history predict the next job?"),
     ("vcs", "Virtual clusters"),
+    ("time_limits", "Requested time limits"),
 )
 
 
@@ -113,14 +114,20 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
     has_users = need("users", f["user"], "the trace has no users")
     n["users"] = stats.user_stats(df) if has_users else None
     if has_users:
-        n["repetition"] = stats.repetition_stats(df)
-        per_user_ape = stats.per_user_median_ape(df)
+        hist = stats.history_rule(df)
+        n["repetition"] = stats.repetition_stats(df, hist)
+        per_user_ape = stats.per_user_median_ape(df, hist)
     else:
         skipped["repetition"] = "the trace has no users"
         n["repetition"] = None
     n["vcs"] = (
         stats.vc_stats(df, f["state"], f["start_time"])
         if need("vcs", f["vc"], "the trace has no virtual clusters (one 'default' VC)")
+        else None
+    )
+    n["time_limits"] = (
+        stats.time_limit_stats(df)
+        if need("time_limits", f["time_limit"], "the trace has no requested time limits")
         else None
     )
     secs["stats"] = round(time.perf_counter() - t0, 3)
@@ -145,6 +152,8 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
         ).name
     if n["vcs"]:
         figs["vcs"] = figures.vcs(n["vcs"], out_dir / "vcs.png").name
+    if n["time_limits"]:
+        figs["time_limits"] = figures.time_limits(df, out_dir / "time_limits.png").name
     secs["figures"] = round(time.perf_counter() - t1, 3)
 
     g: dict[str, Any] = {"qssf": None, "qssf_note": None, "ces": None, "ces_note": None}
@@ -166,6 +175,7 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
                 vc_nodes=opts.vc_nodes,
                 target_load=opts.target_load,
                 plot=out_dir / "qssf_jct_cdf.png",
+                progress=log,
             )
             figs["qssf"] = g["qssf"]["plot"]
         except InputError as exc:
@@ -371,8 +381,9 @@ def _section_body(key: str, n: Mapping[str, Any]) -> str:
         )
     if key == "repetition":
         return (
-            "<p>The paper's history rule predicts a job as the mean duration of the same "
-            "user's earlier jobs with the same GPU count (else all the user's earlier jobs).</p>"
+            "<p>The paper's history rule predicts a job, at its submit, as the mean duration "
+            "of the same user's finished jobs with the same GPU count (else of all the user's "
+            "finished jobs), replayed online over the trace.</p>"
             + _table(
                 ["measure", "value"],
                 [
@@ -442,6 +453,27 @@ def _section_body(key: str, n: Mapping[str, Any]) -> str:
             ],
             rows,
         )
+    if key == "time_limits":
+        return _table(
+            ["measure", "value"],
+            [
+                ["jobs with a time limit", _fmt(v["jobs"])],
+                ["median run time / time limit", _fmt(v["median_used_share"], "pct")],
+                ["jobs using under half their limit", _fmt(v["under_half_share"], "pct")],
+                [
+                    "jobs reaching their limit (run time >= 99% of it)",
+                    _fmt(v["at_limit_share"], "pct"),
+                ],
+                [
+                    "GPU time reserved by the limits but not used",
+                    _fmt(v["unused_gpu_time_share"], "pct"),
+                ],
+                ["median time limit", _fmt(v["median_limit_s"], "s")],
+            ],
+        ) + (
+            "<p class=muted>A scheduler that backfills by time limits plans with these "
+            "numbers; gpuhint's predicted durations are what the jobs really take.</p>"
+        )
     return ""  # pragma: no cover
 
 
@@ -455,6 +487,23 @@ _SUMMARY_KEYS = (
     ("avg_gpu_num", ""), ("med_gpu_num", ""),
     ("complete_rate_gpu", "pct"), ("cancel_rate_gpu", "pct"), ("fail_rate_gpu", "pct"),
 )  # fmt: skip
+
+
+def _loop_words(q: Mapping[str, Any]) -> str:
+    if q.get("loop") == "closed":
+        updates = q.get("hint_updates")
+        return (
+            ", closed loop: it learns and re-ranks the waiting jobs inside the simulated "
+            "schedule" + (f", {updates:,} hint updates" if updates else "")
+        )
+    if q.get("loop") == "open":
+        return ", open loop: hints from the trace's own timeline"
+    return ""
+
+
+def _utc(iso: str) -> str:
+    """``2017-12-01T00:00:00+00:00`` as ``2017-12-01 00:00``."""
+    return iso[:16].replace("T", " ")
 
 
 def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
@@ -491,7 +540,8 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
         parts.append(
             f"<p class=big>Scheduling the {_e(q['window'])} ({q['jobs_simulated']:,} GPU jobs) "
             "smallest expected service first with gpuhint's online hints "
-            f"(<code>{_e(q['model'])}</code>) gives an average job completion time "
+            f"(<code>{_e(q['model'])}</code>{_loop_words(q)}) gives an average "
+            "job completion time "
             f"<b>{_fmt(fq)}x</b> shorter than FIFO and <b>{_fmt(qo)}x</b> the oracle's "
             "(which knows every job's true GPUs x duration).</p>"
             + _table(["policy", "average JCT", "average queue", "x FIFO"], rows)
@@ -509,7 +559,8 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
     else:
         parts.append(
             f"<p class=big>On {_e(c['series'])} ({c['total_nodes']} nodes), over "
-            f"{_e(c['test_from'][:10])} .. {_e(c['test_to'][:10])}: utilization of powered-on "
+            f"{_e(_utc(c['test_from']))} .. {_e(_utc(c['test_to']))} UTC: utilization of "
+            "powered-on "
             f"nodes {_fmt(c['util_before'], 'pct')} → <b>{_fmt(c['util_after'], 'pct')}</b>, "
             f"{c['mean_powered_off']:.1f} nodes off on average (~{c['energy_saved_kwh']:,.0f} "
             f"kWh), {c['shortfall_node_slots']} shortfall node-slots, "
@@ -519,6 +570,85 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
     parts.append("<h3>What the trace gives the predictor</h3>")
     parts.append("".join(f"<p class=note>{_e(s)}</p>" for s in g["notes"]))
     return "".join(parts)
+
+
+def _as_int(v: float | None, kind: str) -> float | int | None:
+    """Counts of the paper's table as ints (they are stored as floats)."""
+    return int(v) if v is not None and kind == "" and v == int(v) and v > 100 else v
+
+
+def findings(n: Mapping[str, Any]) -> list[str]:
+    """The headline facts of a trace in plain sentences, from its numbers."""
+    out: list[str] = []
+    d = n["duration"]["gpu"]
+    if d["jobs"]:
+        line = (
+            f"Half of the GPU jobs run under {_dur(d['median_s'])}, yet the mean is "
+            f"{_dur(d['mean_s'])}"
+        )
+        short, short_t = (
+            n["duration"]["gpu_jobs_under_1h_share"],
+            n["duration"]["gpu_time_of_jobs_under_1h_share"],
+        )
+        if short and short_t is not None:
+            line += (
+                f": the {_fmt(short, 'pct')} that end within an hour use "
+                f"{_fmt(short_t, 'pct')} of the GPU time"
+            )
+        out.append(line + ".")
+    g = n["gpu_demand"]
+    if g and g["single_gpu_job_share"] is not None:
+        big = [r for r in g["buckets"] if r["gpus"] not in ("0", "1", "2", "3-4", "5-8")]
+        big_jobs = sum(r["job_share"] or 0 for r in big)
+        big_time = sum(r["gpu_time_share"] or 0 for r in big)
+        out.append(
+            f"{_fmt(g['single_gpu_job_share'], 'pct')} of GPU jobs ask for one GPU; jobs of "
+            f"more than 8 GPUs are {_fmt(big_jobs, 'pct')} of the jobs and use "
+            f"{_fmt(big_time, 'pct')} of the GPU time."
+        )
+    st = n["states"]
+    if st and st["gpu"]["jobs"]:
+        c, t = st["gpu"]["by_count"], st["gpu"]["by_gpu_time"]
+        bad = (c["cancelled"] or 0) + (c["failed"] or 0)
+        bad_t = (t["cancelled"] or 0) + (t["failed"] or 0)
+        out.append(
+            f"{_fmt(bad, 'pct')} of GPU jobs end cancelled or failed, holding "
+            f"{_fmt(bad_t, 'pct')} of the GPU time (failed alone: {_fmt(c['failed'], 'pct')} "
+            f"of the jobs, {_fmt(t['failed'], 'pct')} of the time)."
+        )
+    q = n["queue"]
+    if q and q["gpu"]["jobs"]:
+        out.append(
+            f"GPU jobs wait {_dur(q['gpu']['median_s'])} at the median and "
+            f"{_dur(q['gpu']['mean_s'])} on average; {_fmt(q['gpu']['over_1h_share'], 'pct')} "
+            "wait over an hour."
+        )
+    u = n["users"]
+    if u and u["users"]:
+        top = u["top"]["top_10pct"]
+        out.append(
+            f"The top 10% of users ({top['users']:,} of {u['users']:,}) use "
+            f"{_fmt(top['gpu_time_share'], 'pct')} of the GPU time."
+        )
+    r = n["repetition"]
+    if r and r["same_user_same_gpus_prior_share"] is not None:
+        out.append(
+            f"{_fmt(r['same_user_same_gpus_prior_share'], 'pct')} of jobs repeat an earlier "
+            "job's user and GPU count: history has something to learn from."
+        )
+    sub = n["submissions"]
+    if sub["peak_hour"] is not None:
+        out.append(
+            f"Submissions peak at {sub['peak_hour']:02d}:00 and are fewest at "
+            f"{sub['quietest_hour']:02d}:00 ({sub['clock']})."
+        )
+    qs = n["gpuhint"]["qssf"]
+    if qs and qs["jct_ratio_fifo_over_qssf"] and qs["jct_ratio_qssf_over_oracle"]:
+        out.append(
+            f"QSSF with gpuhint's hints: average JCT {qs['jct_ratio_fifo_over_qssf']:.2f}x "
+            f"shorter than FIFO, {qs['jct_ratio_qssf_over_oracle']:.2f}x the oracle's."
+        )
+    return out
 
 
 def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
@@ -544,9 +674,17 @@ def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
         f"{o['gpu_hours']:,.0f} GPU hours.</p>"
     )
     hs = n["helios_summary"]
+    paper = {k: v for k, v in stats.paper_clusters().items() if k != "total"}
     summary = _table(
-        ["Helios cluster_summary column", "this trace"],
-        [[f"<code>{k}</code>", _fmt(hs[k], kind)] for k, kind in _SUMMARY_KEYS],
+        ["Helios cluster_summary column", "this trace", *(f"paper: {c}" for c in paper)],
+        [
+            [f"<code>{k}</code>", f"<b>{_fmt(hs[k], kind)}</b>"]
+            + [_fmt(_as_int(c.get(k), kind), kind) for c in paper.values()]
+            for k, kind in _SUMMARY_KEYS
+        ],
+    ) + (
+        "<p class=muted>The paper's columns: the four Helios clusters of SenseTime, April .. "
+        "September 2020 (Hu et al., SC '21; HeliosData, CC-BY-4.0).</p>"
     )
     fields = ", ".join(
         f"{k} {'✓' if v else '✗'}" for k, v in n["fields"].items() if k != "absolute_time"
@@ -557,7 +695,8 @@ def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
     toc = "".join(
         f'<li><a href="#{k}">{_e(t)}</a></li>' for k, t in SECTIONS if n.get(k) is not None
     )
-    body = [head, f"<p class=muted>fields: {fields}</p>"]
+    facts = "".join(f"<li>{_e(x)}</li>" for x in findings(n))
+    body = [head, f"<ul class=big>{facts}</ul>", f"<p class=muted>fields: {fields}</p>"]
     if skipped:
         body.append(
             f"<div class=note>Skipped, the trace lacks what they need:<ul>{skipped}</ul></div>"

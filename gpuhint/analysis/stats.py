@@ -75,6 +75,7 @@ def fields_present(df: pd.DataFrame) -> dict[str, bool]:
         "vc": bool(n and (df["vc"] != "default").any()),
         "gpus": bool(n and (df["gpus"] > 0).any()),
         "absolute_time": bool(n and float(df["submit"].min()) >= ABSOLUTE_TIME_MIN),
+        "time_limit": bool(n and "limit" in df and df["limit"].notna().any()),
     }
 
 
@@ -168,8 +169,16 @@ def demand_stats(df: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def state_group(df: pd.DataFrame) -> pd.Series:
+    """completed / cancelled / failed / unknown per job (mapped on the categories)."""
+    state = df["state"].astype("category")
+    names = [STATE_GROUPS.get(str(c), "unknown") for c in state.cat.categories]
+    codes = state.cat.codes.to_numpy()
+    return pd.Series(np.asarray(names, dtype=object)[codes], index=df.index)
+
+
 def state_stats(df: pd.DataFrame) -> dict[str, Any]:
-    groups = df["state"].astype(str).map(STATE_GROUPS).fillna("unknown")
+    groups = state_group(df)
     gt = gpu_time(df)
     gpu = df["gpus"] > 0
 
@@ -276,38 +285,75 @@ def user_gpu_time_curve(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def history_rule(df: pd.DataFrame) -> pd.DataFrame:
-    """The paper's history rule, replayed over the trace in submit order.
+def _finished_before_submit(
+    group: np.ndarray, submit: np.ndarray, end: np.ndarray, duration: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per job: how many jobs of its group finished before it was submitted, and the sum
+    of their durations. A finish at the very submit time does not count (the online
+    engine handles a submit before a finish at the same time)."""
+    n = len(group)
+    g = np.concatenate([group, group])
+    t = np.concatenate([submit, end])
+    kind = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
+    val = np.concatenate([np.zeros(n), duration])
+    order = np.lexsort((kind, t, g))  # by group, then time, submits before finishes
+    gs, ks, vs = g[order], kind[order], val[order]
+    c_before = np.cumsum(ks) - ks  # finishes strictly before each position, trace-wide
+    s_before = np.cumsum(vs) - vs
+    first = np.ones(2 * n, dtype=bool)
+    first[1:] = gs[1:] != gs[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(2 * n), 0))
+    cnt = c_before - c_before[start]
+    tot = s_before - s_before[start]
+    is_submit = ks == 0
+    rows = order[is_submit]
+    out_c = np.zeros(n, dtype=np.int64)
+    out_s = np.zeros(n)
+    out_c[rows] = cnt[is_submit]
+    out_s[rows] = tot[is_submit]
+    return out_c, out_s
 
-    Each job is predicted as the mean duration of the same user's earlier-submitted jobs
-    with the same GPU count, else of all the user's earlier jobs; a user's first job has
-    no prediction. Returns ``user``, ``predicted``, ``duration``, ``ape`` (absolute error
-    over the true duration, at least 1 s) and ``same_size_prior`` (bool) per job with a
-    user. Earlier-submitted jobs may still run at submit, so this is the rule with
-    hindsight of their durations: a floor on its online error.
+
+def history_rule(df: pd.DataFrame) -> pd.DataFrame:
+    """The paper's history rule, replayed online over the trace.
+
+    As ``models/history.py`` keeps it (per VC): a job is predicted, when it is submitted,
+    as the mean duration of the same user's jobs with the same GPU count that have
+    finished by then, else of all the user's finished jobs; without either it has no
+    prediction. A job finishes at its start (its submit when the trace has no start)
+    plus its duration. Returns ``user``, ``predicted``, ``duration``, ``ape`` (absolute
+    error over the true duration, at least 1 s) and ``same_size_prior`` (an earlier
+    *submitted* job of the same user and GPU count exists) per job with a user.
     """
-    d = df.loc[df["user"].notna(), ["user", "gpus", "duration"]]
-    gs = d.groupby(["user", "gpus"], observed=True, sort=False)["duration"]
-    cnt_s = gs.cumcount()
-    mean_s = (gs.cumsum() - d["duration"]) / cnt_s.where(cnt_s > 0)
-    gu = d.groupby("user", observed=True, sort=False)["duration"]
-    cnt_u = gu.cumcount()
-    mean_u = (gu.cumsum() - d["duration"]) / cnt_u.where(cnt_u > 0)
-    pred = mean_s.fillna(mean_u)
-    ape = (pred - d["duration"]).abs() / d["duration"].clip(lower=1.0)
+    d = df.loc[df["user"].notna(), ["vc", "user", "gpus", "duration", "submit", "start"]]
+    submit = d["submit"].to_numpy(dtype="float64")
+    start = np.fmax(d["start"].to_numpy(dtype="float64"), submit)  # NaN start -> submit
+    dur = d["duration"].to_numpy(dtype="float64")
+    end = start + dur
+    by_size = d.groupby(["vc", "user", "gpus"], observed=True, sort=False)
+    by_user = d.groupby(["vc", "user"], observed=True, sort=False)
+    cs, ss = _finished_before_submit(by_size.ngroup().to_numpy(), submit, end, dur)
+    cu, su = _finished_before_submit(by_user.ngroup().to_numpy(), submit, end, dur)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pred = np.where(
+            cs > 0, ss / np.maximum(cs, 1), np.where(cu > 0, su / np.maximum(cu, 1), np.nan)
+        )
+    predicted = pd.Series(pred, index=d.index)
+    ape = (predicted - d["duration"]).abs() / d["duration"].clip(lower=1.0)
     return pd.DataFrame(
         {
             "user": d["user"],
-            "predicted": pred,
+            "predicted": predicted,
             "duration": d["duration"],
             "ape": ape,
-            "same_size_prior": cnt_s > 0,
+            "same_size_prior": by_size.cumcount() > 0,
         }
     )
 
 
-def repetition_stats(df: pd.DataFrame) -> dict[str, Any]:
-    h = history_rule(df)
+def repetition_stats(df: pd.DataFrame, h: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Repetition numbers; ``h`` is :func:`history_rule`'s result when already computed."""
+    h = history_rule(df) if h is None else h
     scored = h.dropna(subset=["ape"])
     per_user = scored.groupby("user", observed=True)["ape"].agg(["median", "size"])
     per_user = per_user[per_user["size"] >= MIN_USER_JOBS]
@@ -340,9 +386,9 @@ def _factor(h: pd.DataFrame) -> pd.Series:
     return np.maximum(p / t, t / p)
 
 
-def per_user_median_ape(df: pd.DataFrame) -> pd.Series:
+def per_user_median_ape(df: pd.DataFrame, h: pd.DataFrame | None = None) -> pd.Series:
     """Each user's median history-rule error (users with at least MIN_USER_JOBS scored)."""
-    h = history_rule(df).dropna(subset=["ape"])
+    h = (history_rule(df) if h is None else h).dropna(subset=["ape"])
     per_user = h.groupby("user", observed=True)["ape"].agg(["median", "size"])
     return per_user.loc[per_user["size"] >= MIN_USER_JOBS, "median"]
 
@@ -350,32 +396,49 @@ def per_user_median_ape(df: pd.DataFrame) -> pd.Series:
 def vc_stats(df: pd.DataFrame, has_state: bool, has_start: bool) -> list[dict[str, Any]]:
     gt = gpu_time(df)
     total = float(gt.sum())
-    out = []
-    q = queue_delay(df)
-    for vc, idx in df.groupby("vc", observed=True).groups.items():
-        sub = df.loc[idx]
-        gpu = sub["gpus"] > 0
-        g = sub[gpu]
-        row: dict[str, Any] = {
-            "vc": str(vc),
-            "jobs": len(sub),
-            "gpu_jobs": int(gpu.sum()),
-            "users": int(sub["user"].nunique()),
-            "gpu_hours": float(gt.loc[idx].sum() / 3600),
-            "gpu_time_share": _num(gt.loc[idx].sum() / total) if total > 0 else None,
-            "median_duration_gpu_s": _num(g["duration"].median()) if len(g) else None,
-            "mean_duration_gpu_s": _num(g["duration"].mean()) if len(g) else None,
-            "max_gpus": int(sub["gpus"].max()),
-            "mean_queue_gpu_s": None,
-            "completion_rate_gpu": None,
+    gpu = df["gpus"] > 0
+    frame = pd.DataFrame(
+        {
+            "vc": df["vc"],
+            "user": df["user"],
+            "gpus": df["gpus"],
+            "gt": gt,
+            "gpu_job": gpu,
+            "dur_gpu": df["duration"].where(gpu),
+            "queue_gpu": queue_delay(df).where(gpu),
+            "done_gpu": (df["state"] == "COMPLETED").where(gpu).astype("float64"),
         }
-        if has_start and len(g):
-            row["mean_queue_gpu_s"] = _num(q.loc[g.index].mean())
-        if has_state and len(g):
-            row["completion_rate_gpu"] = _num((g["state"] == "COMPLETED").mean())
-        out.append(row)
-    out.sort(key=lambda r: -r["gpu_hours"])
-    return out
+    )
+    g = frame.groupby("vc", observed=True)
+    agg = pd.DataFrame(
+        {
+            "jobs": g.size(),
+            "gpu_jobs": g["gpu_job"].sum(),
+            "users": g["user"].nunique(),
+            "gt": g["gt"].sum(),
+            "med": g["dur_gpu"].median(),
+            "mean": g["dur_gpu"].mean(),
+            "max_gpus": g["gpus"].max(),
+            "queue": g["queue_gpu"].mean(),
+            "done": g["done_gpu"].mean(),
+        }
+    ).sort_values("gt", ascending=False, kind="stable")
+    return [
+        {
+            "vc": str(vc),
+            "jobs": int(r["jobs"]),
+            "gpu_jobs": int(r["gpu_jobs"]),
+            "users": int(r["users"]),
+            "gpu_hours": float(r["gt"] / 3600),
+            "gpu_time_share": _num(r["gt"] / total) if total > 0 else None,
+            "median_duration_gpu_s": _num(r["med"]),
+            "mean_duration_gpu_s": _num(r["mean"]),
+            "max_gpus": int(r["max_gpus"]),
+            "mean_queue_gpu_s": _num(r["queue"]) if has_start else None,
+            "completion_rate_gpu": _num(r["done"]) if has_state else None,
+        }
+        for vc, r in agg.iterrows()
+    ]
 
 
 def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[str, Any]:
@@ -403,7 +466,7 @@ def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[s
         "med_que_time_gpu": _num(q[gpu].median()) if has_start and len(g) else None,
         "med_gpu_num": _num(g["gpus"].median()) if len(g) else None,
     }
-    groups = df["state"].astype(str).map(STATE_GROUPS)
+    groups = state_group(df)
     for suffix, mask in (("", None), ("_cpu", ~gpu), ("_gpu", gpu)):
         s = groups if mask is None else groups[mask]
         for key, grp in (("complete", "completed"), ("cancel", "cancelled"), ("fail", "failed")):
@@ -411,3 +474,34 @@ def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[s
     for key, grp in (("complete", "completed"), ("cancel", "cancelled"), ("fail", "failed")):
         out[f"{key}_gpu_time"] = float(gt[groups == grp].sum()) if has_state else None
     return out
+
+
+def paper_clusters() -> dict[str, dict[str, float]]:
+    """The Helios paper's per-cluster table (shipped ``helios_cluster_summary.csv``), by
+    cluster name: the anchors a trace's ``helios_summary`` is shown beside."""
+    import csv
+    from importlib import resources
+
+    text = resources.files("gpuhint").joinpath("data/helios_cluster_summary.csv").read_text()
+    out: dict[str, dict[str, float]] = {}
+    for row in csv.DictReader(text.splitlines()):
+        name = row.pop("id")
+        out[name] = {k: float(v) for k, v in row.items() if v}
+    return out
+
+
+def time_limit_stats(df: pd.DataFrame) -> dict[str, Any]:
+    """How the run times compare with the time limits the jobs asked for (Slurm TimeLimit)."""
+    d = df.loc[df["limit"].notna() & (df["limit"] > 0), ["duration", "limit", "gpus"]]
+    used = d["duration"] / d["limit"]
+    reserved = (d["gpus"] * d["limit"]).sum()
+    unused = (d["gpus"] * (d["limit"] - d["duration"]).clip(lower=0)).sum()
+    n = len(d)
+    return {
+        "jobs": n,
+        "median_used_share": _num(used.median()) if n else None,
+        "under_half_share": _num((used < 0.5).mean()) if n else None,
+        "at_limit_share": _num((used >= 0.99).mean()) if n else None,
+        "unused_gpu_time_share": _num(unused / reserved) if reserved > 0 else None,
+        "median_limit_s": _num(d["limit"].median()) if n else None,
+    }

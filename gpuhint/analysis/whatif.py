@@ -9,14 +9,13 @@ series when one is given. Both are the online, strictly causal evaluations.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuhint.traces import TraceJob
 
-QSSF_MAX_JOBS = 20_000
+QSSF_MAX_JOBS = 10_000
 
 
 def qssf_summary(
@@ -46,6 +45,9 @@ def qssf_summary(
         "vc_sizes": d["vc_sizes"],
         "vc_sizing": d["vc_sizing"],
         "gpus_per_node": d["gpus_per_node"],
+        "loop": d.get("loop"),
+        "hint_updates": d.get("hint_updates"),
+        "qssf_description": pol["qssf"]["description"],
         "mae_log": d["mae_log"],
         "median_abs_pct_error": d["median_abs_pct_error"],
         "avg_jct_s": {name: p["avg_jct_s"] for name, p in pol.items()},
@@ -74,31 +76,13 @@ def qssf_summary(
 def _qssf_without_users(jobs: Sequence[TraceJob], model: str, vc_sizes: Mapping[str, int]) -> float:
     """Average JCT of QSSF when the predictor sees neither users nor job names.
 
-    The same jobs, VC sizes and simulator as the main run; only the hints differ.
+    ``evaluate_qssf`` again, on the same jobs with users and names removed and the VC
+    sizes of the main run: only what the predictor sees differs.
     """
-    from gpuhint.evaluation.qssf import predict_online
-    from models.simulator import SimJob, simulate_vc, summarize
+    from gpuhint.evaluation.qssf import evaluate_qssf
 
     blind = [dataclasses.replace(j, user=None, name=None) for j in jobs]
-    prio = predict_online(blind, model).priority
-    by_vc: dict[str, list[int]] = defaultdict(list)
-    for k, j in enumerate(blind):
-        if j.num_gpus > 0:
-            by_vc[j.vc].append(k)
-    gpus: list[int] = []
-    jct: list[float] = []
-    queue: list[float] = []
-    for vc, ks in by_vc.items():
-        sim = [
-            SimJob(blind[k].job_id, blind[k].submit_time, blind[k].duration, blind[k].num_gpus)
-            for k in ks
-        ]
-        res = simulate_vc(sim, vc_sizes[vc], "qssf", priorities=[prio[k] for k in ks])
-        for job, o in zip(sim, res, strict=True):
-            gpus.append(job.gpus)
-            jct.append(o.end - job.submit)
-            queue.append(o.queue)
-    return summarize(gpus, jct, queue).avg_jct_s
+    return evaluate_qssf(blind, model=model, vc_nodes=vc_sizes).avg("qssf")
 
 
 def ces_summary(

@@ -44,6 +44,7 @@ start here:
   gpuhint hints --cluster C             the queues and power advice a scheduler reads in Redis
   gpuhint evaluate qssf --trace FILE    simulate FIFO/SJF/QSSF on a trace
   gpuhint evaluate ces --series FILE    replay a cluster load series through CES
+  gpuhint analyze TRACE                 your cluster from its trace, as the Helios paper
 
 configuration: GPUHINT_* environment variables or a TOML file (--config / GPUHINT_CONFIG);
 see docs/configuration.md.

@@ -53,6 +53,7 @@ bad input: the first bad row stops the run with file:line and the reason (exit 2
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
+    from gpuhint.analysis.whatif import QSSF_MAX_JOBS
     from models.registry import DEFAULT_MODEL, DURATION_MODELS
 
     p = sub.add_parser(
@@ -86,9 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--qssf-jobs",
         type=int,
-        default=20_000,
+        default=QSSF_MAX_JOBS,
         metavar="N",
-        help="simulate QSSF on the latest N jobs of a larger trace (default: 20000)",
+        help=f"simulate QSSF on the latest N jobs of a larger trace (default: {QSSF_MAX_JOBS}; "
+        "the simulation time grows with N)",
     )
     p.add_argument(
         "--model",

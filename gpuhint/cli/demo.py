@@ -69,6 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 
 
 def run(args: argparse.Namespace) -> int:
+    from functools import partial
+
     from tqdm import tqdm
 
     from gpuhint.core import HintEngine
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--top must be >= 0")
 
     store = InMemoryStore()
-    engine = HintEngine(make_model(args.model), store, clock=lambda: 0.0)
+    engine = HintEngine(partial(make_model, args.model), store, clock=lambda: 0.0)
     # Leave the last day's jobs pending: cut the replay where the last 5% of submits begin,
     # so the store ends holding a real queue, as a live cluster would.
     cut = read.jobs[int(len(read.jobs) * 0.95)].submit_time

@@ -140,13 +140,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="one pass, then exit")
     p.add_argument("--dry-run", action="store_true", help="print the scontrol lines, run none")
     p.add_argument("--json", action="store_true", help="one JSON object per pass on stdout")
+    p.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
+    )
     add_config_args(p)
 
 
 def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
     from gpuhint.slurm.settings import SlurmSettingsError, load_slurm_settings
 
-    settings = settings_from(args, cluster=args.cluster, redis_url=args.redis_url)
+    settings = settings_from(
+        args,
+        cluster=args.cluster,
+        redis_url=args.redis_url,
+        metrics_port=getattr(args, "metrics_port", None),
+    )
     try:
         ss = load_slurm_settings(conf=args.slurm_conf, **slurm)
     except SlurmSettingsError as exc:
@@ -168,6 +176,18 @@ def _client(settings: Any) -> Any:
         )
     except ValueError as exc:
         raise UserError(f"bad Redis URL: {exc}") from None
+
+
+def _metrics(settings: Any) -> Any:
+    from gpuhint.metrics.applier import start_applier_metrics
+
+    try:
+        return start_applier_metrics("slurm", settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}"
+        ) from None
 
 
 def _check_slurm(cli: Any) -> None:
@@ -237,6 +257,7 @@ def run_priorities(args: argparse.Namespace) -> int:
         max_updates=ss.max_updates,
         rate=ss.rate,
     )
+    metrics = _metrics(settings)
     stop, restore = _stopper()
     failures = 0
     try:
@@ -251,6 +272,7 @@ def run_priorities(args: argparse.Namespace) -> int:
                         last_id = client.last_change_id()
                     result = applier.run_pass()
                 except (redis.RedisError, SlurmCommandError) as exc:
+                    metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
                     failures += 1
                     if args.once:
                         raise UserError(f"pass failed: {_one_line(exc)}") from None
@@ -258,6 +280,7 @@ def run_priorities(args: argparse.Namespace) -> int:
                     stop.wait(min(30.0, 2.0**failures))
                     continue
                 failures = 0
+                metrics.observe_slurm_priorities(result, args.dry_run)
                 _report_priorities(result, args)
                 pending_change = False
                 next_pass = time.monotonic() + ss.interval_s
@@ -355,13 +378,16 @@ def run_power(args: argparse.Namespace) -> int:
         exclude=expand_hostlist(ss.exclude_nodes),
         dry_run=args.dry_run,
     )
+    metrics = _metrics(settings)
     stop, restore = _stopper()
     failures = 0
     try:
         while not stop.is_set():
+            t0 = time.monotonic()
             try:
                 result = applier.run_pass(time.time())
             except (redis.RedisError, SlurmCommandError) as exc:
+                metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
                 failures += 1
                 if args.once:
                     raise UserError(f"pass failed: {_one_line(exc)}") from None
@@ -369,6 +395,7 @@ def run_power(args: argparse.Namespace) -> int:
                 stop.wait(min(60.0, 2.0**failures))
                 continue
             failures = 0
+            metrics.observe_slurm_power(result, time.monotonic() - t0, args.dry_run)
             if args.json:
                 doc = result.as_dict()
                 if args.dry_run:

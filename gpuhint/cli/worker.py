@@ -12,17 +12,20 @@ to Redis (removed when the job starts or finishes); consumes node status and wri
 cluster load and CES power advisories. Malformed messages go to the dead-letter topic
 with the reason; the count is in Redis (HGET <prefix>:v1:stats dead_letter).
 
-State: the `history` model keeps it in changelog-backed Faust tables, so workers with
-the same app id can share the partitions; the learned models (default history_mix) are
-one object per worker, checkpointed to GPUHINT_STATE_DIR: run one worker per cluster
-for them (docs/architecture.md). If Redis fails, the worker stops before committing
-offsets; restarted (systemd, Kubernetes, compose), it resumes where it stopped.
+State: each (cluster, VC) has its own model and queue state in a changelog-backed
+Faust table, co-partitioned with the job events, so any number of workers with the same
+app id share the partitions and give the same hints as one (docs/architecture.md).
+If Redis fails, the worker holds its offsets and retries (consumption pauses); if Redis
+comes back empty, it rewrites the pending hints. Killed, a replacement resumes where
+the last commit stopped; redelivered events change no state.
 
 settings (flags override GPUHINT_* env vars, which override --config FILE):
   --bootstrap / GPUHINT_KAFKA_BOOTSTRAP   Kafka, HOST:PORT[,HOST:PORT]
   --redis-url / GPUHINT_REDIS_URL         redis://[:password@]HOST:PORT/DB
   GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
-  GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR. See docs/configuration.md.
+  GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR,
+  GPUHINT_WORKER_SESSION_TIMEOUT_S (10), GPUHINT_WORKER_HEARTBEAT_S (1),
+  GPUHINT_WORKER_INSTANCE_ID (static membership). See docs/configuration.md.
   --metrics-port / GPUHINT_METRICS_PORT   Prometheus /metrics and /healthz (docs/metrics.md)
 """
 
@@ -134,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         worker.execute_from_commandline()
     finally:
         try:
-            handle.save_checkpoint()  # the loop has stopped: the model is quiescent
             store.close()
         except Exception as exc:  # e.g. Redis gone: say so once, do not mask the exit
             logging.getLogger("gpuhint").error("shutdown: %s: %s", type(exc).__name__, exc)

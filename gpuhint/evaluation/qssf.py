@@ -150,13 +150,15 @@ def predict_online(
     jobs: Sequence[TraceJob], model_name: str, cluster: str = "eval"
 ) -> OnlinePredictions:
     """Replay ``jobs`` through the hint core as the worker would; keep each job's hint."""
+    from functools import partial
+
     from gpuhint.core import HintEngine
     from gpuhint.store import InMemoryStore
     from gpuhint.traces import job_events
     from models.registry import make_model
 
-    model = make_model(model_name)
-    engine = HintEngine(model, InMemoryStore(), clock=lambda: 0.0)
+    model = make_model(model_name)  # for its name and version; each VC gets its own
+    engine = HintEngine(partial(make_model, model_name), InMemoryStore(), clock=lambda: 0.0)
     pending: dict[str, deque[int]] = defaultdict(deque)
     for k, j in enumerate(jobs):
         pending[j.job_id].append(k)
@@ -250,6 +252,7 @@ class _LiveVc:
             w = self.waiting[jid]
             if not flipped:
                 self.model_prio[jid] = max(w.num_gpus, 1) * self.model.expected_one(w, ev.time)
+                self.guard.reprioritize(jid, self.model_prio[jid])
             out.append((jid, w.submit_time if self.guard.fallback else self.model_prio[jid]))
         return out
 

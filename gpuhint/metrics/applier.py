@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -110,15 +111,54 @@ class ApplierMetrics:
         if n:
             self._errors.labels(self.applier, kind).inc(n)
 
-    def pass_done(self, seconds: float, pending: int, changed: int) -> None:
-        """One pass finished: how long it took, how many jobs it saw and changed."""
+    def pass_done(self, seconds: float, pending: int | None, changed: int) -> None:
+        """One pass finished: how long it took, how many jobs it saw (None: not a job
+        pass) and how many things it changed."""
         self._pass.labels(self.applier).observe(seconds)
-        self._pending.labels(self.applier).set(pending)
+        if pending is not None:
+            self._pending.labels(self.applier).set(pending)
         self._changed.labels(self.applier).set(changed)
         now = time.time()
         self._last.labels(self.applier).set(now)
         with self._lock:
             self._last_pass = now
+
+    # -- the appliers' pass results, mapped once here ---------------------------------
+    def observe_kueue_pass(self, report: Any) -> None:
+        """A ``gpuhint.kueue.applier.PassReport``."""
+        if report.dry_run:
+            self.refusal("dry_run", len(report.planned))
+        else:
+            self.action("relabel", report.relabelled)
+        self.refusal("admitted_meanwhile", report.refused)
+        for why, n in sorted(report.skipped.items()):
+            self.refusal(str(why).replace("-", "_"), n)
+        self.error("api", report.errors)
+        self.pass_done(report.seconds, report.pending, report.relabelled)
+
+    def observe_slurm_priorities(self, result: Any, dry_run: bool) -> None:
+        """A ``gpuhint.slurm.priority.PassResult``."""
+        if dry_run:
+            self.refusal("dry_run", result.updated)
+        else:
+            self.action("set_site_factor", result.updated)
+        self.refusal("pinned", result.skipped_pinned)
+        self.refusal("held", result.skipped_held)
+        self.refusal("rate_limited", result.deferred)
+        self.refusal("slurm_refused", result.refused)
+        self.pass_done(result.seconds, result.pending_hinted, result.updated)
+
+    def observe_slurm_power(self, result: Any, seconds: float, dry_run: bool) -> None:
+        """A ``gpuhint.slurm.power.PowerResult`` and how long its pass took."""
+        down, up = len(result.powered_down), len(result.powered_up)
+        if dry_run:
+            self.refusal("dry_run", down + up)
+        else:
+            self.action("power_down", down)
+            self.action("power_up", up)
+        self.refusal("slurm_refused", result.refused)
+        self.refusal("held_back", result.held_back)
+        self.pass_done(seconds, None, down + up)
 
     def health(self) -> tuple[bool, str]:
         """Ready when a pass finished within ``stale_after_s``."""
@@ -143,3 +183,14 @@ class ApplierMetrics:
             PlatformCollector(registry=self.registry)
             self._process_registered = True
         return MetricsServer(self.registry, health=self.health, host=host, port=port).start()
+
+
+def start_applier_metrics(applier: str, host: str, port: int | None) -> ApplierMetrics:
+    """The applier's metrics, served on ``host:port`` unless ``port`` is None.
+
+    Raises ``OSError`` when the port cannot be bound.
+    """
+    metrics = ApplierMetrics(applier)
+    if port is not None:
+        metrics.serve(host, port)
+    return metrics

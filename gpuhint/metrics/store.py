@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from gpuhint.store import Op, PutAdvisory, PutHint, PutLoad, RemoveHint
+from gpuhint.store import Op, PutAdvisory, PutHint, PutLoad, RemoveHint, UpdateHint
 from streams.redis_store import RedisStore
 
 
@@ -61,6 +61,8 @@ class MeteredRedisStore(RedisStore):
             for op in ops:
                 if isinstance(op, PutHint):
                     self.writes["hint"] += 1
+                elif isinstance(op, UpdateHint):
+                    self.writes["hint_update"] += 1
                 elif isinstance(op, RemoveHint):
                     self.writes["hint_remove"] += 1
                 elif isinstance(op, PutAdvisory):

@@ -79,12 +79,6 @@ class WorkerCollector(Collector):
             ev.add_metric([phase], float(getattr(s, phase)))
         yield ev
         yield _counter("gpuhint_hints_written", "Priority hints written (new).", s.hints_written)
-        if hasattr(s, "hints_updated"):
-            yield _counter(
-                "gpuhint_hints_updated",
-                "Hints of waiting jobs re-written because their priority moved.",
-                s.hints_updated,
-            )
         yield _counter(
             "gpuhint_hints_removed",
             "Hint removals (one per started or finished job; idempotent in Redis).",
@@ -153,9 +147,15 @@ class WorkerCollector(Collector):
         w = CounterMetricFamily(
             "gpuhint_redis_writes", "Write operations applied to Redis, by kind.", labels=["op"]
         )
-        for op in ("hint", "hint_remove", "advice", "load", "counter"):
+        for op in ("hint", "hint_update", "hint_remove", "advice", "load", "counter"):
             w.add_metric([op], float(writes.get(op, 0)))
         yield w
+        yield _counter(
+            "gpuhint_hints_updated",
+            "Re-rankings of waiting jobs written to Redis (hint_updated; a no-op for a job "
+            "that started meanwhile).",
+            writes.get("hint_update", 0),
+        )
         a = CounterMetricFamily(
             "gpuhint_advisories",
             "Power advisories written, by action and scope (cluster summary or one node).",
@@ -207,7 +207,7 @@ class WorkerCollector(Collector):
         yield errors
         lag = GaugeMetricFamily(
             "gpuhint_kafka_consumer_lag",
-            "Messages behind the partition's end: high watermark - committed offset.",
+            "Messages behind an input partition's end: high watermark - committed offset.",
             labels=["topic", "partition"],
         )
         assigned = GaugeMetricFamily(
@@ -235,7 +235,10 @@ def _assignment(app: Any) -> set[Any]:
 
 
 def consumer_lag(app: Any) -> dict[tuple[str, int], int]:
-    """Lag of each assigned partition whose high watermark and position are known."""
+    """Lag of each assigned input partition whose high watermark and position are known.
+
+    Faust's table changelogs and its assignor topic are left out.
+    """
     consumer = getattr(app, "_consumer", None)
     monitor = getattr(app, "_monitor", None)
     out: dict[tuple[str, int], int] = {}
@@ -244,6 +247,8 @@ def consumer_lag(app: Any) -> dict[tuple[str, int], int]:
     committed_by_monitor = dict(getattr(monitor, "tp_committed_offsets", None) or {})
     committed_by_consumer = dict(getattr(consumer, "_committed_offset", None) or {})
     for tp in _assignment(app):
+        if tp.topic.endswith("-changelog") or "__assignor" in tp.topic:
+            continue  # Faust's own topics: input topics only
         try:
             hw = consumer.highwater(tp)
         except Exception:

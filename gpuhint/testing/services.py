@@ -4,8 +4,8 @@ Used by the test fixtures, the benchmarks and ``scripts/kafka/run-kafka.sh``. Ka
 jars come from Maven Central (``scripts/kafka/fetch.sh``); Redis is Debian's
 ``redis-server``. Each server runs in a temporary directory and is stopped on exit.
 
-    python -m gpuhint.testing.services kafka --port 9092
-    python -m gpuhint.testing.services redis --port 6379
+    python -m gpuhint.testing.services kafka --port 9092 [--secure]
+    python -m gpuhint.testing.services redis --port 6379 [--password P [--user U]] [--tls]
 
 Data is temporary unless ``GPUHINT_KAFKA_DATA`` / ``GPUHINT_REDIS_DATA`` name a directory
 to keep it in (then Kafka's topics, offsets and changelogs survive a restart; keep the
@@ -471,20 +471,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("service", choices=["kafka", "redis"])
     p.add_argument("--port", type=int, default=None)
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="kafka: SASL_SSL only (SCRAM/PLAIN user gpuhint, throw-away CA); prints the settings",
+    )
+    p.add_argument("--password", help="redis: require this password (default user, or --user)")
+    p.add_argument("--user", help="redis: an ACL user with --password; the default user is off")
+    p.add_argument("--tls", action="store_true", help="redis: TLS only (rediss://, throw-away CA)")
     args = p.parse_args(argv)
+    if args.user and not args.password:
+        p.error("--user needs --password")
     svc: LocalProcess
     try:
         kdata, rdata = os.environ.get("GPUHINT_KAFKA_DATA"), os.environ.get("GPUHINT_REDIS_DATA")
         if args.service == "kafka":
-            kafka = LocalKafka(args.port, Path(kdata) if kdata else None).start()
-            svc = kafka
+            kafka = LocalKafka(args.port, Path(kdata) if kdata else None, secure=args.secure)
+            svc = kafka.start()
             print(f"Kafka {kafka.bootstrap} (log {kafka.log_path}); Ctrl-C stops it", flush=True)
+            if args.secure:
+                for k, v in kafka.client_env().items():
+                    print(f"export {k}={v}", flush=True)
         else:
             redis_ = LocalRedis(
-                args.port, Path(rdata) if rdata else None, persist=bool(rdata)
+                args.port,
+                Path(rdata) if rdata else None,
+                persist=bool(rdata),
+                password=args.password,
+                user=args.user,
+                tls=args.tls,
             ).start()
             svc = redis_
-            print(f"Redis {redis_.url}; Ctrl-C stops it", flush=True)
+            shown = (
+                redis_.url.replace(f":{args.password}@", ":***@") if args.password else redis_.url
+            )
+            print(f"Redis {shown}; Ctrl-C stops it", flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -97,3 +97,22 @@ def test_paced_replay_sends_what_is_due() -> None:
     replay_acked(_events(10), "t", t, speed=2.0, sleep=clock.sleep, clock=clock)
     assert _ids(t) == [str(i) for i in range(10)]
     assert 4.4 <= clock.now <= 5.0  # 9 s of trace time at 2x
+
+
+def test_the_agent_publisher_logs_an_outage_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from agents.publisher import BufferedPublisher
+
+    clock = Clock()
+    t = MemoryTransport()
+    t.down = True
+    pub = BufferedPublisher(t, buffer_max=100, retry_initial_s=1, retry_max_s=5, clock=clock)
+    pub.publish("t", b"k", b"v")
+    with caplog.at_level("WARNING", logger="agents.publisher"):
+        for _ in range(600):  # ten minutes of retries, one a second
+            pub.pump(force=True)
+            clock.now += 1.0
+    lines = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert 9 <= len(lines) <= 12  # the first, then one a minute, not 600
+    assert "still down after" in lines[-1].getMessage()

@@ -17,6 +17,7 @@ from agents.fake_nvml import FakeNvml
 from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, MemoryTransport
 from gpuhint.metrics.agent import DCGM_NAMES, AgentCollector, agent_health, dcgm_exposition
+from gpuhint.testing.metrics_docs import undocumented
 from gpuhint.testing.scrape import get, samples, total, value, wait_ready
 from gpuhint.testing.services import free_port
 
@@ -79,6 +80,7 @@ def test_running_agent_serves_dcgm_metrics(agent_url: tuple[str, Path]) -> None:
     assert value(later, energy, **gpu0) > e0  # a counter
     assert value(later, "gpuhint_agent_records_sent_total") > 0
     assert get(f"{base}/nope")[0] == 404
+    assert not undocumented({n for n, _ in later}), "add them to docs/metrics.md"
 
 
 def test_health_and_collector_in_process() -> None:
@@ -101,3 +103,21 @@ def test_health_and_collector_in_process() -> None:
     assert len(gpus) == 7 and "2" not in gpus  # GPU 2 fell off the bus: no made-up values
     assert value(got, "gpuhint_agent_gpus", state="unhealthy") == 1
     agent.close()
+
+
+def test_taken_port_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    from gpuhint.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc = main(
+            ["agent", "--nvml", "fake", "--dry-run", "--once", "--node", "n", "--metrics-port",
+             str(port)]
+        )  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and f"cannot serve metrics on 0.0.0.0:{port}" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -30,6 +30,7 @@ def test_counts_writes_energy_and_state(redis_url: str, unique_prefix: str) -> N
     for job, vc in [("a", "v1"), ("b", "v1"), ("c", "v2")]:
         store.put_hint(_hint(job, vc))
     store.remove_hint("c", "v1", "a")
+    store.update_hint(_hint("b", "v1"))  # a waiting job re-ranked
     store.put_advisory(
         PowerAdvisory(
             cluster="c", time=0, action=PowerAction.POWER_DOWN, count=2, nodes=("n3", "n4"),
@@ -42,7 +43,13 @@ def test_counts_writes_energy_and_state(redis_url: str, unique_prefix: str) -> N
     # 4 nodes, 2 powered on: 2 off for one 720 s slot at 500 W = 0.2 kWh
     store.put_load(ClusterLoad(cluster="c", time=0, total_nodes=4, active_nodes=2, used_nodes=1))
     store.flush()
-    assert dict(store.writes) == {"hint": 3, "hint_remove": 1, "advice": 2, "load": 1}
+    assert dict(store.writes) == {
+        "hint": 3,
+        "hint_update": 1,
+        "hint_remove": 1,
+        "advice": 2,
+        "load": 1,
+    }
     assert store.advisories[("power_down", "cluster")] == 1
     assert store.advisories[("power_down", "node")] == 1
     assert store.energy_saved_kwh == {"c": pytest.approx(0.2)}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,8 +18,11 @@ from kafka import KafkaProducer
 from gpuhint.client import HintClient
 from gpuhint.contract import JobEvent, JobPhase, NodeStatus, encode_message
 from gpuhint.kafka_io import ensure_topics
+from gpuhint.metrics.dashboard import PANELS
+from gpuhint.testing.metrics_docs import undocumented
+from gpuhint.testing.prometheus import LocalPrometheus
 from gpuhint.testing.scrape import get, samples, total, value, wait_ready
-from gpuhint.testing.services import free_port
+from gpuhint.testing.services import ServiceError, free_port
 from gpuhint.topics import Topics, job_key, node_key
 from gpuhint.traces import job_events, parse_time, read_trace
 
@@ -66,17 +71,58 @@ def _wait(check, timeout: float, what: str, log: Path):  # type: ignore[no-untyp
     pytest.fail(f"timed out waiting for {what}; last: {last}\nworker log:\n{tail}")
 
 
+@pytest.fixture
+def agent_port(tmp_path: Path) -> Iterator[int]:
+    """A fake-NVML agent (dry run) serving DCGM metrics, for the dashboard's GPU panels."""
+    port = free_port()
+    env = dict(os.environ, GPUHINT_METRICS_HOST="127.0.0.1")
+    args = ["agent", "--nvml", "fake", "--node", "gpu-1", "--interval", "0.5", "--dry-run"]
+    with open(tmp_path / "agent.log", "wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuhint", *args, "--metrics-port", str(port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=fh,
+        )  # fmt: skip
+    yield port
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+
+
+# panels no process of this test feeds: no applier runs
+NO_DATA_HERE = {"Applier actions and refusals (per min)"}
+
+
 def test_scrape_a_running_worker(
     kafka_bootstrap: str,
     redis_url: str,
     unique_prefix: str,
     worker: tuple[str, dict[str, str], Path],
+    agent_port: int,
 ) -> None:
     base, env, log = worker
     topics = Topics(unique_prefix)
     ensure_topics(kafka_bootstrap, topics, partitions=4)
     body = wait_ready(base, 180, log)
     assert "consuming" in body
+    worker_target = base.removeprefix("http://")
+    with contextlib.ExitStack() as stack:
+        try:
+            prometheus = LocalPrometheus([worker_target, f"127.0.0.1:{agent_port}"]).start()
+        except ServiceError as exc:
+            pytest.fail(f"Prometheus could not be started: {exc}", pytrace=False)
+        stack.callback(prometheus.stop)
+        _check_worker(kafka_bootstrap, redis_url, unique_prefix, base, env, log, prometheus)
+
+
+def _check_worker(
+    kafka_bootstrap: str,
+    redis_url: str,
+    unique_prefix: str,
+    base: str,
+    env: dict[str, str],
+    log: Path,
+    prometheus: LocalPrometheus | None,
+) -> None:
+    topics = Topics(unique_prefix)
 
     # what the trace says the worker must count
     cut = parse_time(CUT)
@@ -152,4 +198,21 @@ def test_scrape_a_running_worker(
     assert total(got, "gpuhint_advisories_total", scope="cluster") == value(
         got, "gpuhint_ces_slots_total"
     )
-    assert "process_cpu_seconds_total" in {n for n, _ in got}
+    names = {n for n, _ in got}
+    assert "process_cpu_seconds_total" in names
+    assert not undocumented(names), "add them to docs/metrics.md"
+
+    # the Grafana dashboard's own queries, evaluated by a real Prometheus that scraped
+    # this worker and a fake-NVML agent: every one parses, every panel that has data shows it
+    assert prometheus is not None
+    empty: dict[str, list[str]] = {}
+
+    def panels_with_data() -> tuple[bool, object]:
+        empty.clear()
+        for panel in PANELS:
+            exprs = [q.promql().replace("$__rate_interval", "5m") for q in panel.queries]
+            if not any(prometheus.query(e) for e in exprs):
+                empty.setdefault(panel.title, exprs)
+        return set(empty) <= NO_DATA_HERE, dict(empty)
+
+    _wait(panels_with_data, 60, "data in every dashboard panel", log)

@@ -76,3 +76,47 @@ def test_extra_field_is_an_error(tmp_path: Path) -> None:
     p.write_text("job_id,submission_time,duration,num_gpu\na,0,10,1,9\n")
     with pytest.raises(TraceError, match=r"wide\.csv:2: 5 fields where the header has 4"):
         read_frame(p)
+
+
+def _rows_of(frame) -> list[tuple]:  # type: ignore[no-untyped-def,type-arg]
+    return list(frame.jobs.astype(object).where(frame.jobs.notna(), None).itertuples(index=False))
+
+
+@pytest.mark.parametrize("path", EXCERPTS[::2], ids=lambda p: p.name)  # the CSV ones
+def test_parallel_read_is_the_sequential_read(path: Path, tmp_path: Path) -> None:
+    from gpuhint.analysis.reader import _split_lines
+
+    parts = _split_lines(path, 8)
+    assert parts is not None and len(parts) == 8  # it is cut, into whole lines
+    seq = read_frame(path, tail_jobs=40, workers=1)
+    par = read_frame(path, tail_jobs=40, workers=2, parallel_min_bytes=0, chunk_rows=50)
+    assert _rows_of(par) == _rows_of(seq)
+    assert par.tail == seq.tail
+
+
+def test_parallel_read_reports_bad_rows_in_file_order(tmp_path: Path) -> None:
+    rows = [f"j{i},{i},{10 + i},1" for i in range(2000)]
+    rows[1500] = "bad1,1500,-1,1"
+    rows[1800] = "bad2,1800,x,1"
+    p = tmp_path / "big.csv"
+    p.write_text("job_id,submission_time,duration,num_gpu\n" + "\n".join(rows) + "\n")
+    kw = {"workers": 2, "parallel_min_bytes": 0}
+    with pytest.raises(TraceError, match=r"big\.csv:1502: duration must be"):
+        read_frame(p, **kw)  # type: ignore[arg-type]
+    got = read_frame(p, on_error="skip", **kw)  # type: ignore[arg-type]
+    assert [e.line for e in got.errors] == [1502, 1802]
+    assert len(got.jobs) == 1998
+    assert list(got.jobs["line"])[:3] == [2, 3, 4]
+
+
+def test_quoted_or_gzipped_csv_is_read_in_one_process(tmp_path: Path) -> None:
+    from gpuhint.analysis.reader import _split_lines
+
+    p = tmp_path / "q.csv"
+    p.write_text('job_id,submission_time,duration,num_gpu\n"a",0,1,1\nb,1,1,1\n')
+    assert _split_lines(p, 4) is None
+    g = tmp_path / "g.csv.gz"
+    with gzip.open(g, "wt") as fh:
+        fh.write("job_id,submission_time,duration,num_gpu\nb,1,1,1\n")
+    assert _split_lines(g, 4) is None
+    assert len(read_frame(p, workers=2, parallel_min_bytes=0).jobs) == 2

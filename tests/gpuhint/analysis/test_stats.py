@@ -41,6 +41,7 @@ def test_fields_and_overview(df) -> None:  # type: ignore[no-untyped-def]
         "vc": True,
         "gpus": True,
         "absolute_time": True,
+        "time_limit": False,
     }
     o = stats.overview(df)
     assert (o["jobs"], o["gpu_jobs"], o["cpu_jobs"], o["users"], o["vcs"]) == (7, 6, 1, 3, 2)
@@ -174,3 +175,53 @@ def test_helios_summary(df) -> None:  # type: ignore[no-untyped-def]
     assert s["cancel_gpu_time"] == 8000.0
     none = stats.helios_summary(df, has_state=False, has_start=False)
     assert none["complete_rate_gpu"] is None and none["avg_que_time_gpu"] is None
+
+
+def test_paper_anchors_ship_with_the_package() -> None:
+    paper = stats.paper_clusters()
+    assert set(paper) == {"Venus", "Earth", "Saturn", "Uranus", "total"}
+    assert paper["Venus"]["med_run_time_gpu"] == 204.0
+    assert paper["Saturn"]["complete_rate_gpu"] == 0.582
+
+
+def test_paper_columns_are_the_trace_summary_columns(df) -> None:  # type: ignore[no-untyped-def]
+    """Same names as a trace's own summary, so they sit side by side in the report."""
+    own = stats.helios_summary(df, has_state=True, has_start=True)
+    assert set(stats.paper_clusters()["Venus"]) == set(own)
+
+
+def test_time_limits(tmp_path: Path) -> None:
+    p = tmp_path / "limits.csv"
+    p.write_text(
+        "job_id,submission_time,duration,num_gpu,time_limit\n"
+        "a,0,50,1,100\nb,10,100,2,100\nc,20,10,1,100\nd,30,30,1,\n"
+    )
+    df = read_frame(p).jobs
+    assert stats.fields_present(df)["time_limit"]
+    t = stats.time_limit_stats(df)
+    # used shares 0.5, 1.0, 0.1 (d has no limit)
+    assert t["jobs"] == 3
+    assert t["median_used_share"] == 0.5
+    assert t["under_half_share"] == pytest.approx(1 / 3)
+    assert t["at_limit_share"] == pytest.approx(1 / 3)
+    # reserved 1x100 + 2x100 + 1x100 GPU-s, unused 50 + 0 + 90
+    assert t["unused_gpu_time_share"] == pytest.approx(140 / 400)
+    assert t["median_limit_s"] == 100.0
+
+
+def test_history_rule_learns_only_from_finished_jobs(tmp_path: Path) -> None:
+    """Online, as the engine: a job still running at a submit teaches nothing yet."""
+    p = tmp_path / "online.csv"
+    head = TINY.splitlines()[0]
+    rows = [
+        "1,alice,v,1,,1,COMPLETED,0,0,,1000,",  # runs until t=1000
+        "2,alice,v,1,,1,COMPLETED,10,10,,50,",  # at t=10 nothing has finished
+        "3,alice,v,1,,1,COMPLETED,100,100,,20,",  # job 2 finished at 60
+        "4,alice,v,1,,1,COMPLETED,1000,1000,,10,",  # job 1 ends at 1000: not yet
+        "5,alice,v,2,,1,COMPLETED,2000,2000,,30,",  # no 2-GPU history: all of alice's
+    ]
+    p.write_text("\n".join([head, *rows]) + "\n")
+    h = stats.history_rule(read_frame(p).jobs)
+    want = [-1, -1, 50, (50 + 20) / 2, (1000 + 50 + 20 + 10) / 4]
+    assert list(h["predicted"].fillna(-1)) == pytest.approx(want)
+    assert list(h["same_size_prior"]) == [False, True, True, True, False]

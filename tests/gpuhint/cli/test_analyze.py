@@ -45,6 +45,7 @@ TOP_KEYS = {
     "users",
     "repetition",
     "vcs",
+    "time_limits",
     "gpuhint",
     "skipped",
     "figures",
@@ -78,7 +79,7 @@ def test_every_figure_on_real_excerpts(
     n = json.loads(out)
     assert set(n) == TOP_KEYS
     assert set(n["figures"]) == ALL_FIGURES - missing
-    assert set(n["skipped"]) == missing
+    assert set(n["skipped"]) == missing | {"time_limits"}
     _check_outputs(tmp_path, n)
     q = n["gpuhint"]["qssf"]
     assert q["window"] == "whole trace"
@@ -100,7 +101,7 @@ def test_trace_without_optional_fields(tmp_path: Path, capsys: pytest.CaptureFix
     assert "skipped" in out and "no users" in out
     n = json.loads((tmp_path / "analysis.json").read_text())
     assert set(n["figures"]) == {"duration", "gpu_demand", "submissions", "qssf"}
-    assert set(n["skipped"]) == {"states", "queue", "users", "repetition", "vcs"}
+    assert set(n["skipped"]) == {"states", "queue", "users", "repetition", "vcs", "time_limits"}
     for key in n["skipped"]:
         assert n[key] is None
     assert n["submissions"]["clock"] == "hours since the first submit"
@@ -111,7 +112,32 @@ def test_trace_without_optional_fields(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no users" in notes and "no job names" in notes
     html = (tmp_path / "report.html").read_text()
     assert "Skipped, the trace lacks what they need" in html
+    assert "paper: Venus" in html  # the anchors beside the trace's own figures
     _check_outputs(tmp_path, n)
+
+
+def test_time_limit_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace with requested time limits (as Slurm records them) gets their section.
+
+    The ITP excerpt's real jobs, given a made-up limit: their run time rounded up to
+    whole hours, doubled.
+    """
+    lines = ITP.read_text().splitlines()
+    rows = [lines[0] + ",time_limit"]
+    for line in lines[1:]:
+        duration = float(line.split(",")[2])
+        rows.append(f"{line},{2 * 3600 * (int(duration // 3600) + 1)}")
+    trace = tmp_path / "limits.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    rc, out, err = _run(capsys, str(trace), "-o", str(tmp_path / "r"), "--no-qssf", "--json")
+    assert rc == 0, err
+    n = json.loads(out)
+    t = n["time_limits"]
+    assert t["jobs"] == 400
+    assert 0 < t["median_used_share"] < 0.5  # every job uses at most half its limit
+    assert t["under_half_share"] == 1.0 and t["at_limit_share"] == 0.0
+    assert n["figures"]["time_limits"] == "time_limits.png"
+    assert "time_limits" not in n["skipped"]
 
 
 def test_ces_summary_and_qssf_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,3 +215,32 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for word in ("report.html", "analysis.json", "--series", "examples:", "--on-error skip"):
         assert word in out
+
+
+SAMPLES = {
+    "helios": VENUS,
+    "philly": PHILLY,
+    "plain": ITP,
+    "sacct": DATA / "slurm" / "sacct_parsable.txt",  # made-up jobs in sacct's real shapes
+    "sacct-json": DATA / "slurm" / "sacct.json",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLES))
+def test_every_trace_format(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """Each format of gpuhint's trace readers (detected from the file, and forced)."""
+    from typing import get_args
+
+    from gpuhint.traces import TraceFormat, detect_format, read_trace
+
+    assert fmt in get_args(TraceFormat)
+    sample = SAMPLES[fmt]
+    assert detect_format(sample) == fmt
+    rc, out, err = _run(
+        capsys, str(sample), "-o", str(tmp_path), "--no-qssf", "--json", "--format", fmt
+    )
+    assert rc == 0, err
+    n = json.loads(out)
+    assert n["format"] == fmt
+    assert n["rows"] == len(read_trace(sample).jobs)
+    assert "duration" in n["figures"]

@@ -118,7 +118,7 @@ def test_smallest_hint_is_admitted_first_and_admitted_workloads_are_untouched(
     hints(env.cq, **{ids["j1"]: SMALL / 2, ids["j4"]: BIG * 10})
     backend.sync()
     report = applier.run_pass()
-    assert report.relabelled == 0 and report.skipped.get("admitted") == 2, report
+    assert report.relabelled == 0 and report.skipped.get("admitted", 0) >= 2, report
     assert {n: _labels(env, n) for n in ("j1", "j4")} == before
     assert {k: _priorities(env)[k] for k in ("j1", "j4")} == {
         k: prio_before[k] for k in ("j1", "j4")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from agents.nvml import Nvml, NvmlError
 from agents.publisher import BufferedPublisher
-from agents.sampler import Sampler
+from agents.sampler import Sampler, SampleResult
 from agents.scheduler import JobTracker, SchedJob, SchedulerError, read_source
 from gpuhint.contract import JobEvent, encode_message
 from gpuhint.topics import Topics, job_key, node_key
@@ -92,6 +92,8 @@ class NodeAgent:
             else None
         )
         self.ticks = 0
+        self.last_sample: SampleResult | None = None  # the newest, for /metrics
+        self.last_tick_at: float | None = None
         self._key = node_key(cluster, node)
         self._started = False
 
@@ -127,6 +129,7 @@ class NodeAgent:
             result = self.sampler.sample(
                 running_jobs=sorted(running), samples_dropped=self.publisher.dropped
             )
+            self.last_sample = result
             for s in result.gpu_samples:
                 self.publisher.publish(self.topics.gpu_samples, self._key, encode_message(s))
             self.publisher.publish(
@@ -134,6 +137,7 @@ class NodeAgent:
             )
         self.publisher.pump()
         self.ticks += 1
+        self.last_tick_at = now
 
     def run(self, stop: threading.Event, *, max_ticks: int | None = None) -> None:
         """Tick every ``interval_s`` until ``stop`` is set (or ``max_ticks`` ticks)."""

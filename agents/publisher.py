@@ -183,18 +183,34 @@ class KafkaTransport:
 
     def _reset(self) -> None:
         if self._producer is not None:
-            try:
-                self._producer.close(timeout=0)
-            except Exception:  # closing a broken producer must never take the agent down
-                log.debug("error closing the Kafka producer", exc_info=True)
+            _close_producer(self._producer, 0)
             self._producer = None
 
     def close(self) -> None:
         if self._producer is not None:
             try:
-                self._producer.close(timeout=5)
+                _close_producer(self._producer, 5)
             finally:
                 self._producer = None
+
+
+def _close_producer(producer: Any, timeout_s: float) -> None:
+    """Close a kafka-python producer, even one whose records cannot be delivered.
+
+    kafka-python 3's ``close`` raises from its own ``flush`` when records are pending, and
+    its ``__del__`` then raises again (a traceback on stderr): force the sender down.
+    """
+    try:
+        producer.close(timeout=timeout_s)
+    except Exception:  # closing a broken producer must never take the caller down
+        log.debug("error closing the Kafka producer", exc_info=True)
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            try:
+                sender.force_close()
+            except Exception:
+                log.debug("error stopping the Kafka sender", exc_info=True)
+        producer._closed = True  # nothing left to close: __del__ must not try again
 
 
 class _Spill:
@@ -304,6 +320,8 @@ class BufferedPublisher:
         self._backoff = 0.0
         self._next_try = 0.0
         self._down_since: float | None = None
+        self._last_log = 0.0
+        self.log_every_s = 60.0
 
     @property
     def pending(self) -> int:
@@ -382,8 +400,17 @@ class BufferedPublisher:
         )
         self._next_try = now + self._backoff
         if self._down_since is None:
-            self._down_since = now
+            self._down_since = self._last_log = now
             log.warning("%s; buffering (%d pending), retrying", exc, self.pending)
+        elif now - self._last_log >= self.log_every_s:  # rate-limited: one line a minute
+            self._last_log = now
+            log.warning(
+                "transport still down after %.0f s (%d pending, %d dropped): %s",
+                now - self._down_since,
+                self.pending,
+                self.dropped,
+                exc,
+            )
         else:
             log.debug("%s; retry in %.1f s (%d pending)", exc, self._backoff, self.pending)
 

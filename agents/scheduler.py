@@ -56,6 +56,8 @@ class SchedJob:
     num_cpus: int | None = None
     num_nodes: int | None = None
     nodes: tuple[str, ...] = ()
+    partition: str | None = None
+    time_limit_s: float | None = None
 
 
 class JobTracker:
@@ -137,6 +139,8 @@ class JobTracker:
             duration_s=duration,
             state=state,
             nodes=job.nodes if step >= 1 else (),
+            partition=job.partition,
+            time_limit_s=job.time_limit_s,
         )
 
 

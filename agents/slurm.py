@@ -18,63 +18,52 @@ Parsable: ``sacct -a -X -P --format=JobID,JobName,User,Partition,State,Submit,St
 End,NNodes,NCPUS,AllocTRES,ReqTRES,NodeList`` (any subset and order; the header names
 the columns; times are ISO local time, or epoch seconds with ``SLURM_TIME_FORMAT=%s``).
 
-The partition is the VC. GPUs come from the allocated TRES (``gres/gpu=N``), else the
+The VC is the job's **account** (``--account``; Slurm's unit of fair share, as a Helios
+VC), else its partition; ``--slurm-vc partition`` swaps the order (see docs/slurm.md).
+The partition and the requested time limit (``TimeLimit``) travel as ``partition`` and
+``time_limit_s``. GPUs come from the allocated TRES (``gres/gpu=N``), else the
 requested TRES, else ``tres_per_job`` / ``tres_per_node`` x nodes.
 
 >>> parse_slurm('{"jobs": [{"job_id": 1, "job_state": ["PENDING"], "partition": "gpu",'
 ...             ' "submit_time": {"set": true, "number": 5}, "tres_req_str": "gres/gpu=4"}]}')
 [SchedJob(job_id='1', status='pending', final=None, submit_time=5.0, start_time=None, \
 end_time=None, user=None, vc='gpu', name=None, num_gpus=4, num_cpus=None, num_nodes=None, \
-nodes=())]
+nodes=(), partition='gpu', time_limit_s=None)]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from datetime import datetime
 from typing import Any
 
-from agents.scheduler import SchedJob, SchedulerError, Status, expand_hostlist
-from gpuhint.contract import JobState
+from agents.scheduler import SchedJob, SchedulerError, expand_hostlist
+from gpuhint.slurm.fields import (
+    VcFrom,
+    gpus_from_tres,
+    map_state,
+    parse_timelimit,
+    vc_name,
+)
+
+__all__ = [
+    "SACCT_CMD",
+    "SQUEUE_CMD",
+    "VcFrom",
+    "expand_tasks",
+    "gpus_from_gres",
+    "gpus_from_tres",
+    "map_state",
+    "parse_slurm",
+    "parse_timelimit",
+    "slurm_source",
+    "vc_name",
+]
 
 SQUEUE_CMD = ("squeue", "--all", "--states=all", "--json")
 SACCT_CMD = ("sacct", "--json", "--allusers", "--allocations", "--starttime", "now-1hours")
-
-_PENDING = {"PENDING"}
-_RUNNING = {"RUNNING", "SUSPENDED"}
-_FINAL = {
-    "COMPLETED": JobState.COMPLETED,
-    "FAILED": JobState.FAILED,
-    "OUT_OF_MEMORY": JobState.FAILED,
-    "SPECIAL_EXIT": JobState.FAILED,
-    "CANCELLED": JobState.CANCELLED,
-    "PREEMPTED": JobState.CANCELLED,
-    "REVOKED": JobState.CANCELLED,
-    "TIMEOUT": JobState.TIMEOUT,
-    "DEADLINE": JobState.TIMEOUT,
-    "NODE_FAIL": JobState.NODE_FAIL,
-    "BOOT_FAIL": JobState.NODE_FAIL,
-}
-_SHORT = {  # squeue/sacct compact codes
-    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "F": "FAILED",
-    "OOM": "OUT_OF_MEMORY", "CA": "CANCELLED", "PR": "PREEMPTED", "TO": "TIMEOUT",
-    "DL": "DEADLINE", "NF": "NODE_FAIL", "BF": "BOOT_FAIL", "RV": "REVOKED", "SE": "SPECIAL_EXIT",
-}  # fmt: skip
-
-
-def map_state(raw: str | list[str] | None) -> tuple[Status, JobState | None] | None:
-    """Slurm state(s) -> (status, final state); None for a state we do not track."""
-    names = raw if isinstance(raw, list) else [raw or ""]
-    for name in names:
-        base = str(name).strip().split(" ")[0].upper()  # "CANCELLED by 1000"
-        base = _SHORT.get(base, base).rstrip("+")
-        if base in _PENDING:
-            return "pending", None
-        if base in _RUNNING:
-            return "running", None
-        if base in _FINAL:
-            return "finished", _FINAL[base]
-    return None
 
 
 def _unwrap(v: Any) -> Any:
@@ -114,31 +103,6 @@ def _index(v: Any) -> int | None:
         return None
 
 
-def gpus_from_tres(tres: str | None) -> int | None:
-    """GPUs in a TRES string (``cpu=8,gres/gpu=2`` or ``gres/gpu:a100=2``); None if absent.
-
-    >>> gpus_from_tres("cpu=8,mem=16G,node=1,billing=8,gres/gpu=2,gres/gpu:a100=2")
-    2
-    >>> gpus_from_tres("gres/gpu:a100=2,gres/gpu:v100=1"), gpus_from_tres("cpu=4")
-    (3, None)
-    """
-    if not tres:
-        return None
-    total = None
-    typed = 0
-    found_typed = False
-    for item in tres.split(","):
-        key, _, val = item.strip().partition("=")
-        if key == "gres/gpu":
-            total = int(float(val or 0))
-        elif key.startswith("gres/gpu:"):
-            typed += int(float(val or 0))
-            found_typed = True
-    if total is not None:
-        return total
-    return typed if found_typed else None
-
-
 def gpus_from_gres(spec: str | None) -> int | None:
     """GPUs in a per-node/per-job GRES spec (``gres/gpu:2``, ``gres:gpu:a100:2``, ``gpu``).
 
@@ -170,10 +134,46 @@ def _first(v: Any) -> str | None:
     return str(v)
 
 
-def _squeue_job(j: dict[str, Any]) -> SchedJob | None:
+def _limit_minutes(v: Any) -> float | None:
+    """A Slurm time limit in minutes (plain or ``{set, infinite, number}``) -> seconds."""
+    if isinstance(v, dict) and v.get("infinite"):
+        return None
+    m = _num(v)
+    return m * 60.0 if m is not None else None
+
+
+def expand_tasks(spec: Any) -> list[int]:
+    """Array task ids of a pending array record: ``1-9%2``, ``1,3,5-7`` or a hex bitmap.
+
+    >>> expand_tasks("2-3"), expand_tasks("1,4-5%2"), expand_tasks("0xC")
+    ([2, 3], [1, 4, 5], [2, 3])
+    """
+    if spec in (None, "", "N/A"):
+        return []
+    text = str(spec).split("%")[0].strip()
+    if text.lower().startswith("0x"):
+        bits = int(text, 16)
+        return [i for i in range(bits.bit_length()) if bits >> i & 1]
+    out: list[int] = []
+    for rng in text.split(","):
+        rng = rng.split(":")[0]  # a step (1-9:2) is not expanded further here
+        lo, _, hi = rng.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _with_tasks(job: SchedJob, array_id: int | None, tasks: list[int]) -> list[SchedJob]:
+    """A pending array record -> one pending job per task (``123_4``); else ``[job]``."""
+    if not array_id or not tasks:
+        return [job]
+    return [dataclasses.replace(job, job_id=f"{array_id}_{t}") for t in tasks]
+
+
+def _squeue_job(j: dict[str, Any], vc_from: VcFrom = "account") -> list[SchedJob]:
     mapped = map_state(j.get("job_state"))
     if mapped is None or j.get("job_id") is None:
-        return None
+        return []
     status, final = mapped
     node_count = _int(j.get("node_count"))
     gpus = gpus_from_tres(j.get("tres_alloc_str")) or gpus_from_tres(j.get("tres_req_str"))
@@ -184,7 +184,7 @@ def _squeue_job(j: dict[str, Any]) -> SchedJob | None:
         gpus = per_node * (node_count or 1) if per_node is not None else 0
     partition = _first(j.get("partition"))
     cpus = _int(j.get("cpus"))
-    return SchedJob(
+    job = SchedJob(
         job_id=_job_id(j),
         status=status,
         final=final,
@@ -192,13 +192,20 @@ def _squeue_job(j: dict[str, Any]) -> SchedJob | None:
         start_time=_num(j.get("start_time")) if status != "pending" else None,
         end_time=_num(j.get("end_time")) if status == "finished" else None,
         user=_first(j.get("user_name")),
-        vc=(partition or "default").split(",")[0],
+        vc=vc_name(_first(j.get("account")), partition, vc_from),
         name=_first(j.get("name")),
         num_gpus=gpus,
         num_cpus=cpus,
         num_nodes=node_count,
         nodes=expand_hostlist(j.get("nodes")) if status != "pending" else (),
+        partition=partition,
+        time_limit_s=_limit_minutes(j.get("time_limit")),
     )
+    if status == "pending" and _index(j.get("array_task_id")) is None:
+        return _with_tasks(
+            job, _int(j.get("array_job_id")), expand_tasks(j.get("array_task_string"))
+        )
+    return [job]
 
 
 def _job_id(j: dict[str, Any]) -> str:
@@ -209,17 +216,17 @@ def _job_id(j: dict[str, Any]) -> str:
     if isinstance(arr, dict):
         array_id = array_id or _int(arr.get("job_id"))
         task = task if task is not None else _index(arr.get("task_id"))
-    if array_id and task is not None and array_id != _int(j.get("job_id")):
+    if array_id and task is not None:
         return f"{array_id}_{task}"
     return str(j["job_id"])
 
 
-def _sacct_job(j: dict[str, Any]) -> SchedJob | None:
+def _sacct_job(j: dict[str, Any], vc_from: VcFrom = "account") -> list[SchedJob]:
     st = j.get("state")
     raw = st.get("current") if isinstance(st, dict) else st
     mapped = map_state(raw)
     if mapped is None or j.get("job_id") is None:
-        return None
+        return []
     status, final = mapped
     t = j.get("time") or {}
     tres = j.get("tres") or {}
@@ -230,8 +237,11 @@ def _sacct_job(j: dict[str, Any]) -> SchedJob | None:
     req = j.get("required")
     if isinstance(req, dict):
         cpus = _int(req.get("CPUs"))
-    user = j.get("user") or (j.get("association") or {}).get("user")
-    return SchedJob(
+    assoc = j.get("association") or {}
+    user = j.get("user") or assoc.get("user")
+    partition = _first(j.get("partition"))
+    account = _first(j.get("account")) or _first(assoc.get("account"))
+    job = SchedJob(
         job_id=_job_id(j),
         status=status,
         final=final,
@@ -239,13 +249,19 @@ def _sacct_job(j: dict[str, Any]) -> SchedJob | None:
         start_time=_num(t.get("start")) if status != "pending" else None,
         end_time=_num(t.get("end")) if status == "finished" else None,
         user=user or None,
-        vc=(_first(j.get("partition")) or "default").split(",")[0],
+        vc=vc_name(account, partition, vc_from),
         name=_first(j.get("name")),
         num_gpus=gpus,
         num_cpus=cpus,
         num_nodes=_int(j.get("allocation_nodes")),
         nodes=expand_hostlist(j.get("nodes")) if status != "pending" else (),
+        partition=partition,
+        time_limit_s=_limit_minutes(t.get("limit")),
     )
+    arr: dict[str, Any] = j["array"] if isinstance(j.get("array"), dict) else {}
+    if status == "pending" and _index(arr.get("task_id")) is None:
+        return _with_tasks(job, _int(arr.get("job_id")), expand_tasks(arr.get("task")))
+    return [job]
 
 
 def _gpus_from_tres_list(items: Any) -> int | None:
@@ -277,7 +293,10 @@ def _parse_time(s: str) -> float | None:
         return None
 
 
-def _parsable(text: str) -> list[SchedJob]:
+_ARRAY_PENDING = re.compile(r"^(\d+)_\[([^\]]+)\]$")
+
+
+def _parsable(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return []
@@ -287,7 +306,7 @@ def _parsable(text: str) -> list[SchedJob]:
             "parsable Slurm output needs a header with at least JobID and State "
             "(sacct -P --format=JobID,State,...)"
         )
-    out = []
+    out: list[SchedJob] = []
     for ln in lines[1:]:
         row = dict(zip(header, ln.split("|"), strict=False))
         job_id = row.get("jobid", "")
@@ -298,33 +317,44 @@ def _parsable(text: str) -> list[SchedJob]:
             continue
         status, final = mapped
         gpus = gpus_from_tres(row.get("alloctres")) or gpus_from_tres(row.get("reqtres")) or 0
-        out.append(
-            SchedJob(
-                job_id=job_id,
-                status=status,
-                final=final,
-                submit_time=_parse_time(row.get("submit", "")),
-                start_time=_parse_time(row.get("start", "")) if status != "pending" else None,
-                end_time=_parse_time(row.get("end", "")) if status == "finished" else None,
-                user=row.get("user") or None,
-                vc=(row.get("partition") or "default").split(",")[0],
-                name=row.get("jobname") or None,
-                num_gpus=gpus,
-                num_cpus=_int(row.get("ncpus")),
-                num_nodes=_int(row.get("nnodes")),
-                nodes=expand_hostlist(row.get("nodelist")) if status != "pending" else (),
-            )
+        partition = row.get("partition") or None
+        try:
+            limit = parse_timelimit(row.get("timelimit"))
+        except ValueError:
+            limit = None
+        job = SchedJob(
+            job_id=job_id,
+            status=status,
+            final=final,
+            submit_time=_parse_time(row.get("submit", "")),
+            start_time=_parse_time(row.get("start", "")) if status != "pending" else None,
+            end_time=_parse_time(row.get("end", "")) if status == "finished" else None,
+            user=row.get("user") or None,
+            vc=vc_name(row.get("account") or None, partition, vc_from),
+            name=row.get("jobname") or None,
+            num_gpus=gpus,
+            num_cpus=_int(row.get("ncpus")),
+            num_nodes=_int(row.get("nnodes")),
+            nodes=expand_hostlist(row.get("nodelist")) if status != "pending" else (),
+            partition=partition.split(",")[0] if partition else None,
+            time_limit_s=limit,
         )
+        m = _ARRAY_PENDING.match(job_id)
+        out.extend(_with_tasks(job, int(m[1]), expand_tasks(m[2])) if m else [job])
     return out
 
 
-def parse_slurm(text: str) -> list[SchedJob]:
-    """Jobs in one snapshot: squeue/sacct JSON or sacct parsable output (detected)."""
+def parse_slurm(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
+    """Jobs in one snapshot: squeue/sacct JSON or sacct parsable output (detected).
+
+    A pending job array becomes one pending job per task (``123_4``), as Slurm names
+    each task once it runs.
+    """
     stripped = text.lstrip()
     if not stripped:
         return []
     if not stripped.startswith("{"):
-        return _parsable(text)
+        return _parsable(text, vc_from)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -333,15 +363,14 @@ def parse_slurm(text: str) -> list[SchedJob]:
     if not isinstance(jobs, list):
         errs = doc.get("errors") if isinstance(doc, dict) else None
         raise SchedulerError(f"Slurm JSON has no 'jobs' list{f' (errors: {errs})' if errs else ''}")
-    out = []
+    out: list[SchedJob] = []
     for j in jobs:
         if not isinstance(j, dict):
             continue
-        job = _sacct_job(j) if isinstance(j.get("state"), dict) or "job_state" not in j else None
-        if job is None and "job_state" in j:
-            job = _squeue_job(j)
-        if job is not None:
-            out.append(job)
+        if isinstance(j.get("state"), dict) or "job_state" not in j:
+            out.extend(_sacct_job(j, vc_from))
+        else:
+            out.extend(_squeue_job(j, vc_from))
     return out
 
 

@@ -42,10 +42,14 @@ def main() -> int:
     kafka = os.environ.get("GPUHINT_BENCH_KAFKA")
     transport: Transport
     if kafka:
-        from gpuhint.kafka_io import ensure_topics
+        from gpuhint.config import load_settings
+        from gpuhint.kafka_io import ensure_topics, kafka_client_config
 
         topics = Topics(f"bench{int(time.time())}")
-        transport = KafkaTransport(kafka, on_connect=lambda: ensure_topics(kafka, topics, 1))
+        sec = kafka_client_config(load_settings())  # GPUHINT_KAFKA_SECURITY_* etc.
+        transport = KafkaTransport(
+            kafka, on_connect=lambda: ensure_topics(kafka, topics, 1, security=sec), **sec
+        )
     else:
         topics = Topics()
         transport = MemoryTransport(keep=False)

@@ -16,6 +16,7 @@ import gc
 import platform
 import time
 from datetime import date
+from functools import partial
 
 from gpuhint.cli.demo import shipped_trace
 from gpuhint.contract import JobEvent
@@ -46,7 +47,7 @@ def events(trace: str, repeat: int) -> list[JobEvent]:
 
 def run(model: str, evs: list[JobEvent], flush_every: int) -> float:
     store = InMemoryStore()
-    engine = HintEngine(make_model(model), store)
+    engine = HintEngine(partial(make_model, model), store)
     gc.collect()
     t0 = time.perf_counter()
     for i, ev in enumerate(evs, 1):

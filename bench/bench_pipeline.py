@@ -33,8 +33,9 @@ from pathlib import Path
 import redis
 from kafka import KafkaProducer
 
+from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
-from gpuhint.kafka_io import ensure_topics
+from gpuhint.kafka_io import ensure_topics, kafka_client_config
 from gpuhint.keys import RedisKeys
 from gpuhint.testing.services import kafka_service, redis_service
 from gpuhint.topics import Topics, job_key
@@ -102,7 +103,8 @@ def main() -> int:
     with kafka_service() as (bootstrap, how_k), redis_service() as (url, how_r):
         prefix = f"bench{uuid.uuid4().hex[:8]}"
         topics, keys = Topics(prefix), RedisKeys(prefix)
-        ensure_topics(bootstrap, topics, partitions=4)
+        security = kafka_client_config(load_settings())  # GPUHINT_KAFKA_SECURITY_* etc.
+        ensure_topics(bootstrap, topics, partitions=4, security=security)
         tmp = Path(tempfile.mkdtemp(prefix="gpuhint-bench-"))
         env = dict(
             os.environ,
@@ -121,7 +123,7 @@ def main() -> int:
         )
         watcher = HintWatcher(url, keys)
         watcher.start()
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security)
 
         def send(ev: JobEvent) -> float:
             t = time.time()

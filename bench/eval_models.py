@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from gpuhint.core import HintEngine
@@ -24,7 +25,7 @@ from models.registry import DURATION_MODELS, make_model
 
 
 def evaluate(model_name: str, events: list) -> dict[str, float | None]:  # type: ignore[type-arg]
-    engine = HintEngine(make_model(model_name), InMemoryStore(), clock=lambda: 0.0)
+    engine = HintEngine(partial(make_model, model_name), InMemoryStore(), clock=lambda: 0.0)
     t0 = time.perf_counter()
     for ev in events:
         engine.on_job_event(ev)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextvars
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +25,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpuhint.contract import Limits
 from gpuhint.keys import RedisKeys
 from gpuhint.topics import Topics
 
@@ -40,6 +42,21 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUHINT_", frozen=True, extra="forbid")
 
     kafka_bootstrap: str = Field("localhost:9092", description="Kafka bootstrap HOST:PORT[,...]")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka transport: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism (with SASL_*): PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"
+    )
+    kafka_sasl_username: str | None = Field(None, min_length=1)
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password (secret)")
+    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle (PEM) to verify the broker")
+    kafka_ssl_certfile: Path | None = Field(None, description="client certificate (PEM), mTLS")
+    kafka_ssl_keyfile: Path | None = Field(None, description="client private key (PEM), mTLS")
+    kafka_ssl_check_hostname: bool = Field(True, description="verify the broker's host name")
+    kafka_retry_s: float = Field(
+        300.0, ge=0, description="replay/agent: keep retrying an unreachable broker this long"
+    )
     redis_url: SecretStr = Field(
         SecretStr("redis://localhost:6379/0"), description="redis:// URL (may hold a password)"
     )
@@ -59,6 +76,15 @@ class Settings(BaseSettings):
     app_id: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$", description="Faust app id")
     state_dir: Path = Field(Path("var/worker"), description="worker state and checkpoints")
     checkpoint_interval_s: float = Field(60.0, gt=0)
+    worker_session_timeout_s: float = Field(
+        10.0, ge=1, le=300, description="worker: a silent worker loses its partitions after this"
+    )
+    worker_heartbeat_s: float = Field(1.0, gt=0, le=60, description="worker: heartbeat interval")
+    worker_instance_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="worker: static group membership id (stable per replica, e.g. pod name)",
+    )
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
     batch_within_s: float = Field(0.05, gt=0, description="max wait to fill a batch")
     ces_enabled: bool = Field(True, description="worker: derive cluster load, advise power")
@@ -71,6 +97,25 @@ class Settings(BaseSettings):
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")
     agent_spill_dir: Path | None = Field(None, description="agent: spill the buffer to disk here")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="serve /metrics and /healthz here (unset: off)"
+    )
+    metrics_host: str = Field("0.0.0.0", min_length=1, description="address /metrics binds")
+    max_gpus_per_job: int = Field(
+        2048, ge=1, le=65536, description="decode: a job asking for more GPUs is rejected"
+    )
+    max_nodes_per_job: int = Field(512, ge=1, le=4096, description="decode: nodes of one job")
+    max_message_bytes: int = Field(
+        256 * 1024, ge=1024, le=16 * 1024 * 1024, description="decode: larger messages rejected"
+    )
+    max_future_s: float = Field(
+        86400.0, ge=0, description="decode: how far ahead of now an event's time may be"
+    )
+    dead_letter_max_bytes: int = Field(
+        900_000,
+        ge=4096,
+        description="dead-letter records are cut to fit (below the broker max.message.bytes)",
+    )
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -79,6 +124,12 @@ class Settings(BaseSettings):
         if not hosts:
             raise ValueError("expected HOST:PORT[,HOST:PORT...]")
         for h in hosts:
+            scheme, sep, _ = h.partition("://")
+            if sep and scheme.lower() != "kafka":
+                raise ValueError(
+                    f"{h!r}: a {scheme}:// bootstrap is not supported; give HOST:PORT and set "
+                    "GPUHINT_KAFKA_SECURITY_PROTOCOL (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"
+                )
             host, _, port = h.removeprefix("kafka://").rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"{h!r} is not HOST:PORT")
@@ -87,10 +138,38 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: SecretStr) -> SecretStr:
-        scheme = value.get_secret_value().split("://", 1)[0]
+        url = value.get_secret_value()
+        scheme = url.split("://", 1)[0]
         if scheme not in ("redis", "rediss", "unix"):
             raise ValueError("expected a redis://, rediss:// or unix:// URL")
+        if scheme != "unix":
+            db = urlsplit(url).path.strip("/")
+            if db and (not db.isdigit() or int(db) > 15):
+                raise ValueError(f"Redis db {db!r} in the URL path is not a number 0-15")
         return value
+
+    @model_validator(mode="after")
+    def _kafka_security(self) -> Self:
+        sasl = self.kafka_security_protocol.startswith("SASL_")
+        if sasl and not (
+            self.kafka_sasl_mechanism and self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                f"security protocol {self.kafka_security_protocol} needs "
+                "GPUHINT_KAFKA_SASL_MECHANISM, _USERNAME and _PASSWORD"
+            )
+        if not sasl and (self.kafka_sasl_mechanism or self.kafka_sasl_username):
+            raise ValueError(
+                "SASL settings are given but GPUHINT_KAFKA_SECURITY_PROTOCOL is "
+                f"{self.kafka_security_protocol} (use SASL_SSL or SASL_PLAINTEXT)"
+            )
+        for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name} {path} is not a readable file")
+        if (self.kafka_ssl_certfile is None) != (self.kafka_ssl_keyfile is None):
+            raise ValueError("kafka_ssl_certfile and kafka_ssl_keyfile go together")
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -114,6 +193,16 @@ class Settings(BaseSettings):
     @property
     def keys(self) -> RedisKeys:
         return RedisKeys(self.key_prefix)
+
+    @property
+    def limits(self) -> Limits:
+        """What the worker's decoder accepts (see :class:`gpuhint.contract.Limits`)."""
+        return Limits(
+            max_bytes=self.max_message_bytes,
+            max_gpus=self.max_gpus_per_job,
+            max_nodes=self.max_nodes_per_job,
+            max_future_s=self.max_future_s,
+        )
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:

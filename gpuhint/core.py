@@ -1,7 +1,14 @@
 """The QSSF hint core: job events in, priority hints out. No I/O of its own.
 
-The embedded ``gpuhint demo`` and the Faust worker both drive this same class; they
-differ only in where events come from and which store (and state mappings) they pass.
+The embedded ``gpuhint demo``, ``gpuhint evaluate`` and the Faust worker all drive this
+same class; they differ only in where events come from, which store they pass and
+where the per-VC state mapping lives (a dict, or a changelog-backed Faust table).
+
+All QSSF state of one (cluster, VC) is one picklable :class:`VcState`, keyed by
+``topics.job_key(cluster, vc)``: that VC's own duration model (nothing is shared across
+VCs), its waiting jobs, and the offset watermark. A VC's events live on one Kafka
+partition, so its state moves with that partition and any number of workers gives the
+same answer as one.
 
 * ``submitted``: predict duration, write a :class:`PriorityHint` (priority = GPUs x the
   model's *expected* duration, ``DurationPrediction.expected_s``: the mean, not the point
@@ -9,27 +16,70 @@ differ only in where events come from and which store (and state mappings) they 
 * ``started``:   remove the hint (the scheduler has placed the job).
 * ``finished``:  remove the hint, learn from the true duration, score the prediction.
 
+Idempotent redelivery: an event whose input ``offset`` is at or below its VC's
+``applied_offset`` was already applied (a crash after the state was saved but before
+the offset was committed). It changes no state; its store writes are re-emitted from
+the current state (they are idempotent), so the store converges to the state.
+
 >>> from gpuhint.store import InMemoryStore
 >>> from models.history import HistoryEstimator
 >>> from gpuhint.contract import JobEvent
 >>> store = InMemoryStore()
->>> engine = HintEngine(HistoryEstimator(), store)
+>>> engine = HintEngine(HistoryEstimator, store)
 >>> hint = engine.on_job_event(
 ...     JobEvent(phase="submitted", job_id="7", num_gpus=4, time=0, submit_time=0))
 >>> _ = store.flush(); store.queue("default", "default")
 [('7', 14400.0)]
+>>> sorted(engine.states), list(engine.states["default/default"].pending)
+(['default/default'], ['7'])
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 
 from gpuhint.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
 from gpuhint.store import HintStore
 from models.base import DurationModel
+
+
+def state_key(cluster: str, vc: str) -> str:
+    """Key of a VC's state: ``topics.job_key`` as text (``cluster/vc``).
+
+    >>> state_key("venus", "vc1")
+    'venus/vc1'
+    """
+    return f"{cluster}/{vc}"
+
+
+@dataclass
+class PendingJob:
+    """A waiting job: its submitted event and the hint last published for it."""
+
+    event: JobEvent
+    hint: PriorityHint
+
+    @property
+    def priority(self) -> float:
+        return self.hint.priority
+
+
+@dataclass
+class VcState:
+    """All QSSF state of one (cluster, VC): pure and picklable.
+
+    ``applied_offset`` is the highest input offset applied (a VC lives on one
+    partition); -1 before any, and untouched by events that carry no offset.
+    """
+
+    model: DurationModel
+    pending: dict[str, PendingJob] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+    """Started jobs' predicted durations, to score the prediction at finish."""
+    applied_offset: int = -1
 
 
 @dataclass
@@ -45,6 +95,8 @@ class EngineStats:
     """Removal requests: one per started and per finished event (idempotent in the store)."""
     learned: int = 0
     scored: int = 0
+    redelivered: int = 0
+    """Events at or below their VC's offset watermark: re-emitted, not re-applied."""
     abs_log_error_sum: float = 0.0
     abs_pct_errors: list[float] = field(default_factory=list)
 
@@ -61,36 +113,42 @@ class EngineStats:
         return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
-def _pending_key(ev: JobEvent) -> str:
-    return f"{ev.cluster}|{ev.job_id}"
-
-
 class HintEngine:
-    """Drives a duration model over job events and writes hints to a store.
+    """Drives one duration model per (cluster, VC) over job events; writes hints to a store.
 
-    ``predictions`` remembers each pending job's predicted duration so the engine can
-    score it at finish; in the worker it is a changelog-backed Faust table.
+    ``model_factory`` makes a fresh model for a VC seen for the first time. ``states``
+    maps :func:`state_key` to :class:`VcState`; the engine assigns a VC's state back
+    after every change (``states[key] = state``), which is how a table-backed mapping
+    learns which keys are dirty.
     """
 
     def __init__(
         self,
-        model: DurationModel,
+        model_factory: Callable[[], DurationModel],
         store: HintStore,
-        predictions: MutableMapping[str, float] | None = None,
+        states: MutableMapping[str, VcState] | None = None,
         clock: Callable[[], float] = time.time,
         keep_pct_errors: int = 100_000,
     ) -> None:
-        self.model = model
+        self.model_factory = model_factory
         self.store = store
-        self.predictions: MutableMapping[str, float] = (
-            predictions if predictions is not None else {}
-        )
+        self.states: MutableMapping[str, VcState] = states if states is not None else {}
         self.clock = clock
         self.stats = EngineStats()
         self.keep_pct_errors = keep_pct_errors
 
-    def make_hint(self, ev: JobEvent) -> PriorityHint:
-        pred = self.model.predict(ev)
+    def state(self, cluster: str, vc: str) -> VcState:
+        """The VC's state, created (with a fresh model) on first use."""
+        key = state_key(cluster, vc)
+        st = self.states.get(key)
+        if st is None:
+            st = VcState(model=self.model_factory())
+            self.states[key] = st
+        return st
+
+    @staticmethod
+    def make_hint(model: DurationModel, ev: JobEvent, created_at: float) -> PriorityHint:
+        pred = model.predict(ev)
         return PriorityHint(
             job_id=ev.job_id,
             cluster=ev.cluster,
@@ -103,38 +161,79 @@ class HintEngine:
             duration_p10_s=pred.p10_s,
             duration_p90_s=pred.p90_s,
             log_duration_std=pred.log_std,
-            model=self.model.name,
-            model_version=self.model.version,
+            model=model.name,
+            model_version=model.version,
             reasons=tuple(
                 FeatureContribution(feature=f, contribution=c) for f, c in pred.reasons[:5]
             ),
-            created_at=self.clock(),
+            created_at=created_at,
         )
 
-    def on_job_event(self, ev: JobEvent) -> PriorityHint | None:
-        """Process one event; return the hint written, if any."""
+    def on_job_event(self, ev: JobEvent, offset: int | None = None) -> PriorityHint | None:
+        """Process one event (``offset``: its input offset, if any); return the hint
+        written, if any (for a redelivered submit: the hint re-emitted)."""
         s = self.stats
         s.events += 1
+        st = self.state(ev.cluster, ev.vc)
+        if offset is not None and offset <= st.applied_offset:
+            return self._reemit(st, ev)
+        hint = self._apply(st, ev)
+        if offset is not None:
+            st.applied_offset = offset
+        self.states[state_key(ev.cluster, ev.vc)] = st  # mark dirty
+        return hint
+
+    def _apply(self, st: VcState, ev: JobEvent) -> PriorityHint | None:
+        s = self.stats
         if ev.phase is JobPhase.SUBMITTED:
             s.submitted += 1
-            hint = self.make_hint(ev)
+            hint = self.make_hint(st.model, ev, self.clock())
             self.store.put_hint(hint)
-            self.predictions[_pending_key(ev)] = hint.predicted_duration_s
+            st.pending[ev.job_id] = PendingJob(ev, hint)
             s.hints_written += 1
             return hint
         self.store.remove_hint(ev.cluster, ev.vc, ev.job_id)
         s.hints_removed += 1
         if ev.phase is JobPhase.STARTED:
             s.started += 1
+            job = st.pending.pop(ev.job_id, None)
+            if job is not None:
+                st.running[ev.job_id] = job.hint.predicted_duration_s
             return None
         s.finished += 1
-        predicted = self.predictions.pop(_pending_key(ev), None)
+        job = st.pending.pop(ev.job_id, None)
+        predicted = st.running.pop(ev.job_id, None)
+        if job is not None:
+            predicted = job.hint.predicted_duration_s
         if ev.duration_s is not None:
             if predicted is not None:
                 s.scored += 1
                 s.abs_log_error_sum += abs(math.log1p(predicted) - math.log1p(ev.duration_s))
                 if ev.duration_s > 0 and len(s.abs_pct_errors) < self.keep_pct_errors:
                     s.abs_pct_errors.append(abs(predicted - ev.duration_s) / ev.duration_s)
-            self.model.learn(ev, ev.duration_s)
+            st.model.learn(ev, ev.duration_s)
             s.learned += 1
         return None
+
+    def _reemit(self, st: VcState, ev: JobEvent) -> PriorityHint | None:
+        """An already-applied event: write what the current state says about its job."""
+        self.stats.redelivered += 1
+        job = st.pending.get(ev.job_id)
+        if job is not None:
+            self.store.put_hint(job.hint)
+            return job.hint if ev.phase is JobPhase.SUBMITTED else None
+        self.store.remove_hint(ev.cluster, ev.vc, ev.job_id)
+        return None
+
+    def rebuild(self, keys: Iterable[str] | None = None) -> int:
+        """Re-write every pending hint of the VCs ``keys`` (default: all in ``states``)
+        after the store came back empty; return how many were written."""
+        n = 0
+        for key in list(self.states) if keys is None else keys:
+            st = self.states.get(key)
+            if st is None:
+                continue
+            for job in st.pending.values():
+                self.store.put_hint(job.hint)
+                n += 1
+        return n

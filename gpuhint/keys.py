@@ -12,6 +12,7 @@ key                                    type      value
 ``load:{cluster}``                     string    ClusterLoad JSON; TTL
 ``stats``                              hash      counters (``dead_letter``, ...)
 ``changes``                            stream    one entry per change (field ``type``)
+``epoch``                              string    set by the worker; missing = Redis came back empty
 =====================================  ========  =============================================
 
 >>> RedisKeys().queue("venus", "vc1")
@@ -56,9 +57,18 @@ class RedisKeys:
     def changes(self) -> str:
         return f"{self.root}:changes"
 
+    @property
+    def epoch(self) -> str:
+        """Marker the worker sets with every flush (``SET NX``): if it is missing, Redis
+        lost its data and the worker rewrites the pending hints (change ``rebuilt``)."""
+        return f"{self.root}:epoch"
+
 
 # Change-stream entry types (field ``type`` of each ``changes`` entry).
 CHANGE_HINT = "hint"
+CHANGE_HINT_UPDATED = "hint_updated"
 CHANGE_HINT_REMOVED = "hint_removed"
 CHANGE_ADVICE = "advice"
 CHANGE_LOAD = "load"
+CHANGE_REBUILT = "rebuilt"
+"""Hints were re-written from the worker's state after Redis came back empty."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import threading
+import uuid
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -30,6 +31,13 @@ from gpuhint.contract import ClusterLoad, PowerAdvisory, PriorityHint
 
 @dataclass(frozen=True)
 class PutHint:
+    hint: PriorityHint
+
+
+@dataclass(frozen=True)
+class UpdateHint:
+    """A waiting job's hint with a new priority: applied only if the hint still exists."""
+
     hint: PriorityHint
 
 
@@ -58,7 +66,16 @@ class Count:
     n: int = 1
 
 
-Op = PutHint | RemoveHint | PutAdvisory | PutLoad | Count
+@dataclass(frozen=True)
+class MarkRebuilt:
+    """A ``rebuilt`` change entry: ``hints`` pending hints were re-written from state."""
+
+    hints: int
+    reason: str = "redis_empty"
+    """Why: ``redis_empty`` (the epoch marker was gone or replaced)."""
+
+
+Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | Count | MarkRebuilt
 
 
 @runtime_checkable
@@ -66,6 +83,7 @@ class HintStore(Protocol):
     """What the core needs from a store (write side) and what readers use (read side)."""
 
     def put_hint(self, hint: PriorityHint) -> None: ...
+    def update_hint(self, hint: PriorityHint) -> None: ...
     def remove_hint(self, cluster: str, vc: str, job_id: str) -> None: ...
     def put_advisory(self, advisory: PowerAdvisory) -> None: ...
     def put_load(self, load: ClusterLoad) -> None: ...
@@ -93,6 +111,26 @@ class BufferedStore(abc.ABC):
         self._flush_lock = threading.Lock()
         self.max_buffer = max_buffer
         self.ops_written = 0
+        self.empty_detected = False
+        """Set by a flush that found the sink had lost its data: it had to create the
+        epoch marker, or the marker is not the one this store saw before (another
+        worker re-created it first); the worker then rebuilds hints from state."""
+        self.epoch_seen: str | None = None
+        self.empty_reason = ""
+
+    def _saw_epoch(self, created: bool, current: str) -> None:
+        if created or (self.epoch_seen is not None and current != self.epoch_seen):
+            self.empty_detected = True
+            self.empty_reason = "redis_empty"
+        self.epoch_seen = current
+
+    def take_empty(self) -> bool:
+        """Whether a flush found the sink empty since the last call (and reset it)."""
+        found, self.empty_detected = self.empty_detected, False
+        return found
+
+    def mark_rebuilt(self, hints: int) -> None:
+        self._add(MarkRebuilt(hints, self.empty_reason or "redis_empty"))
 
     def _add(self, op: Op) -> None:
         with self._lock:
@@ -103,6 +141,10 @@ class BufferedStore(abc.ABC):
 
     def put_hint(self, hint: PriorityHint) -> None:
         self._add(PutHint(hint))
+
+    def update_hint(self, hint: PriorityHint) -> None:
+        """Re-rank a waiting job (a ``hint_updated`` change); a no-op once it is gone."""
+        self._add(UpdateHint(hint))
 
     def remove_hint(self, cluster: str, vc: str, job_id: str) -> None:
         self._add(RemoveHint(cluster, vc, job_id))
@@ -166,6 +208,17 @@ class InMemoryStore(BufferedStore):
         self.changes: list[Change] = []
         self._counters: dict[str, int] = {}
         self.keep_changes = keep_changes
+        self.epoch: str | None = None
+
+    def wipe(self) -> None:
+        """Lose every key, as a Redis restarted without persistence does (for tests)."""
+        self.hints.clear()
+        self.queues.clear()
+        self.advisories.clear()
+        self.loads.clear()
+        self.changes.clear()
+        self._counters.clear()
+        self.epoch = None
 
     def _change(self, change: Change) -> None:
         self.changes.append(change)
@@ -175,12 +228,24 @@ class InMemoryStore(BufferedStore):
     def _apply(self, ops: list[Op]) -> None:
         from gpuhint import keys
 
+        created = self.epoch is None
+        if self.epoch is None:
+            self.epoch = uuid.uuid4().hex
+        self._saw_epoch(created, self.epoch)
         for op in ops:
             if isinstance(op, PutHint):
                 h = op.hint
                 self.hints[(h.cluster, h.job_id)] = h
                 self.queues.setdefault((h.cluster, h.vc), {})[h.job_id] = h.priority
                 self._change(Change(keys.CHANGE_HINT, h.cluster, h.job_id, h.model_dump_json()))
+            elif isinstance(op, UpdateHint):
+                h = op.hint
+                if (h.cluster, h.job_id) in self.hints:
+                    self.hints[(h.cluster, h.job_id)] = h
+                    self.queues.setdefault((h.cluster, h.vc), {})[h.job_id] = h.priority
+                    self._change(
+                        Change(keys.CHANGE_HINT_UPDATED, h.cluster, h.job_id, h.model_dump_json())
+                    )
             elif isinstance(op, RemoveHint):
                 existed = self.hints.pop((op.cluster, op.job_id), None)
                 q = self.queues.get((op.cluster, op.vc))
@@ -199,6 +264,8 @@ class InMemoryStore(BufferedStore):
                 self._change(Change(keys.CHANGE_LOAD, op.load.cluster, "", None))
             elif isinstance(op, Count):
                 self._counters[op.name] = self._counters.get(op.name, 0) + op.n
+            elif isinstance(op, MarkRebuilt):
+                self._change(Change(keys.CHANGE_REBUILT, "", op.reason, str(op.hints)))
 
     def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
         return self.hints.get((cluster, job_id))

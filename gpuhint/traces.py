@@ -6,6 +6,11 @@ Formats (``fmt="auto"`` picks one from the file name and header):
   ``job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue``
 * ``philly`` -- Microsoft Philly ``cluster_job_log`` JSON (a list of job objects).
 * ``plain``  -- ``job_id,submission_time,duration,num_gpu`` (seconds), as the ITP traces.
+* ``sacct`` / ``sacct-json`` -- Slurm accounting: ``sacct --parsable2`` / ``sacct --json``
+  (:mod:`gpuhint.traces_sacct`).
+
+Helios-style and plain CSVs may carry an optional ``time_limit`` column: the run time
+the job asked for, in seconds (Slurm ``TimeLimit``); empty means none.
 
 Files may be gzipped. A bad record raises :class:`TraceError` naming ``file:line`` and
 the reason, or, with ``on_error="skip"``, is collected in ``TraceRead.errors``.
@@ -28,7 +33,7 @@ from typing import Any, Literal, TextIO
 
 from gpuhint.contract import JobEvent, JobPhase, JobState
 
-TraceFormat = Literal["auto", "helios", "philly", "plain"]
+TraceFormat = Literal["auto", "helios", "philly", "plain", "sacct", "sacct-json"]
 OnError = Literal["stop", "skip"]
 
 
@@ -58,6 +63,7 @@ class TraceJob:
     state: JobState = JobState.COMPLETED
     start_time: float | None = None
     line: int = 0
+    time_limit_s: float | None = None
 
     @property
     def service(self) -> float:
@@ -96,10 +102,18 @@ def parse_time(value: str) -> float:
 
 def detect_format(path: Path) -> str:
     name = path.name.lower().removesuffix(".gz")
+    with open_text(path) as fh:
+        head = fh.read(4096)
+    if head.lstrip().startswith("{"):  # sacct --json is an object; Philly is an array
+        return "sacct-json"
     if name.endswith(".json"):
         return "philly"
-    with open_text(path) as fh:
-        header = fh.readline().strip().lower()
+    header = head.splitlines()[0].strip().lower() if head else ""
+    if "|" in header:
+        from gpuhint.traces_sacct import looks_like_sacct
+
+        if looks_like_sacct(header):
+            return "sacct"
     cols = {c.strip() for c in header.split(",")}
     if {"submit_time", "gpu_num", "duration"} <= cols:
         return "helios"
@@ -110,7 +124,8 @@ def detect_format(path: Path) -> str:
         1,
         "unknown trace format: expected a Helios cluster_log.csv header "
         "(job_id,...,gpu_num,...,submit_time,...,duration), a plain "
-        "job_id,submission_time,duration,num_gpu header, or Philly JSON",
+        "job_id,submission_time,duration,num_gpu header, Philly JSON, or a Slurm "
+        "sacct --parsable2 / --json export",
     )
 
 
@@ -162,6 +177,17 @@ def _time(row: dict[str, str], col: str, required: bool = True) -> float | None:
 _HELIOS_STATES = {s.value for s in JobState}
 
 
+def _time_limit(row: dict[str, str]) -> float | None:
+    """The optional ``time_limit`` column (seconds the job asked for; empty: none)."""
+    raw = (row.get("time_limit") or "").strip()
+    if not raw:
+        return None
+    limit = nonneg_number(raw, "time_limit")
+    if limit == 0:
+        raise ValueError("time_limit must be > 0 seconds (leave it empty for no limit)")
+    return limit
+
+
 def _helios_row(row: dict[str, str], line: int) -> TraceJob:
     job_id = (row.get("job_id") or "").strip()
     if not job_id:
@@ -187,6 +213,7 @@ def _helios_row(row: dict[str, str], line: int) -> TraceJob:
         state=state,
         start_time=start,
         line=line,
+        time_limit_s=_time_limit(row),
     )
 
 
@@ -200,6 +227,7 @@ def _plain_row(row: dict[str, str], line: int) -> TraceJob:
         duration=_float(row, "duration"),
         num_gpus=_int(row, "num_gpu") or 0,
         line=line,
+        time_limit_s=_time_limit(row),
     )
 
 
@@ -354,6 +382,10 @@ def read_trace(
         out = _read_csv(p, _plain_row, on_error)
     elif kind == "philly":
         out = _read_philly(p, on_error)
+    elif kind in ("sacct", "sacct-json"):
+        from gpuhint.traces_sacct import read_sacct_json, read_sacct_parsable
+
+        out = (read_sacct_parsable if kind == "sacct" else read_sacct_json)(p, on_error)
     else:  # pragma: no cover - guarded by the Literal
         raise ValueError(f"unknown format {fmt!r}")
     out.fmt = kind
@@ -383,6 +415,7 @@ def job_events(jobs: Iterable[TraceJob], cluster: str = "default") -> list[JobEv
             "num_gpus": j.num_gpus,
             "num_cpus": j.num_cpus,
             "num_nodes": j.num_nodes,
+            "time_limit_s": j.time_limit_s,
             "submit_time": j.submit_time,
         }
         for phase, t, extra in (

@@ -71,9 +71,30 @@ class DurationPrediction:
 
 @runtime_checkable
 class DurationModel(Protocol):
+    """A job-duration model with River's estimator conventions.
+
+    ``predict`` is called once per job at submit (a model may remember what it knew
+    then, to learn from at finish); ``predict_one`` is pure (changes no state) and gives
+    the prediction from what the model knows now; ``learn`` / ``learn_one`` learn a
+    finished job's duration. ``expected_one`` is the cheap, pure expected duration that
+    re-ranks waiting jobs, and ``related_keys`` names the history keys a job's
+    prediction depends on (waiting jobs are indexed by them; a finished job re-ranks
+    the waiting jobs that share one).
+    """
+
     name: str
     version: str
 
     def predict(self, job: JobEvent) -> DurationPrediction: ...
 
+    def predict_one(self, job: JobEvent) -> DurationPrediction: ...
+
     def learn(self, job: JobEvent, duration_s: float) -> None: ...
+
+    def learn_one(self, job: JobEvent, duration_s: float) -> None: ...
+
+    def expected_one(self, job: JobEvent, now: float | None = None) -> float: ...
+
+    def observe_start(self, job: JobEvent) -> None: ...
+
+    def related_keys(self, job: JobEvent) -> tuple[str, ...]: ...

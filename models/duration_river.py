@@ -113,6 +113,8 @@ class Hedge:
             loss[n] = d * loss.get(n, mean) + abs(v - y)
 
 
+_RELATED = frozenset(("burst", "name", "user+gpus"))
+
 _DELTAS = (*(f"{lv}:med" for lv in (*LEVELS, "global")), "user+gpus:fast", "gpus:fast")
 """Experts whose difference from the mix is a feature of the River learner."""
 
@@ -126,7 +128,7 @@ class KeyedDurationModel:
     """
 
     name = "history_mix"
-    version = "2"
+    version = "3"
 
     def __init__(
         self,
@@ -169,18 +171,47 @@ class KeyedDurationModel:
             if not math.isfinite(corr):
                 corr = 0.0
             gate_w = self.gate.weights(level, ["mix", "learner"])[1]
-        log_pred = min(MAX_LOG, max(0.0, base + gate_w * corr))
+        cap = MAX_LOG
+        if job.time_limit_s is not None and job.time_limit_s > 0:
+            cap = min(cap, math.log1p(job.time_limit_s))  # it cannot outrun its limit
+        log_pred = min(cap, max(0.0, base + gate_w * corr))
         expected = min(MAX_EXPECTED_S, expected)
         return _Submitted(x, experts, level, base, corr, gate_w, log_pred, top, expected)
 
     def predict(self, job: JobEvent) -> DurationPrediction:
-        sub = self._submit(job)
+        """Predict at submit and remember what was known then (for :meth:`learn`)."""
         self.hist.observe_submit(job)
+        sub = self._submit(job)
         jk = self.hist.job_key(job)
         self._pending[jk] = sub
         self._pending.move_to_end(jk)
         while len(self._pending) > self.max_pending:
             self._pending.popitem(last=False)
+        return self._prediction(job, sub)
+
+    def predict_one(self, job: JobEvent) -> DurationPrediction:
+        """River's convention: the prediction from what the model knows now; pure."""
+        return self._prediction(job, self._submit(job))
+
+    def learn_one(self, job: JobEvent, duration_s: float) -> None:
+        """River's convention: :meth:`learn`."""
+        self.learn(job, duration_s)
+
+    def expected_one(self, job: JobEvent, now: float | None = None) -> float:
+        """The job's expected duration from what the model knows at ``now`` (pure,
+        cheap): what a waiting job is re-ranked by when a job it bears on finishes."""
+        return min(MAX_EXPECTED_S, self.hist.expected_duration(job, now))
+
+    def observe_start(self, job: JobEvent) -> None:
+        """A job started: its burst's running time counts from now on."""
+        self.hist.observe_start(job)
+
+    def related_keys(self, job: JobEvent) -> tuple[str, ...]:
+        """History keys whose change moves this job's expected duration, most specific
+        first (its burst, name template and user+GPUs): the index of waiting jobs."""
+        return tuple(k for lv, k in self.hist.job_keys(job) if lv in _RELATED)
+
+    def _prediction(self, job: JobEvent, sub: _Submitted) -> DurationPrediction:
         spread = self.hist.spread(job)
         log_std = spread * ABS_TO_STD if spread is not None else self.prior_log_std
         # contributions in log1p-seconds: the base, then what moved it
@@ -217,7 +248,7 @@ class LinearDurationModel(KeyedDurationModel):
     """
 
     name = "river_linear"
-    version = "2"
+    version = "3"
 
     def __init__(
         self,
@@ -260,7 +291,7 @@ class TreeDurationModel(KeyedDurationModel):
     """Hoeffding tree regressor of the residual (adaptive leaves: mean or linear)."""
 
     name = "river_tree"
-    version = "2"
+    version = "3"
 
     def __init__(
         self, grace_period: int = 100, max_depth: int = 10, leaf: str = "mean", **kw: Any
@@ -281,7 +312,7 @@ class ForestDurationModel(KeyedDurationModel):
     """Adaptive random forest regressor of the residual (accurate, slow)."""
 
     name = "river_arf"
-    version = "2"
+    version = "3"
 
     def __init__(
         self, n_models: int = 10, max_depth: int = 8, grace_period: int = 200, **kw: Any

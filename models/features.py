@@ -10,6 +10,10 @@ with medians of logs instead of means of seconds).
 Key levels, most specific first (every key is prefixed with ``cluster|vc`` so that the
 state of one VC lives with that VC's partition):
 
+* ``burst``     -- a pseudo-user: jobs of one shape (user if known, GPUs, name template if
+  known) submitted with gaps of at most ``burst_gap_s`` between consecutive ones (a
+  sweep, a job array), grouped online at submit (:class:`BurstTracker`). On traces
+  without users this is the only level that tells one sweep from another
 * ``name``      -- same user and same job-name template (digits stripped), when named
 * ``user+gpus`` -- same user, same GPU count
 * ``user``      -- same user
@@ -18,7 +22,7 @@ state of one VC lives with that VC's partition):
 
 :meth:`HistoryFeatures.expected_duration` estimates a job's *mean* duration in seconds
 (what QSSF ranks by) by Bühlmann credibility down the nested chain
-``vc -> user -> user+gpus -> name``: each level's mean duration is weighted against the
+``vc -> user -> user+gpus -> name -> burst``: each level's mean duration is weighted against the
 estimate of the level above by ``n / (n + k)``, with ``k`` = (variance of durations
 within a key) / (variance of the true means between keys), estimated online per VC and
 level from running sums. A new user's job gets the VC's mean; a user's many consistent
@@ -32,9 +36,13 @@ Everything is picklable.
 >>> hf = HistoryFeatures()
 >>> job = JobEvent(phase="submitted", job_id="1", user="u", num_gpus=2, time=0, submit_time=0)
 >>> hf.update(job, math.log1p(99.0))
->>> x, experts, level = hf.features(job)
+>>> later = job.model_copy(update={"job_id": "2", "time": 86400.0, "submit_time": 86400.0})
+>>> x, experts, level = hf.features(later)  # a day later: a new burst of the same user
 >>> level, round(math.expm1(experts["user+gpus:med"]))
 ('user+gpus', 99)
+>>> hf.features(job)[2]  # the same burst
+'burst'
+
 >>> x["user+gpus:n"] == math.log1p(1)
 True
 """
@@ -48,7 +56,7 @@ from typing import Any
 
 from gpuhint.contract import JobEvent
 
-LEVELS = ("name", "user+gpus", "user", "gpus", "vc")
+LEVELS = ("burst", "name", "user+gpus", "user", "gpus", "vc")
 """Key levels, most specific first."""
 
 _DIGITS = re.compile(r"\d+")
@@ -69,13 +77,74 @@ def name_template(name: str | None) -> str | None:
     return t[:128] or None
 
 
-CRED_LEVELS = ("user", "user+gpus", "name")
+CRED_LEVELS = ("user", "user+gpus", "name", "burst")
 """Levels of the credibility chain for the expected duration, below the VC, general
 first; each is nested in the one before (a name template is kept per user)."""
 
 EXPERT_STATS = ("med", "fast", "slow", "amean")
 """Per-level estimates of log1p(duration): window median, fast and slow EWMs of logs,
 and log1p of the all-time mean duration (the paper's rule)."""
+
+
+BURST_GAP_S = 900.0
+"""Default gap between consecutive submits of one shape that still continues a burst;
+chosen on the shared traces (docs/qssf.md, "Bursts")."""
+
+BURST_K = 1.0
+"""Weight of the prior (in jobs) against a burst's own evidence (docs/qssf.md)."""
+
+
+class BurstTracker:
+    """Online grouping of submits into bursts (pseudo-users), bounded and picklable.
+
+    A job's *shape* is ``cluster|vc``, user (if any), GPU count and name template (if
+    any). A submit continues the shape's current burst when it comes at most ``gap_s``
+    after the shape's previous submit, else it opens a new one.
+
+    >>> from gpuhint.contract import JobEvent
+    >>> bt = BurstTracker(gap_s=60)
+    >>> def job(i, t):
+    ...     return JobEvent(phase="submitted", job_id=str(i), num_gpus=1, time=t, submit_time=t)
+    >>> [bt.assign(job(i, t)) for i, t in enumerate([0, 30, 80, 500])]
+    ['default|default|b||1|#1', 'default|default|b||1|#1', 'default|default|b||1|#1', \
+'default|default|b||1|#2']
+    """
+
+    def __init__(self, gap_s: float | None = None, max_shapes: int = 200_000) -> None:
+        self.gap_s = BURST_GAP_S if gap_s is None else gap_s
+        self.max_shapes = max_shapes
+        # shape -> [burst number, last submit time]
+        self.shapes: OrderedDict[str, list[float]] = OrderedDict()
+
+    @staticmethod
+    def shape(job: JobEvent) -> str:
+        tmpl = name_template(job.name) or ""
+        return f"{job.cluster}|{job.vc}|b|{job.user or ''}|{job.num_gpus}|{tmpl}"
+
+    def peek(self, job: JobEvent) -> str:
+        """The burst key :meth:`assign` would give (no state change)."""
+        sh = self.shape(job)
+        st = self.shapes.get(sh)
+        if st is None:
+            return f"{sh}#1"
+        seq = int(st[0]) if job.submit_time - st[1] <= self.gap_s else int(st[0]) + 1
+        return f"{sh}#{seq}"
+
+    def assign(self, job: JobEvent) -> str:
+        """Record a submit; return its burst key."""
+        sh = self.shape(job)
+        st = self.shapes.get(sh)
+        t = job.submit_time
+        if st is None:
+            st = self.shapes[sh] = [1.0, t]
+        else:
+            self.shapes.move_to_end(sh)
+            if t - st[1] > self.gap_s:
+                st[0] += 1
+            st[1] = max(st[1], t)
+        while len(self.shapes) > self.max_shapes:
+            self.shapes.popitem(last=False)
+        return f"{sh}#{int(st[0])}"
 
 
 class KeyStats:
@@ -184,6 +253,8 @@ class HistoryFeatures:
         max_pending: int = 200_000,
         prior_log: float = math.log1p(3600.0),
         recent_s: float = 3600.0,
+        burst_gap_s: float | None = None,
+        burst_k: float | None = None,
     ) -> None:
         self.window = window
         self.ewm_alpha = ewm_alpha
@@ -202,13 +273,30 @@ class HistoryFeatures:
         # credibility sums per ``cluster|vc|level``: [N jobs, S sum, Q sum of squares,
         # K keys, A = sum over keys of sum^2/n, B = sum over keys of n^2, cached k or -1]
         self.cred: dict[str, list[float]] = {}
+        self.bursts = BurstTracker(BURST_GAP_S if burst_gap_s is None else burst_gap_s, max_keys)
+        self.burst_of: dict[str, str] = {}  # pending job key -> its burst key
+        self.burst_k = BURST_K if burst_k is None else burst_k
+        # running jobs per burst: [count, sum of start times]; job key -> (burst, start)
+        self.running: dict[str, list[float]] = {}
+        self.run_of: dict[str, tuple[str, float]] = {}
 
     # -- keys -------------------------------------------------------------------------
+    def burst(self, job: JobEvent) -> str:
+        """The job's burst key: the one given at its submit, else what it would get now."""
+        b = self.burst_of.get(self.job_key(job))
+        return b if b is not None else self.bursts.peek(job)
+
+    def job_keys(self, job: JobEvent) -> list[tuple[str, str]]:
+        """:meth:`keys` with the job's burst."""
+        return self.keys(job, self.burst(job))
+
     @staticmethod
-    def keys(job: JobEvent) -> list[tuple[str, str]]:
+    def keys(job: JobEvent, burst: str | None = None) -> list[tuple[str, str]]:
         """``(level, key)`` pairs for a job, most specific first; absent levels skipped."""
         p = f"{job.cluster}|{job.vc}|"
         out: list[tuple[str, str]] = []
+        if burst is not None:
+            out.append(("burst", burst))
         if job.user:
             tmpl = name_template(job.name)
             if tmpl:
@@ -271,10 +359,13 @@ class HistoryFeatures:
         x["hour_cos"] = math.cos(_TWO_PI * (t % _DAY) / _DAY)
         x["week_sin"] = math.sin(_TWO_PI * (t % _WEEK) / _WEEK)
         x["week_cos"] = math.cos(_TWO_PI * (t % _WEEK) / _WEEK)
+        lim = job.time_limit_s
+        x["log_time_limit"] = math.log1p(lim) if lim is not None else 0.0
+        x["has_time_limit"] = 1.0 if lim is not None else 0.0
 
         found: dict[str, KeyStats] = {}
         level = "global" if self.global_stats.count else "prior"
-        for lv, key in reversed(self.keys(job)):
+        for lv, key in reversed(self.job_keys(job)):
             s = self._get(key)
             if s is not None and s.count > 0:
                 found[lv] = s
@@ -318,7 +409,7 @@ class HistoryFeatures:
                         recent += 1
             x[f"{tag}:submits_1h"] = math.log1p(recent)
             x[f"{tag}:inflight"] = math.log1p(max(0, self.inflight.get(skey, 0) - known))
-        return x, experts, level, self._expected(job, found)
+        return x, experts, level, self._expected(job, found, job.submit_time)
 
     def credibility_k(self, vc_level: str) -> float:
         """Bühlmann's ``k`` (within-key variance / between-key variance of means) for a
@@ -338,19 +429,19 @@ class HistoryFeatures:
         a[6] = out
         return out
 
-    def expected_duration(self, job: JobEvent) -> float:
-        """Credibility estimate of the job's mean duration in seconds (module docstring).
-
-        Pure with respect to the state.
+    def expected_duration(self, job: JobEvent, now: float | None = None) -> float:
+        """Credibility estimate of the job's mean duration in seconds (module docstring),
+        with the burst's running siblings' time so far counted up to ``now`` (default:
+        the job's submit time). Pure with respect to the state.
         """
         found: dict[str, KeyStats] = {}
-        for lv, key in self.keys(job):
+        for lv, key in self.job_keys(job):
             s = self.stats.get(key)
             if s is not None and s.count > 0:
                 found[lv] = s
-        return self._expected(job, found)
+        return self._expected(job, found, job.submit_time if now is None else now)
 
-    def _expected(self, job: JobEvent, found: dict[str, KeyStats]) -> float:
+    def _expected(self, job: JobEvent, found: dict[str, KeyStats], now: float) -> float:
         vc = found.get("vc")
         if vc is not None:
             est = vc.mean_s
@@ -359,7 +450,7 @@ class HistoryFeatures:
         else:
             est = math.expm1(self.prior_log)
         p = f"{job.cluster}|{job.vc}|"
-        for lv in CRED_LEVELS:
+        for lv in CRED_LEVELS[:-1]:
             s = found.get(lv)
             if s is None:
                 continue
@@ -367,7 +458,55 @@ class HistoryFeatures:
             if math.isfinite(k):
                 z = s.count / (s.count + k)
                 est = z * s.mean_s + (1.0 - z) * est
+        est = self._burst_posterior(job, found.get("burst"), est, now)
+        lim = job.time_limit_s
+        if lim is not None and lim > 0:  # a job cannot outrun its time limit
+            est = min(est, lim)
         return est
+
+    def _burst_posterior(
+        self, job: JobEvent, s: KeyStats | None, prior: float, now: float
+    ) -> float:
+        """Posterior mean duration of the job's burst: ``prior`` worth ``burst_k`` jobs,
+        plus the burst's finished siblings and the time its running siblings have run so
+        far (an exposure without a finish: evidence that they are long), as the
+        exponential-gamma posterior ``(k * prior + sum of time) / (k + finished)``."""
+        run = self.running.get(self.burst(job))
+        exposure = 0.0
+        if run is not None and run[0] > 0:
+            exposure = max(0.0, run[0] * now - run[1])
+        n = s.count if s is not None else 0
+        if n == 0 and exposure == 0.0:
+            return prior
+        total = (s.sum_dur if s is not None else 0.0) + exposure
+        k = self.burst_k
+        return (k * prior + total) / (k + n)
+
+    def observe_start(self, job: JobEvent) -> None:
+        """A job started: its running time counts as evidence for its burst until it ends."""
+        jk = self.job_key(job)
+        if jk in self.run_of:
+            return
+        b = self.burst(job)
+        start = job.start_time if job.start_time is not None else job.time
+        self.run_of[jk] = (b, start)
+        r = self.running.get(b)
+        if r is None:
+            r = self.running[b] = [0.0, 0.0]
+        r[0] += 1
+        r[1] += start
+
+    def _end_run(self, jk: str) -> None:
+        got = self.run_of.pop(jk, None)
+        if got is None:
+            return
+        b, start = got
+        r = self.running.get(b)
+        if r is not None:
+            r[0] -= 1
+            r[1] -= start
+            if r[0] <= 0:
+                del self.running[b]
 
     def _cred_add(self, agg: str, s: KeyStats, sign: float) -> None:
         """Add (``sign`` 1) or remove (-1) a whole key's sums."""
@@ -403,7 +542,7 @@ class HistoryFeatures:
 
     def spread(self, job: JobEvent, min_count: int = 3) -> float | None:
         """EWM of the absolute log error of past predictions at the most specific key."""
-        for _, key in self.keys(job):
+        for _, key in self.job_keys(job):
             s = self.stats.get(key)
             if s is not None and s.n_res >= min_count:
                 return s.abs_res
@@ -416,6 +555,7 @@ class HistoryFeatures:
         jk = self.job_key(job)
         if jk in self.pending:
             return
+        self.burst_of[jk] = self.bursts.assign(job)
         subs = self._submitters(job)
         self.pending[jk] = subs
         for skey in subs:
@@ -427,7 +567,8 @@ class HistoryFeatures:
             times.append(job.submit_time)
             self.inflight[skey] = self.inflight.get(skey, 0) + 1
         while len(self.pending) > self.max_pending:
-            _, old = self.pending.popitem(last=False)
+            old_jk, old = self.pending.popitem(last=False)
+            self.burst_of.pop(old_jk, None)
             self._release(old)
         while len(self.submits) > self.max_keys:
             skey, _ = self.submits.popitem(last=False)
@@ -443,13 +584,19 @@ class HistoryFeatures:
 
     def update(self, job: JobEvent, log_duration: float, abs_error: float | None = None) -> None:
         """Learn a finished job's ``log1p(duration)`` (and the model's error on it)."""
-        subs = self.pending.pop(self.job_key(job), None)
+        jk = self.job_key(job)
+        if jk not in self.burst_of:  # never seen at submit (e.g. before a restart)
+            self.burst_of[jk] = self.bursts.assign(job)
+        keys = self.job_keys(job)
+        self._end_run(jk)
+        self.burst_of.pop(jk, None)
+        subs = self.pending.pop(jk, None)
         if subs is not None:
             self._release(subs)
         a = self.ewm_alpha
         p = f"{job.cluster}|{job.vc}|"
         d = math.expm1(log_duration)
-        for lv, key in self.keys(job):
+        for lv, key in keys:
             s = self.stats.get(key)
             if s is None:
                 s = self.stats[key] = KeyStats(self.window)

@@ -56,6 +56,19 @@ class HistoryEstimator:
         return keys
 
     def predict(self, job: JobEvent) -> DurationPrediction:
+        """Pure. A job's time limit bounds the prediction (it cannot outrun it)."""
+        p = self._predict(job)
+        lim = job.time_limit_s
+        if lim is None or lim <= 0 or p.duration_s <= lim:
+            return p
+        return DurationPrediction.from_log(
+            min(math.log1p(lim), math.log1p(p.duration_s)),
+            p.log_std,
+            point_s=lim,
+            reasons=(*p.reasons, ("time_limit", lim)),
+        )
+
+    def _predict(self, job: JobEvent) -> DurationPrediction:
         for level, key in self._keys(job):
             s = self.state.get(key)
             if s and s[0] > 0:
@@ -72,6 +85,24 @@ class HistoryEstimator:
             point_s=self.prior_duration_s,
             reasons=(("prior", 0.0),),
         )
+
+    def predict_one(self, job: JobEvent) -> DurationPrediction:
+        """River's convention (pure): :meth:`predict`, which keeps no submit state."""
+        return self.predict(job)
+
+    def learn_one(self, job: JobEvent, duration_s: float) -> None:
+        self.learn(job, duration_s)
+
+    def observe_start(self, job: JobEvent) -> None:
+        """Nothing to do: the paper's rule learns at finish only."""
+
+    def expected_one(self, job: JobEvent, now: float | None = None) -> float:
+        """Expected duration now (pure): the point value, a mean of durations."""
+        return self.predict(job).expected_s
+
+    def related_keys(self, job: JobEvent) -> tuple[str, ...]:
+        """The keys whose change moves this job's prediction (user+GPUs, user)."""
+        return tuple(k for lv, k in self._keys(job) if lv != "vc")
 
     def learn(self, job: JobEvent, duration_s: float) -> None:
         lg = math.log1p(max(0.0, duration_s))

@@ -1,17 +1,26 @@
-"""The Faust worker: job events in, QSSF hints out, bad messages to the dead-letter topic.
+"""The Faust worker: thin module-level agents around :class:`streams.handler.MessageHandler`.
 
-The worker is a thin edge around :class:`gpuhint.core.HintEngine` (the same core the
-embedded demo runs). Per-key state lives in changelog-backed Faust tables, which are
-co-partitioned with the job-event topic (events are keyed by cluster/VC):
+Every message goes through the pure handler (the same one ``gpuhint demo`` and the
+tests call); this module only moves bytes between Kafka, the handler and the sinks.
 
-* ``duration-stats``: the history estimator's per-(VC, user, GPUs) statistics;
-* ``pending-predictions``: each pending job's predicted duration, to score it at finish.
+State (see docs/architecture.md):
 
-Delivery: the Redis store buffers writes; they are flushed every ``batch_within_s``
-seconds, whenever ``batch_max`` writes are waiting, and always *before Faust commits
-offsets* (a sensor on ``on_commit_initiated``), so an acknowledged event's writes are
-in Redis before its offset is. Writes are idempotent, so a redelivery after a crash
-rewrites the same state.
+* ``vc-state``: one :class:`gpuhint.core.VcState` per (cluster, VC) -- that VC's own
+  duration model, its waiting jobs and its offset watermark -- as a compressed pickle
+  in a changelog-backed table co-partitioned with the job-event topic (events are keyed
+  ``cluster/vc``), so a VC's state moves with its partition;
+* ``ces-state``: one checkpoint per cluster, co-partitioned with cluster telemetry.
+
+Delivery, per batch (``stream.take_events``: up to ``batch_max`` events or
+``batch_within_s`` seconds): handle every event; await the Redis flush in a worker
+thread (retried with backoff while Redis is down: consumption pauses, nothing is
+dead-lettered because the sink failed); write the changelog records of the VCs the
+batch touched; only then does the batch get acknowledged, so Faust never commits an
+offset whose writes and state are not out. A crash redelivers uncommitted events;
+the offset watermark in each VcState makes them change nothing, and their Redis
+writes are re-emitted (idempotent). Redis coming back empty is detected by a marker
+key; the worker then rewrites every pending hint from the VcStates it owns and adds
+a ``rebuilt`` entry to the change stream.
 
 Agent concurrency is 1: with more, faust-streaming can commit past an in-flight
 message and lose it on restart (faust-streaming issue #606).
@@ -21,85 +30,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from pathlib import Path
+import os
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import faust
 import mode
-from faust.exceptions import PartitionsMismatch
-from faust.sensors import Sensor
 
 from gpuhint.ces_core import CesEngine, ClusterLoadTracker
 from gpuhint.config import Settings
-from gpuhint.contract import (
-    InvalidMessage,
-    JobEvent,
-    JobPhase,
-    NodeStatus,
-    decode_job_event,
-    decode_message,
-)
 from gpuhint.core import HintEngine
+from gpuhint.kafka_io import faust_credentials
 from gpuhint.store import HintStore
-from gpuhint.topics import cluster_key, job_key
-from models import checkpoint
-from models.base import DurationModel
-from models.history import HistoryEstimator
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.cluster_load import ClusterLoadProcessor
-from streams.dead_letter import dead_letter_record
+from streams.handler import Message, MessageHandler, Outcome, WorkerStats
+from streams.partitioning import partition_for
+from streams.state_table import TableStates
 
 log = logging.getLogger(__name__)
 
-
-class FlushOnCommit(Sensor):
-    """Flushes the store right before Faust commits consumer offsets."""
-
-    def __init__(self, store: HintStore, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.store = store
-
-    def on_commit_initiated(self, consumer: Any) -> Any:
-        self.store.flush()
-        return None
+__all__ = ["Worker", "WorkerStats", "build_app", "faust_broker_url"]
 
 
-@dataclass
-class WorkerStats:
-    processed: int = 0
-    dead_letter: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-
-
-class ModelCheckpointer:
-    """Saves a model's state to a versioned checkpoint file and restores it at start.
-
-    Used for models whose state is not in Faust tables (every model but ``history``).
-    Saving happens on the event loop, between events, so the model is never pickled
-    while it is being updated.
-    """
-
-    def __init__(self, name: str, path: Path) -> None:
-        self.name = name
-        self.path = path
-
-    def load_or_new(self) -> DurationModel:
-        if self.path.exists():
-            try:
-                model = checkpoint.load(self.path, expect_model=self.name)
-                log.info("restored model %s from %s", self.name, self.path)
-                return model
-            except checkpoint.CheckpointError as exc:
-                bad = self.path.with_suffix(self.path.suffix + ".rejected")
-                self.path.replace(bad)
-                log.warning("%s; moved it to %s and starting the model afresh", exc, bad)
-        return make_model(self.name)
-
-    def save(self, model: DurationModel) -> None:
-        checkpoint.save(model, self.path)
-        log.info("checkpointed model %s to %s", self.name, self.path)
+def _dead_letter_acked(fut: Any) -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if fut.cancelled() or exc is not None:
+        log.critical(
+            "dead-letter record not acknowledged (%s); exiting before its offset is committed",
+            "cancelled" if exc is None else f"{type(exc).__name__}: {exc}",
+        )
+        os._exit(70)
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -108,27 +72,105 @@ def faust_broker_url(bootstrap: str) -> str:
     return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
 
 
+class ChangelogTable(MutableMapping[str, bytes]):
+    """A Faust table of bytes written on an explicit partition (outside stream context).
+
+    Faust derives a changelog record's partition from the *current* event, which is
+    wrong inside a batch; the worker knows each key's partition and passes it.
+    """
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def __getitem__(self, key: str) -> bytes:
+        v = self.table.get(key)
+        if v is None:
+            raise KeyError(key)
+        return bytes(v)
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        raise TypeError("write with put(key, value, partition)")
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("VC state is never deleted")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.table.keys()))
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def put(self, key: str, value: bytes, partition: int) -> None:
+        self.table.data[key] = value
+        self.table.send_changelog(partition, key, value)
+
+
+class Sink:
+    """The store's flush, off the event loop, retried until it succeeds."""
+
+    def __init__(self, store: HintStore, rebuild: Callable[[], int]) -> None:
+        self.store = store
+        self.rebuild = rebuild
+        self.failures = 0
+        self.rebuilds = 0
+        self.max_backoff_s = 5.0
+
+    async def flush(self) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await asyncio.to_thread(self._flush_once)
+                return
+            except Exception as exc:  # Redis down: hold the batch (and its offsets), retry
+                self.failures += 1
+                log.warning(
+                    "store flush failed (%s: %s); %d writes held, retrying in %.2f s",
+                    type(exc).__name__,
+                    exc,
+                    getattr(self.store, "pending", -1),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(self.max_backoff_s, delay * 2)
+
+    def _flush_once(self) -> None:
+        self.store.flush()
+        take_empty = getattr(self.store, "take_empty", None)
+        if take_empty is not None and take_empty():  # Redis was empty: rewrite from state
+            self.rebuilds += 1
+            n = self.rebuild()
+            reason = getattr(self.store, "empty_reason", "")
+            log.log(
+                logging.WARNING if reason == "redis_empty" else logging.INFO,
+                "re-wrote %d pending hints from state (%s)",
+                n,
+                reason,
+            )
+            self.store.mark_rebuilt(n)  # type: ignore[attr-defined]
+            self.store.flush()
+
+
 @dataclass
 class Worker:
     app: faust.App
     stats: WorkerStats
     engine: HintEngine
-    checkpointer: ModelCheckpointer | None
-
-    def save_checkpoint(self) -> None:
-        if self.checkpointer is not None:
-            self.checkpointer.save(self.engine.model)
+    handler: MessageHandler
+    states: TableStates
+    sink: Sink
 
 
-def build_app(settings: Settings, store: HintStore, model: DurationModel | None = None) -> Worker:
-    """Build the Faust app.
+def _message(event: Any) -> Message:
+    m = event.message
+    return Message(m.topic, m.partition, m.offset, event.key, event.value)
 
-    ``model=None`` uses ``settings.model``: ``history`` keeps its state in a Faust table;
-    any other model is restored from and saved to ``state_dir/model-<name>.ckpt``.
-    """
+
+def build_app(settings: Settings, store: HintStore) -> Worker:
+    """Build the Faust app (agents, tables) around a store."""
     app = faust.App(
         settings.app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
+        broker_credentials=faust_credentials(settings),
         store="memory://",
         autodiscover=False,
         web_enabled=False,
@@ -137,6 +179,9 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         topic_replication_factor=settings.replication_factor,
         table_standby_replicas=0,
         broker_commit_interval=1.0,
+        broker_session_timeout=settings.worker_session_timeout_s,
+        broker_heartbeat_interval=settings.worker_heartbeat_s,
+        consumer_group_instance_id=settings.worker_instance_id,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         # An agent that raises stops the worker (a supervisor restarts it from the last
@@ -156,24 +201,30 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
             partitions=settings.partitions,
         )
 
-    job_topic = raw_topic(topics.job_events)
-    dead_letter = raw_topic(topics.dead_letter)
-
-    def table(name: str, value_serializer: str = "json") -> Any:
-        """A changelog-backed table co-partitioned with gpuhint's topics."""
+    def table(name: str) -> Any:
+        """A changelog-backed table of bytes co-partitioned with gpuhint's topics."""
+        # value_type=bytes: Faust picks the changelog's serializer from the types (the
+        # schema alone leaves it json, and recovery then fails to decode the bytes)
         return app.Table(
             name,
             default=None,
+            key_type=str,
+            value_type=bytes,
             partitions=settings.partitions,
-            schema=faust.Schema(key_serializer="json", value_serializer=value_serializer),
+            schema=faust.Schema(key_serializer="json", value_serializer="raw"),
         )
 
-    stats_table = table("duration-stats")
-    pending_table = table("pending-predictions")
-
+    job_topic = raw_topic(topics.job_events)
+    dead_letter = raw_topic(topics.dead_letter)
     node_topic = raw_topic(topics.node_status)
     telemetry = raw_topic(topics.cluster_telemetry)
-    ces_table = table("ces-state", value_serializer="raw")
+
+    vc_table = ChangelogTable(table("vc-state"))
+    ces_table = ChangelogTable(table("ces-state"))
+    vc_partition: dict[str, int] = {}
+    ces_partition: dict[str, int] = {}
+    states = TableStates(vc_table, on_save=lambda k, blob: vc_table.put(k, blob, vc_partition[k]))
+    engine = HintEngine(partial(make_model, settings.model), store, states=states)
     ces = ClusterLoadProcessor(
         ClusterLoadTracker(
             slot_s=settings.ces_slot_s,
@@ -186,130 +237,94 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
             ),
         ),
         checkpoints=ces_table,
+        on_save=lambda k, blob: ces_table.put(k, blob, ces_partition[k]),
     )
-    checkpointer: ModelCheckpointer | None = None
+    handler = MessageHandler(
+        engine,
+        topics,
+        ces if settings.ces_enabled else None,
+        limits=settings.limits,
+        dead_letter_max_bytes=settings.dead_letter_max_bytes,
+    )
 
-    def forget_cluster_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        ces.forget()  # a rebalance: re-read each cluster's newest checkpoint from the table
+    def owned_vcs() -> list[str]:
+        """VC keys on the job-event partitions this worker holds now (the table also
+        keeps revoked partitions' last state, which another worker may have moved on)."""
+        mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == job_topic.topics[0]}
+        # only VCs with saved state: one first seen in the current batch has every
+        # pending job of its own in this very flush
+        return [k for k in states.backing if partition_for(k.encode(), settings.partitions) in mine]
 
-    app.on_partitions_revoked.connect(forget_cluster_state)
+    sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
 
-    if model is None:
-        if settings.model == "history":
-            model = HistoryEstimator(state=stats_table)
-        else:
-            checkpointer = ModelCheckpointer(
-                settings.model, settings.state_dir / f"model-{settings.model}.ckpt"
-            )
-            model = checkpointer.load_or_new()
-    engine = HintEngine(model, store, predictions=pending_table)
-    stats = WorkerStats()
-    app.sensors.add(FlushOnCommit(store))
+    def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # a rebalance: re-read each VC's and cluster's newest state from the tables
+        states.forget()
+        ces.forget()
 
-    async def flush() -> None:
-        try:
-            await asyncio.to_thread(store.flush)
-        except Exception as exc:  # writes stay buffered; the next flush retries them
-            log.warning(
-                "store flush failed (%s: %s); %d writes kept for retry",
-                type(exc).__name__,
-                exc,
-                getattr(store, "pending", -1),
-            )
+    app.on_partitions_revoked.connect(forget_state)
 
-    async def to_dead_letter(event: Any, reason: str) -> None:
-        msg = event.message
-        record = dead_letter_record(
-            reason=reason,
-            topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-            key=event.key,
-            value=event.value,
-        )
-        await dead_letter.send(key=event.key, value=record)
-        store.count("dead_letter")
-        stats.dead_letter += 1
-        short = reason.split(":")[0]
-        stats.reasons[short] = stats.reasons.get(short, 0) + 1
-        log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, reason)
+    async def emit(outcome: Outcome) -> None:
+        if outcome.dead_letter is not None:
+            # Faust flushes its producer before it commits offsets; a record the broker
+            # refuses stops the worker there, so its offset is never committed (redelivered).
+            fut = await dead_letter.send(value=outcome.dead_letter)
+            fut.add_done_callback(_dead_letter_acked)
+        for fw in outcome.forwards:
+            await telemetry.send(key=fw.key, value=fw.value)
 
     @app.agent(job_topic, concurrency=1, name="job-events")
     async def process_job_events(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                if not event.value:
-                    raise InvalidMessage("empty message")
-                ev = decode_job_event(event.value)
-                want = job_key(ev.cluster, ev.vc)
-                if event.key != want:
-                    raise InvalidMessage(
-                        f"key {event.key!r} is not the event's cluster/vc {want!r} "
-                        "(per-VC state must stay on one partition)"
-                    )
-            except InvalidMessage as exc:
-                await to_dead_letter(event, exc.reason)
-                continue
-            try:
-                engine.on_job_event(ev)
-            except PartitionsMismatch:
-                raise  # misconfiguration: stop loudly rather than dead-letter every event
-            except Exception as exc:  # a bug must not lose the event nor stop the worker
-                log.exception("processing failed for job %s", ev.job_id)
-                await to_dead_letter(event, f"processing error: {type(exc).__name__}: {exc}")
-                continue
-            stats.processed += 1
-            if settings.ces_enabled and ev.nodes and ev.phase is not JobPhase.SUBMITTED:
-                await telemetry.send(key=cluster_key(ev.cluster), value=event.value)
-            if getattr(store, "pending", 0) >= settings.batch_max:
-                await flush()
+        async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+            for event in batch:
+                msg = _message(event)
+                outcome = handler.job_event(msg)
+                if outcome.state_key is not None:
+                    vc_partition[outcome.state_key] = msg.partition
+                await emit(outcome)
+            await sink.flush()
+            states.save_dirty()
 
     if settings.ces_enabled:
 
         @app.agent(node_topic, concurrency=1, name="node-status")
         async def route_node_status(stream: Any) -> None:
-            """Validate node status and re-key it by cluster for the CES agent."""
+            """Validate node status and re-key it by cluster for the CES agent.
+
+            One event at a time (no batch): the order in which nodes' reports from
+            several partitions interleave onto the cluster's topic is what the CES
+            tracker's slot clock sees, so keep it close to arrival order."""
             async for event in stream.events():
-                try:
-                    if not event.value:
-                        raise InvalidMessage("empty message")
-                    msg = decode_message(event.value)
-                    if not isinstance(msg, NodeStatus):
-                        raise InvalidMessage(f"expected kind 'node_status', got {msg.kind!r}")
-                except InvalidMessage as exc:
-                    await to_dead_letter(event, exc.reason)
-                    continue
-                await telemetry.send(key=cluster_key(msg.cluster), value=event.value)
+                await emit(handler.node_status(_message(event)))
 
         @app.agent(telemetry, concurrency=1, name="cluster-load")
         async def process_cluster_load(stream: Any) -> None:
-            async for event in stream.events():
-                try:
-                    msg = decode_message(event.value)
-                    if not isinstance(msg, NodeStatus | JobEvent):
-                        raise InvalidMessage(f"unexpected kind {msg.kind!r}")
-                    ces.on_message(msg)
-                except PartitionsMismatch:
-                    raise
-                except Exception as exc:
-                    log.exception("cluster-load processing failed")
-                    await to_dead_letter(event, f"processing error: {type(exc).__name__}: {exc}")
-
-    @app.timer(interval=settings.batch_within_s)
-    async def periodic_flush() -> None:
-        await flush()
+            async for batch in stream.take_events(
+                settings.batch_max, within=settings.batch_within_s
+            ):
+                for event in batch:
+                    msg = _message(event)
+                    if msg.key is not None:
+                        ces_partition[msg.key.decode(errors="replace")] = msg.partition
+                    await emit(handler.telemetry(msg))
+                await sink.flush()
+                ces.checkpoint_dirty()
 
     @app.timer(interval=60.0)
     async def report() -> None:
-        s = engine.stats
+        s, w = engine.stats, handler.stats
         log.info(
-            "events %d (dead-letter %d), hints written %d removed %d, learned %d, MAE(log) %s",
-            stats.processed,
-            stats.dead_letter,
+            "events %d (dead-letter %d, redelivered %d), hints written %d removed %d, "
+            "learned %d, MAE(log) %s, state saves %d (%d bytes)",
+            w.processed,
+            w.dead_letter,
+            s.redelivered,
             s.hints_written,
             s.hints_removed,
             s.learned,
             f"{s.mae_log:.3f}" if s.mae_log is not None else "n/a",
+            states.saves,
+            states.bytes_saved,
         )
 
     sweep = getattr(store, "sweep_stale", None)
@@ -319,12 +334,5 @@ def build_app(settings: Settings, store: HintStore, model: DurationModel | None 
         async def sweep_stale_queue_entries() -> None:
             await asyncio.to_thread(sweep)
 
-    if checkpointer is not None:
-        ckpt = checkpointer
-
-        @app.timer(interval=settings.checkpoint_interval_s)
-        async def checkpoint_model() -> None:
-            ckpt.save(engine.model)
-
     app.gpuhint_ces = ces  # type: ignore[attr-defined]
-    return Worker(app, stats, engine, checkpointer)
+    return Worker(app, handler.stats, engine, handler, states, sink)

@@ -5,15 +5,17 @@ cluster onto the internal ``cluster-telemetry`` topic, so one worker sees all of
 cluster's nodes. There a :class:`~gpuhint.ces_core.ClusterLoadTracker` closes 10-minute
 slots and a :class:`~gpuhint.ces_core.CesEngine` turns each into a PowerAdvisory and a
 ClusterLoad in the store. Each cluster's state (tracker + forecaster + policy) is
-checkpointed as a versioned pickle in a changelog-backed table after every slot, so a
-restarted or rebalanced worker resumes where the last one stopped.
+checkpointed as a versioned pickle in a changelog-backed table at the end of every
+batch that touched it (before the batch's offsets may be committed: nothing acknowledged
+is lost on a rebalance), so a restarted or rebalanced worker resumes where the last one
+stopped.
 """
 
 from __future__ import annotations
 
 import logging
 import pickle
-from collections.abc import MutableMapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuhint.ces_core import CesEngine, ClusterLoadTracker, SlotObservation
@@ -31,13 +33,16 @@ class ClusterLoadProcessor:
         self,
         tracker: ClusterLoadTracker,
         engine: CesEngine,
-        checkpoints: MutableMapping[str, bytes] | None = None,
+        checkpoints: Mapping[str, bytes] | None = None,
+        on_save: Callable[[str, bytes], None] | None = None,
     ) -> None:
+        """``checkpoints`` is read at restore; saves go to ``on_save``, else are assigned
+        into ``checkpoints`` (then a ``MutableMapping``)."""
         self.tracker = tracker
         self.engine = engine
-        self.checkpoints: MutableMapping[str, bytes] = (
-            checkpoints if checkpoints is not None else {}
-        )
+        self.checkpoints: Mapping[str, bytes] = checkpoints if checkpoints is not None else {}
+        self.on_save = on_save
+        self.dirty: set[str] = set()
 
     def _restore(self, cluster: str) -> None:
         if cluster in self.tracker.clusters:
@@ -67,9 +72,17 @@ class ClusterLoadProcessor:
             closed = self.tracker.on_job_event(msg)
         for obs in closed:
             self.engine.observe(obs)
-        if closed:
-            self.checkpoint(msg.cluster)
+        self.dirty.add(msg.cluster)
         return closed
+
+    def checkpoint_dirty(self) -> int:
+        """Checkpoint every cluster changed since the last call; return how many."""
+        n = 0
+        for cluster in sorted(self.dirty):
+            self.checkpoint(cluster)
+            n += 1
+        self.dirty.clear()
+        return n
 
     def forget(self) -> None:
         """Drop in-memory cluster state (on a rebalance): the next message re-reads the table.
@@ -79,6 +92,7 @@ class ClusterLoadProcessor:
         """
         self.tracker.clusters.clear()
         self.engine.clusters.clear()
+        self.dirty.clear()
 
     def checkpoint(self, cluster: str) -> None:
         state: Any = (
@@ -86,4 +100,8 @@ class ClusterLoadProcessor:
             self.tracker.clusters.get(cluster),
             self.engine.clusters.get(cluster),
         )
-        self.checkpoints[cluster] = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        if self.on_save is not None:
+            self.on_save(cluster, blob)
+        else:
+            self.checkpoints[cluster] = blob  # type: ignore[index]

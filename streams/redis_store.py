@@ -3,12 +3,16 @@
 Writes are buffered (see :class:`gpuhint.store.BufferedStore`) and one ``flush()``
 sends them as a single non-transactional pipeline. Every write is idempotent: a hint
 is ``SET`` + ``ZADD``, a removal is ``DEL`` + ``ZREM`` (a Lua script, so the change
-stream records a removal only when a hint really existed).
+stream records a removal only when a hint really existed). Every pipeline begins with
+``SET epoch <random> NX`` and ``GET epoch``: when the SET succeeds, or the marker is not
+the one this store saw last (another worker re-created it), Redis had lost its data and
+the worker rewrites its pending hints (:attr:`~gpuhint.store.BufferedStore.empty_detected`).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import redis
@@ -19,11 +23,13 @@ from gpuhint.keys import RedisKeys
 from gpuhint.store import (
     BufferedStore,
     Count,
+    MarkRebuilt,
     Op,
     PutAdvisory,
     PutHint,
     PutLoad,
     RemoveHint,
+    UpdateHint,
 )
 
 log = logging.getLogger(__name__)
@@ -37,6 +43,19 @@ if redis.call('DEL', KEYS[1]) == 1 then
   return 1
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
+return 0
+"""
+
+# KEYS: hint key, queue key, changes stream; ARGV: job_id, hint JSON, priority, ttl,
+# cluster, vc, maxlen. Only a hint that still exists moves (its job has not started).
+_UPDATE_HINT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
+             'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
+  return 1
+end
 return 0
 """
 
@@ -60,6 +79,7 @@ class RedisStore(BufferedStore):
         self.advisory_ttl_s = advisory_ttl_s
         self.changes_maxlen = changes_maxlen
         self._remove = self.r.register_script(_REMOVE_HINT)
+        self._update = self.r.register_script(_UPDATE_HINT)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisStore:
@@ -71,6 +91,8 @@ class RedisStore(BufferedStore):
 
     def _apply(self, ops: list[Op]) -> None:
         pipe = self.r.pipeline(transaction=False)
+        pipe.set(self.k.epoch, uuid.uuid4().hex, nx=True)  # True: Redis had lost it
+        pipe.get(self.k.epoch)
         for op in ops:
             if isinstance(op, PutHint):
                 h = op.hint
@@ -87,6 +109,25 @@ class RedisStore(BufferedStore):
                         "job_id": h.job_id,
                         "priority": repr(h.priority),
                     },
+                )
+            elif isinstance(op, UpdateHint):
+                h = op.hint
+                self._update(
+                    keys=[
+                        self.k.hint(h.cluster, h.job_id),
+                        self.k.queue(h.cluster, h.vc),
+                        self.k.changes,
+                    ],
+                    args=[
+                        h.job_id,
+                        h.model_dump_json(),
+                        repr(h.priority),
+                        self.hint_ttl_s,
+                        h.cluster,
+                        h.vc,
+                        self.changes_maxlen,
+                    ],
+                    client=pipe,
                 )
             elif isinstance(op, RemoveHint):
                 self._remove(
@@ -122,7 +163,12 @@ class RedisStore(BufferedStore):
                 self._xadd(pipe, {"type": K.CHANGE_LOAD, "cluster": ld.cluster})
             elif isinstance(op, Count):
                 pipe.hincrby(self.k.stats, op.name, op.n)
-        pipe.execute()
+            elif isinstance(op, MarkRebuilt):
+                self._xadd(
+                    pipe, {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
+                )
+        results = pipe.execute()
+        self._saw_epoch(bool(results[0]), bytes(results[1]).decode())
 
     def sweep_stale(self) -> int:
         """Drop queue members whose hint key has expired; return how many were dropped."""

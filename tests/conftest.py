@@ -1,10 +1,11 @@
 """Session fixtures for the real services.
 
 Each service is found in this order: an address in an env var
-(``GPUHINT_TEST_KAFKA_BOOTSTRAP``, ``GPUHINT_TEST_REDIS_URL``), testcontainers when a
-Docker daemon answers, else a local launcher (Kafka 4.1 KRaft from Maven Central's
-jars; Debian's redis-server). A service that cannot start FAILS the tests that need
-it, with the reason: integration tests are never silently skipped.
+(``GPUHINT_TEST_KAFKA_BOOTSTRAP``, ``GPUHINT_TEST_REDIS_URL``, ``GPUHINT_TEST_SLURM``),
+testcontainers when a Docker daemon answers (Kafka, Redis), else a local launcher
+(Kafka 4.1 KRaft from Maven Central's jars; Debian's redis-server; Debian's Slurm 22.05
+with slurmdbd). A service that cannot start FAILS the tests that need it, with the
+reason: integration tests are never silently skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuhint.testing.services import ServiceError, kafka_service, redis_service
+from gpuhint.testing.slurm import slurm_service
 
 
 @contextlib.contextmanager
@@ -45,6 +47,17 @@ def kafka_bootstrap() -> Iterator[str]:
 def redis_url() -> Iterator[str]:
     """A real Redis server, ``redis://HOST:PORT/0``."""
     with _started(redis_service, "Redis") as address:
+        yield address
+
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> Iterator[str]:
+    """A real Slurm cluster (4 nodes x 8 GPUs, sched/builtin, slurmdbd): its slurm.conf path.
+
+    ``GPUHINT_TEST_SLURM`` names the slurm.conf of a running cluster, else the project's
+    launcher (gpuhint/testing/slurm.py) starts one for the session.
+    """
+    with _started(slurm_service, "Slurm") as address:
         yield address
 
 

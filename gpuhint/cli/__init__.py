@@ -18,7 +18,17 @@ from collections.abc import Sequence
 from gpuhint import __version__
 from gpuhint.cli.common import UserError
 
-SUBCOMMANDS = ("demo", "replay", "worker", "hints", "evaluate", "agent", "kueue")
+SUBCOMMANDS = (
+    "demo",
+    "replay",
+    "worker",
+    "hints",
+    "evaluate",
+    "agent",
+    "analyze",
+    "slurm",
+    "kueue",
+)
 
 DESCRIPTION = """\
 gpuhint: QSSF priority hints and CES power advisories for GPU clusters.
@@ -34,6 +44,7 @@ start here:
   gpuhint hints --cluster C             the queues and power advice a scheduler reads in Redis
   gpuhint evaluate qssf --trace FILE    simulate FIFO/SJF/QSSF on a trace
   gpuhint evaluate ces --series FILE    replay a cluster load series through CES
+  gpuhint analyze TRACE                 your cluster from its trace, as the Helios paper
 
 configuration: GPUHINT_* environment variables or a TOML file (--config / GPUHINT_CONFIG);
 see docs/configuration.md.

@@ -38,6 +38,8 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   --interval / GPUHINT_AGENT_INTERVAL_S    seconds between samples (10)
   --buffer-max / GPUHINT_AGENT_BUFFER_MAX  records buffered in memory (10000)
   --spill-dir / GPUHINT_AGENT_SPILL_DIR    spill the buffer to disk here
+  --metrics-port / GPUHINT_METRICS_PORT    /metrics (GPUs under DCGM exporter names) and
+                                           /healthz (docs/metrics.md); unset: off
   GPUHINT_TOPIC_PREFIX, GPUHINT_PARTITIONS. See docs/agent.md.
 """
 
@@ -86,9 +88,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--slurm",
         metavar="SOURCE",
-        help="Slurm job events from: squeue (squeue --all --states=all --json), sacct "
-        "(sacct --json -a -X -S now-1hours), cmd:COMMAND, or a FILE re-read every interval "
-        "(squeue/sacct JSON or sacct --parsable2 output)",
+        help="Slurm job events from: sacct (sacct --json -a -X from the watermark, else the "
+        "last hour; needs slurmdbd), squeue (squeue --all --states=all --json), cmd:COMMAND, "
+        "or a FILE re-read every interval (squeue/sacct JSON or sacct --parsable2 output)",
+    )
+    p.add_argument(
+        "--slurm-state",
+        metavar="FILE",
+        help="Slurm watermark file: a restarted agent publishes no duplicate and, with "
+        "--slurm sacct, misses no transition (default: none, a restart starts fresh)",
+    )
+    p.add_argument(
+        "--slurm-vc",
+        choices=["account", "partition"],
+        default="account",
+        help="VC of a Slurm job: its account, else its partition (default), or the reverse",
     )
     p.add_argument(
         "--kubernetes",
@@ -113,6 +127,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         metavar="SECONDS",
         help="how long to try sending at exit (10)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics and /healthz on PORT (else GPUHINT_METRICS_PORT; unset: off)",
+    )
     add_config_args(p)
     p.set_defaults(handler=run)
 
@@ -128,8 +148,10 @@ def run(args: argparse.Namespace) -> int:
     from agents.nvml import Nvml, NvmlUnavailable, RealNvml
     from agents.publisher import BufferedPublisher, KafkaTransport, StdoutTransport, Transport
     from agents.scheduler import JobTracker
-    from agents.slurm import parse_slurm, slurm_source
+    from agents.slurm import slurm_source
+    from agents.slurm_feed import slurm_feed
     from gpuhint.contract import JobState
+    from gpuhint.kafka_io import kafka_client_config
 
     try:
         settings = settings_from(
@@ -140,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             agent_interval_s=args.interval,
             agent_buffer_max=args.buffer_max,
             agent_spill_dir=args.spill_dir,
+            metrics_port=args.metrics_port,
         )
     except UserError as exc:
         raise UserError(_one_line(str(exc))) from None
@@ -167,10 +190,24 @@ def run(args: argparse.Namespace) -> int:
         nvml = RealNvml()
 
     feeds: list[SchedulerFeed] = []
+    if args.slurm:
+        _check_source("slurm", slurm_source(args.slurm))
+        try:
+            feeds.append(
+                slurm_feed(
+                    args.slurm,
+                    cluster=settings.cluster,
+                    state_path=Path(args.slurm_state) if args.slurm_state else None,
+                    vc_from=args.slurm_vc,
+                )
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--slurm-state: {exc}") from None
+    elif args.slurm_state:
+        raise UserError("--slurm-state needs --slurm")
     if args.kubernetes == "kueue":
         feeds.append(_kueue_feed(settings.cluster))
     for name, spec, parse, vanished, source_of in (
-        ("slurm", args.slurm, parse_slurm, JobState.UNKNOWN, slurm_source),
         ("kubernetes", args.kubernetes, parse_pods, JobState.CANCELLED, kubernetes_source),
     ):
         if not spec or (name == "kubernetes" and spec == "kueue"):
@@ -197,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
             on_connect=_topic_creator(settings),
             bootstrap_timeout_ms=int(send_timeout_s * 1000),
             max_block_ms=int(send_timeout_s * 1000),
+            **kafka_client_config(settings),
         )
     if settings.agent_spill_dir is not None:
         try:
@@ -228,6 +266,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
 
     log = logging.getLogger("gpuhint.agent")
+    metrics = None
+    if settings.metrics_port is not None:
+        from gpuhint.metrics.agent import start_agent_metrics
+
+        try:
+            metrics = start_agent_metrics(agent, settings.metrics_host, settings.metrics_port)
+        except OSError as exc:
+            agent.close(0)
+            raise UserError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
     log.info(
         "agent %s/%s: nvml %s, every %.3g s -> %s%s",
         settings.cluster,
@@ -250,6 +301,8 @@ def run(args: argparse.Namespace) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         lost = agent.close(args.flush_timeout)
+        if metrics is not None:
+            metrics.stop()
     if lost:
         print(
             f"gpuhint agent: {lost} record(s) could not be sent to "
@@ -297,8 +350,15 @@ def _check_source(name: str, source: str | tuple[str, ...]) -> None:
 
 def _topic_creator(settings: Any) -> Any:
     def create() -> None:
-        from gpuhint.kafka_io import ensure_topics
+        from gpuhint.kafka_io import ensure_topics, kafka_client_config
 
-        ensure_topics(settings.kafka_bootstrap, settings.topics, settings.partitions, timeout_s=10)
+        ensure_topics(
+            settings.kafka_bootstrap,
+            settings.topics,
+            settings.partitions,
+            timeout_s=10,
+            replication_factor=settings.replication_factor,
+            security=kafka_client_config(settings),
+        )
 
     return create

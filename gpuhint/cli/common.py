@@ -29,7 +29,7 @@ def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
 def add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
-        choices=["auto", "helios", "philly", "plain"],
+        choices=["auto", "helios", "philly", "plain", "sacct", "sacct-json"],
         default="auto",
         help="trace format (default: detect from name and header)",
     )

@@ -21,10 +21,20 @@ By default it uses the shipped excerpt of the SenseTime Helios Venus trace
 (1,867 real jobs, CC-BY-4.0); --trace philly uses the shipped Philly excerpt (418 real
 jobs with their real start times, so queues form); see gpuhint/data/ATTRIBUTION.md.
 --trace FILE replays any Helios, Philly or plain CSV trace.
+
+It closes with what the hints are worth on the replayed trace: the trace's GPU jobs
+scheduled in the simulator of `gpuhint evaluate qssf` (the shipped Venus excerpt's VCs
+at their real sizes, other VCs sized to load 0.9) by FIFO,
+by QSSF with gpuhint's hints (closed loop: the model learns and re-ranks waiting jobs
+in that schedule) and by the QSSF oracle, and the head of that schedule's queue at the
+point where the replay stopped.
 """
 
 
 SHIPPED = {"venus": "venus_sept_2vc.csv", "philly": "philly_excerpt.json"}
+SHIPPED_VC_NODES = {"venus": {"vcvGl": 20, "vcvlY": 2}}
+"""The real sizes of the excerpt's VCs in September 2020 (Helios ``vc_config``); VCs not
+listed are sized to load 0.9."""
 
 
 def shipped_trace(name: str = "venus") -> Path:
@@ -59,6 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 
 
 def run(args: argparse.Namespace) -> int:
+    from functools import partial
+
     from tqdm import tqdm
 
     from gpuhint.core import HintEngine
@@ -74,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--top must be >= 0")
 
     store = InMemoryStore()
-    engine = HintEngine(make_model(args.model), store, clock=lambda: 0.0)
+    engine = HintEngine(partial(make_model, args.model), store, clock=lambda: 0.0)
     # Leave the last day's jobs pending: cut the replay where the last 5% of submits begin,
     # so the store ends holding a real queue, as a live cluster would.
     cut = read.jobs[int(len(read.jobs) * 0.95)].submit_time
@@ -93,6 +105,14 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
     store.flush()
     elapsed = time.perf_counter() - t0
+    from gpuhint.evaluation.qssf import InputError, schedule_summary
+
+    try:
+        sched = schedule_summary(
+            read.jobs, args.model, snapshot_at=cut, vc_nodes=SHIPPED_VC_NODES.get(args.trace)
+        )
+    except InputError:
+        sched = None  # no GPU jobs: nothing to schedule
     s = engine.stats
     queues = {vc: q for (c, vc), q in sorted(store.queues.items()) if q}
     result = {
@@ -110,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         "median_abs_pct_error": s.median_abs_pct_error,
         "events_per_s": n / elapsed if elapsed > 0 else None,
         "elapsed_s": elapsed,
+        "schedule": sched.as_dict() if sched is not None else None,
     }
     if args.json:
         json.dump(result, sys.stdout, indent=2)
@@ -151,4 +172,33 @@ def run(args: argparse.Namespace) -> int:
                 f"    job {job_id:>10}  {h.num_gpus:>3} GPUs  predicted "
                 f"{h.predicted_duration_s / 60:8.1f} min  priority {prio:12,.0f} GPU-s"
             )
+    if sched is not None:
+        _print_schedule(sched, args.top)
     return 0
+
+
+def _print_schedule(sched: object, top: int) -> None:
+    from gpuhint.evaluation.qssf import ScheduleSummary
+
+    assert isinstance(sched, ScheduleSummary)
+    sizes = ", ".join(f"{vc} {n}" for vc, n in sched.vc_sizes.items())
+    f, q, o = sched.fifo_avg_jct_s, sched.qssf_avg_jct_s, sched.oracle_avg_jct_s
+    print(f"schedule         this trace's GPU jobs simulated (8-GPU nodes: {sizes}):")
+    print(
+        f"  average JCT    FIFO {f:,.0f} s | QSSF with gpuhint hints {q:,.0f} s "
+        f"({f / q:.2f}x better than FIFO, {q / o:.2f}x the oracle) | QSSF oracle {o:,.0f} s"
+    )
+    for vc, waiting in sched.queues.items():
+        if not waiting:
+            continue
+        t = sched.queue_times[vc]
+        ago = (sched.snapshot_at - t) / 3600
+        when = (
+            "where the replay stopped" if ago < 0.01 else f"{ago:,.1f} h before the replay stopped"
+        )
+        print(f"  queue {vc} {when}: {len(waiting)} waiting; run first:")
+        for w in waiting[:top]:
+            print(
+                f"    job {w.job_id:>10}  {w.num_gpus:>3} GPUs  predicted "
+                f"{w.predicted_duration_s / 60:8.1f} min  priority {w.priority:12,.0f} GPU-s"
+            )

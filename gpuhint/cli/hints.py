@@ -19,6 +19,8 @@ examples:
   gpuhint hints --cluster prod                 # every VC of cluster prod
   gpuhint hints --cluster prod --vc vcA --top 20
   gpuhint hints --cluster prod --json | jq '.queues.vcA[0]'
+  gpuhint hints --cluster prod --follow        # then each change as it comes (Ctrl-C stops)
+  gpuhint hints --cluster prod --follow --after 0-0 --json   # from the oldest kept, JSON lines
 """
 
 
@@ -34,52 +36,74 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--top", type=int, default=10, help="jobs shown per VC (default 10)")
     p.add_argument("--redis-url", metavar="URL", help="Redis URL (else GPUHINT_REDIS_URL)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="print this cluster's changes as they come instead (docs/redis-keys.md)",
+    )
+    p.add_argument(
+        "--after",
+        metavar="ID",
+        help="--follow from this change id (0-0: from the oldest kept; default: from now)",
+    )
+    p.add_argument("--count", type=int, metavar="N", help="--follow: stop after N changes")
     add_config_args(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import redis
-    from pydantic import ValidationError
 
-    from streams.redis_store import RedisStore
+    from gpuhint.client import HintClient, UnreadableValue
 
     if args.top < 0:
         raise UserError("--top must be >= 0")
+    if (args.after or args.count is not None) and not args.follow:
+        raise UserError("--after and --count go with --follow")
+    if args.count is not None and args.count < 1:
+        raise UserError("--count must be >= 1")
     settings = settings_from(args, cluster=args.cluster, redis_url=args.redis_url)
     cluster = settings.cluster
     try:
-        store = RedisStore.from_url(settings.redis_url.get_secret_value(), keys=settings.keys)
+        client = HintClient.from_url(
+            settings.redis_url.get_secret_value(), key_prefix=settings.key_prefix
+        )
     except ValueError as exc:
         raise UserError(f"bad Redis URL: {exc}") from None
+    if args.follow:
+        return _follow(client, cluster, args)
     try:
-        if args.vc:
-            vcs = [args.vc]
-        else:
-            pattern = f"{settings.keys.root}:queue:{cluster}:*"
-            vcs = sorted(k.decode().rsplit(":", 1)[1] for k in store.r.scan_iter(match=pattern))
+        vcs = [args.vc] if args.vc else client.vcs(cluster)
         queues: dict[str, list[dict[str, Any]]] = {}
         lengths: dict[str, int] = {}
         for vc in vcs:
-            q = store.queue(cluster, vc)
+            q = client.queue(cluster, vc)
             lengths[vc] = len(q)
             rows = []
-            for rank, (job_id, priority) in enumerate(q[: args.top], 1):
-                row: dict[str, Any] = {"rank": rank, "job_id": job_id, "priority": priority}
+            for rank, entry in enumerate(q[: args.top], 1):
+                row: dict[str, Any] = {
+                    "rank": rank,
+                    "job_id": entry.job_id,
+                    "priority": entry.priority,
+                }
                 try:
-                    h = store.get_hint(cluster, job_id)
-                except ValidationError as exc:  # written by another schema version
-                    row["error"] = f"unreadable hint: {exc.error_count()} schema error(s)"
+                    h = client.hint(cluster, entry.job_id)
+                except UnreadableValue as exc:  # written by another schema version
+                    row["error"] = f"unreadable hint: {exc}"
                     h = None
                 if h is not None:
                     row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
                 rows.append(row)
             queues[vc] = rows
-        advice = store.get_advisory(cluster)
-        load = store.get_load(cluster)
-        dead = store.counters().get("dead_letter", 0)
+        advice = client.cluster_advice(cluster)
+        load = client.load(cluster)
+        dead = client.stats().get("dead_letter", 0)
     except redis.RedisError as exc:
         raise UserError(f"cannot read Redis ({type(exc).__name__}: {exc})") from None
+    except UnreadableValue as exc:
+        raise UserError(f"unreadable value in Redis: {exc}") from None
+    finally:
+        client.close()
 
     if args.json:
         out = {
@@ -123,4 +147,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"power advice: {advice.action.value} {advice.count}{names}: {advice.reason}")
     if dead:
         print(f"dead-lettered messages so far: {dead}")
+    return 0
+
+
+def _follow(client: Any, cluster: str, args: argparse.Namespace) -> int:
+    """Print the changes of ``cluster`` (and cluster-less ones, e.g. ``rebuilt``) as they come."""
+    import re
+
+    import redis
+
+    if args.after is not None and not re.fullmatch(r"\d+(-\d+)?", args.after):
+        raise UserError(f"--after {args.after!r} is not a stream id like 1700000000000-0")
+    shown = 0
+    try:
+        after = args.after if args.after is not None else client.last_change_id()
+        for ch in client.changes(after=after, block_ms=0):
+            if ch.cluster not in (None, "", cluster):
+                continue
+            if args.vc and ch.fields.get("vc") not in (None, args.vc):
+                continue
+            if args.json:
+                print(json.dumps({"id": ch.id, **ch.fields}, sort_keys=True), flush=True)
+            else:
+                rest = " ".join(f"{k}={v}" for k, v in ch.fields.items() if k != "type")
+                print(f"{ch.id} {ch.type:<13} {rest}", flush=True)
+            shown += 1
+            if args.count is not None and shown >= args.count:
+                break
+    except KeyboardInterrupt:
+        pass
+    except redis.RedisError as exc:
+        raise UserError(f"cannot read Redis ({type(exc).__name__}: {exc})") from None
+    finally:
+        client.close()
     return 0

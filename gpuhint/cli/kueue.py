@@ -87,6 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     a.add_argument("--rate", type=float, metavar="PER_S", help="patches per second (20; 0: no cap)")
     a.add_argument("--burst", type=int, metavar="N", help="patch burst (50)")
     a.add_argument("--workers", type=int, metavar="N", help="concurrent patches (4)")
+    a.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
+    )
     add_config_args(a)
     a.set_defaults(handler=run)
 
@@ -94,7 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     from gpuhint.kueue.settings import KueueSettingsError, load_kueue_settings
 
-    common = settings_from(args, cluster=args.cluster, redis_url=args.redis_url)
+    common = settings_from(
+        args, cluster=args.cluster, redis_url=args.redis_url, metrics_port=args.metrics_port
+    )
     try:
         ks = load_kueue_settings(
             kubeconfig=args.kubeconfig,
@@ -142,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         workers=ks.workers,
         dry_run=args.dry_run,
     )
+    metrics = _metrics(common)
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -158,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.once:
             backend.sync()
-            _report(applier.run_pass(), args)
+            _report(applier.run_pass(), args, metrics)
             return 0
         old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -170,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
                 "dry run" if args.dry_run else f"at most {ks.rate:g} patches/s",
             )
             while not stop.is_set():
-                _report(applier.run_pass(), args)
+                _report(applier.run_pass(), args, metrics)
                 # a pass every interval; a changed Workload / Job / queue brings it
                 # forward (after 0.5 s, so a burst of changes makes one pass)
                 if backend.wait_change(ks.interval_s):
@@ -185,7 +191,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(report: Any, args: argparse.Namespace) -> None:
+def _metrics(settings: Any) -> Any:
+    from gpuhint.metrics.applier import start_applier_metrics
+
+    try:
+        return start_applier_metrics("kueue", settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}"
+        ) from None
+
+
+def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:
+    if metrics is not None:
+        metrics.observe_kueue_pass(report)
     if args.json:
         print(json.dumps(report.to_json(), sort_keys=True), flush=True)
         return

@@ -28,6 +28,13 @@ examples:
   gpuhint replay venus.csv --bootstrap localhost:9092 --max
   gpuhint replay philly.json --bootstrap localhost:9092 --speed 3600 --cluster philly
   gpuhint replay jobs.csv --until "2017-10-20 00:00:00"   # stop there: leaves jobs pending
+  gpuhint replay venus.csv --resume   # after a failed run: continue where Kafka's acks ended
+
+Each batch is acknowledged by Kafka (acks=all) before the next is sent, and the count
+of acknowledged events is kept in a state file. If the broker goes away, replay retries
+with backoff for GPUHINT_KAFKA_RETRY_S seconds (300), then stops with exit code 2 and
+how far it got; --resume continues from there (events are sent at least once).
+TLS/SASL: GPUHINT_KAFKA_SECURITY_PROTOCOL etc. (docs/operations.md).
 """
 
 
@@ -47,16 +54,30 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--until", metavar="TIME", help="stop before events after this trace time")
     p.add_argument("--limit", type=int, metavar="N", help="send at most N events")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue after the last event Kafka acknowledged in an earlier run of this replay",
+    )
+    p.add_argument(
+        "--state",
+        metavar="FILE",
+        help="replay state file (default GPUHINT_STATE_DIR/replay/<fingerprint>.json)",
+    )
     add_trace_args(p)
     add_config_args(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
+    from pathlib import Path
+
     from tqdm import tqdm
 
-    from agents.replay import paced, replay
-    from gpuhint.kafka_io import KafkaUnavailable, ensure_topics, make_producer
+    from agents.publisher import KafkaTransport
+    from agents.replay import BrokerGone, ReplayProgress, ResumeState, fingerprint, replay_acked
+    from gpuhint.kafka_io import ensure_topics, kafka_client_config
     from gpuhint.traces import job_events, parse_time
 
     if args.speed is not None and args.speed <= 0:
@@ -79,39 +100,91 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None:
         events = events[: args.limit]
 
-    try:
-        ensure_topics(settings.kafka_bootstrap, settings.topics, settings.partitions)
-        producer = make_producer(settings.kafka_bootstrap)
-    except KafkaUnavailable as exc:
-        raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
+    trace = Path(args.trace).resolve()
+    topic = settings.topics.job_events
+    stat = trace.stat()
+    fp = fingerprint(
+        trace, stat.st_size, stat.st_mtime_ns, topic, settings.cluster, until, args.limit
+    )
+    state_path = Path(args.state) if args.state else settings.state_dir / "replay" / f"{fp}.json"
+    state = ResumeState(state_path, fp)
+    start = 0
+    if args.resume:
+        try:
+            start = min(state.load(), len(events))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        print(f"resuming after {start:,} acknowledged events ({state_path})", file=sys.stderr)
 
-    failures: list[BaseException] = []
+    security = kafka_client_config(settings)
 
-    def send(topic: str, key: bytes, value: bytes) -> None:
-        fut = producer.send(topic, key=key, value=value)
-        fut.add_errback(failures.append)
+    def create_topics() -> None:
+        ensure_topics(
+            settings.kafka_bootstrap,
+            settings.topics,
+            settings.partitions,
+            timeout_s=10,
+            replication_factor=settings.replication_factor,
+            security=security,
+        )
 
-    t0 = time.perf_counter()
+    transport = KafkaTransport(
+        settings.kafka_bootstrap,
+        client_id="gpuhint-replay",
+        on_connect=create_topics,
+        max_in_flight_requests_per_connection=1,  # keep per-partition order on retry
+        **security,
+    )
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("kafka", "kafka.conn", "kafka.client"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)  # our own lines say it, rate-limited
+
     bar = tqdm(
-        paced(events, None if args.max or args.speed is None else args.speed),
         total=len(events),
+        initial=start,
         unit="ev",
-        desc=f"replay -> {settings.topics.job_events}",
+        desc=f"replay -> {topic}",
         disable=args.no_progress,
     )
+
+    shown_down = False
+
+    def progress(p: ReplayProgress) -> None:
+        nonlocal shown_down
+        bar.update(p.acked - bar.n)
+        if p.down_since is not None:
+            bar.set_postfix_str(f"Kafka down, retry {p.retries}", refresh=True)
+            shown_down = True
+        elif shown_down:
+            bar.set_postfix_str("")
+            shown_down = False
+        if p.acked > start:
+            state.save(p.acked, p.total)
+
+    t0 = time.perf_counter()
     try:
-        n = replay(bar, settings.topics.job_events, send)
-        producer.flush(timeout=60)
+        result = replay_acked(
+            events,
+            topic,
+            transport,
+            start=start,
+            speed=None if args.max or args.speed is None else args.speed,
+            retry_s=settings.kafka_retry_s,
+            on_progress=progress,
+        )
+    except BrokerGone as exc:
+        raise UserError(f"{exc}; rerun with --resume to continue") from None
     finally:
         bar.close()
-        producer.close(timeout=10)
+        transport.close()
+    state.save(result.acked, result.total)
     elapsed = time.perf_counter() - t0
-    if failures:
-        raise UserError(f"{len(failures)} events were not acknowledged by Kafka: {failures[0]}")
+    n = result.acked - start
     print(
         f"replayed {n:,} events of {len(read.jobs):,} jobs ({read.fmt}) to "
-        f"{settings.topics.job_events} at {settings.kafka_bootstrap} in {elapsed:.1f} s "
-        f"({n / max(elapsed, 1e-9):,.0f} events/s)",
+        f"{topic} at {settings.kafka_bootstrap} in {elapsed:.1f} s "
+        f"({n / max(elapsed, 1e-9):,.0f} events/s)"
+        + (f", {result.outages} broker outage(s) ridden out" if result.outages else ""),
         file=sys.stderr,
     )
     return 0

@@ -12,17 +12,21 @@ to Redis (removed when the job starts or finishes); consumes node status and wri
 cluster load and CES power advisories. Malformed messages go to the dead-letter topic
 with the reason; the count is in Redis (HGET <prefix>:v1:stats dead_letter).
 
-State: the `history` model keeps it in changelog-backed Faust tables, so workers with
-the same app id can share the partitions; the learned models (default history_mix) are
-one object per worker, checkpointed to GPUHINT_STATE_DIR: run one worker per cluster
-for them (docs/architecture.md). If Redis fails, the worker stops before committing
-offsets; restarted (systemd, Kubernetes, compose), it resumes where it stopped.
+State: each (cluster, VC) has its own model and queue state in a changelog-backed
+Faust table, co-partitioned with the job events, so any number of workers with the same
+app id share the partitions and give the same hints as one (docs/architecture.md).
+If Redis fails, the worker holds its offsets and retries (consumption pauses); if Redis
+comes back empty, it rewrites the pending hints. Killed, a replacement resumes where
+the last commit stopped; redelivered events change no state.
 
 settings (flags override GPUHINT_* env vars, which override --config FILE):
   --bootstrap / GPUHINT_KAFKA_BOOTSTRAP   Kafka, HOST:PORT[,HOST:PORT]
   --redis-url / GPUHINT_REDIS_URL         redis://[:password@]HOST:PORT/DB
   GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
-  GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR. See docs/configuration.md.
+  GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR,
+  GPUHINT_WORKER_SESSION_TIMEOUT_S (10), GPUHINT_WORKER_HEARTBEAT_S (1),
+  GPUHINT_WORKER_INSTANCE_ID (static membership). See docs/configuration.md.
+  --metrics-port / GPUHINT_METRICS_PORT   Prometheus /metrics and /healthz (docs/metrics.md)
 """
 
 
@@ -37,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--redis-url", metavar="URL", help="Redis URL")
     p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
     p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics and /healthz on PORT (else GPUHINT_METRICS_PORT; unset: off)",
+    )
     add_config_args(p)
     p.set_defaults(handler=run)
 
@@ -47,47 +57,74 @@ def run(args: argparse.Namespace) -> int:
     import faust
     import redis
 
-    from gpuhint.kafka_io import KafkaUnavailable, topic_partitions
+    from gpuhint.kafka_io import (
+        KafkaUnavailable,
+        TopicMismatch,
+        ensure_topics,
+        kafka_client_config,
+    )
+    from gpuhint.metrics.store import MeteredRedisStore
+    from gpuhint.metrics.worker import start_worker_metrics
     from models.registry import DURATION_MODELS
     from streams.app import build_app
-    from streams.redis_store import RedisStore
 
     settings = settings_from(
-        args, kafka_bootstrap=args.bootstrap, redis_url=args.redis_url, model=args.model
+        args,
+        kafka_bootstrap=args.bootstrap,
+        redis_url=args.redis_url,
+        model=args.model,
+        metrics_port=args.metrics_port,
     )
     if settings.model not in DURATION_MODELS:
         raise UserError(
             f"unknown model {settings.model!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
         )
     try:
-        store = RedisStore.from_url(
+        store = MeteredRedisStore.from_url(
             settings.redis_url.get_secret_value(),
             keys=settings.keys,
             hint_ttl_s=settings.hint_ttl_s,
             advisory_ttl_s=settings.advisory_ttl_s,
             changes_maxlen=settings.changes_maxlen,
+            watts_per_node=settings.ces_watts_per_node,
+            slot_s=settings.ces_slot_s,
         )
         store.r.ping()
     except ValueError as exc:
         raise UserError(f"bad Redis URL: {exc}") from None
     except redis.RedisError as exc:
         raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
-    for topic in (settings.topics.job_events, settings.topics.cluster_telemetry):
-        try:
-            found = topic_partitions(settings.kafka_bootstrap, topic)
-        except KafkaUnavailable as exc:
-            raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
-        if found is not None and found != settings.partitions:
-            raise UserError(
-                f"topic {topic} has {found} partitions but GPUHINT_PARTITIONS="
-                f"{settings.partitions}: the worker's tables must be co-partitioned with it; "
-                "set GPUHINT_PARTITIONS to match"
-            )
+    try:  # create the topics (never left to broker auto-creation) or refuse, before consuming
+        ensure_topics(
+            settings.kafka_bootstrap,
+            settings.topics,
+            settings.partitions,
+            replication_factor=settings.replication_factor,
+            security=kafka_client_config(settings),
+            check=(settings.topics.job_events, settings.topics.cluster_telemetry),
+        )
+    except KafkaUnavailable as exc:
+        raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
+    except TopicMismatch as exc:
+        raise UserError(str(exc)) from None
     try:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"state directory {settings.state_dir}: {exc.strerror}") from None
     handle = build_app(settings, store)
+    if settings.metrics_port is not None:
+        try:
+            metrics = start_worker_metrics(
+                handle, store, settings.key_prefix, settings.metrics_host, settings.metrics_port
+            )
+        except OSError as exc:
+            raise UserError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        logging.getLogger("gpuhint").info(
+            "metrics on http://%s:%d/metrics, health on /healthz", metrics.host, metrics.port
+        )
     logging.getLogger("gpuhint").info(
         "worker %s: kafka %s, model %s, %d partitions",
         settings.app_id,
@@ -100,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         worker.execute_from_commandline()
     finally:
         try:
-            handle.save_checkpoint()  # the loop has stopped: the model is quiescent
             store.close()
         except Exception as exc:  # e.g. Redis gone: say so once, do not mask the exit
             logging.getLogger("gpuhint").error("shutdown: %s: %s", type(exc).__name__, exc)

@@ -1,9 +1,12 @@
 """QSSF on a real trace: the online predictor's hints, then every policy in the simulator.
 
-1. The trace's events go through :class:`gpuhint.core.HintEngine` over an
-   :class:`gpuhint.store.InMemoryStore` exactly as the streaming worker sees them
-   (predict at submit, learn at finish, no look-ahead); each job keeps the priority of
-   the hint written at its submit.
+1. Closed loop (the default): each VC's QSSF run drives a live predictor inside the
+   simulation (:class:`ClosedLoopRanker`): a job is predicted when it arrives, the
+   model learns from each job when it ends *in the simulated schedule*, and the waiting
+   jobs a finished job bears on are re-ranked (hint updates), as a deployment would.
+   Open loop (``loop="open"``, the artifact's way): the trace's own events go through
+   :class:`gpuhint.core.HintEngine` (learn at the trace's finish times) and each job
+   keeps the priority of the hint written at its submit.
 2. Each VC is simulated (``models.simulator``) under FIFO, SJF, SRTF, the QSSF oracle
    (true GPUs x duration), QSSF with those hints, and QSSF with given priorities.
 
@@ -19,10 +22,20 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gpuhint.traces import TraceJob
-from models.simulator import PolicyKind, SimJob, Summary, simulate_vc, size_vcs, summarize
+from models.simulator import (
+    PolicyKind,
+    SimJob,
+    Summary,
+    simulate_vc,
+    size_vcs,
+    summarize,
+)
+
+Loop = Literal["closed", "open"]
+
 
 GPUS_PER_NODE = 8
 
@@ -130,19 +143,22 @@ class OnlinePredictions:
     mae_log: float | None
     median_abs_pct_error: float | None
     scored: int
+    hint_updates: int = 0
 
 
 def predict_online(
     jobs: Sequence[TraceJob], model_name: str, cluster: str = "eval"
 ) -> OnlinePredictions:
     """Replay ``jobs`` through the hint core as the worker would; keep each job's hint."""
+    from functools import partial
+
     from gpuhint.core import HintEngine
     from gpuhint.store import InMemoryStore
     from gpuhint.traces import job_events
     from models.registry import make_model
 
-    model = make_model(model_name)
-    engine = HintEngine(model, InMemoryStore(), clock=lambda: 0.0)
+    model = make_model(model_name)  # for its name and version; each VC gets its own
+    engine = HintEngine(partial(make_model, model_name), InMemoryStore(), clock=lambda: 0.0)
     pending: dict[str, deque[int]] = defaultdict(deque)
     for k, j in enumerate(jobs):
         pending[j.job_id].append(k)
@@ -171,12 +187,200 @@ def predict_online(
     )
 
 
+class _LiveVc:
+    """Stand-in for the hint core's per-VC state until it lands (predict, learn, re-rank)."""
+
+    def __init__(self, model_name: str, max_updates: int = 64, refresh: int = 4) -> None:
+        from models.fifo_guard import FifoGuard
+        from models.pending_index import PendingIndex
+        from models.registry import make_model
+
+        self.model = make_model(model_name)
+        self.index = PendingIndex()
+        self.guard = FifoGuard()
+        self.waiting: dict[str, Any] = {}
+        self.model_prio: dict[str, float] = {}
+        self.running_gpus = 0
+        self.max_updates = max_updates
+        self.refresh = refresh
+        self.scored = 0
+        self.abs_log = 0.0
+        self.pct: list[float] = []
+        self.predicted: dict[str, float] = {}
+
+    def submit(self, ev: Any) -> tuple[float, float]:
+        pred = self.model.predict(ev)
+        mp = max(ev.num_gpus, 1) * pred.expected_s
+        self.model_prio[ev.job_id] = mp
+        self.guard.submit(ev.job_id, mp, ev.submit_time, ev.num_gpus)
+        self.predicted[ev.job_id] = pred.duration_s
+        self.waiting[ev.job_id] = ev
+        self.index.add(ev.job_id, self.model.related_keys(ev))
+        return (ev.submit_time if self.guard.fallback else mp), pred.duration_s
+
+    def start(self, ev: Any) -> None:
+        self.waiting.pop(ev.job_id, None)
+        self.index.remove(ev.job_id)
+        self.model.observe_start(ev)
+        self.running_gpus += ev.num_gpus
+
+    def finish(self, ev: Any) -> list[tuple[str, float]]:
+        self.waiting.pop(ev.job_id, None)
+        self.index.remove(ev.job_id)
+        d = ev.duration_s
+        keys = self.model.related_keys(ev)
+        pr = self.predicted.pop(ev.job_id, None)
+        if pr is not None:
+            self.scored += 1
+            self.abs_log += abs(math.log1p(pr) - math.log1p(d))
+            if d > 0:
+                self.pct.append(abs(pr - d) / d)
+        self.model.learn(ev, d)
+        self.model_prio.pop(ev.job_id, None)
+        flipped = self.guard.observe(ev.job_id, d, self.running_gpus)
+        self.running_gpus = max(0, self.running_gpus - ev.num_gpus)
+        out: list[tuple[str, float]] = []
+        ids = list(self.waiting) if flipped else self.index.related(keys, self.max_updates)
+        if not flipped:
+            seen = set(ids)
+            for key in self.index.rotate(self.refresh):
+                for jid in self.index.waiting(key, self.max_updates // 4):
+                    if jid not in seen:
+                        seen.add(jid)
+                        ids.append(jid)
+        for jid in ids:
+            w = self.waiting[jid]
+            if not flipped:
+                self.model_prio[jid] = max(w.num_gpus, 1) * self.model.expected_one(w, ev.time)
+                self.guard.reprioritize(jid, self.model_prio[jid])
+            out.append((jid, w.submit_time if self.guard.fallback else self.model_prio[jid]))
+        return out
+
+
+class ClosedLoopRanker:
+    """One VC's live predictor inside the simulator (:class:`models.simulator.Ranker`).
+
+    It drives the hint core with events of the *simulated* schedule: submitted when a
+    job arrives, started when the simulator starts it, finished (with its true
+    duration) when it ends there; hint updates of waiting jobs go back to the
+    simulator as new priorities.
+    """
+
+    def __init__(
+        self,
+        jobs: Sequence[TraceJob],
+        model_name: str,
+        cluster: str = "eval",
+        snapshot_at: float = math.inf,
+    ) -> None:
+        self.jobs = jobs
+        self.snapshot_at = snapshot_at
+        self.snapshot: list[tuple[float, int]] | None = None  # (priority, job) waiting then
+        self.snapshot_t = math.nan
+        self._since_snapshot = 0
+        self.cluster = cluster
+        self.model_name = model_name
+        self.live = _LiveVc(model_name)
+        self.index_of = {j.job_id: k for k, j in enumerate(jobs)}
+        self.priority: list[float] = [math.nan] * len(jobs)
+        self.predicted: list[float] = [math.nan] * len(jobs)
+        self.hint_updates = 0
+        self.events = 0
+        self.seconds = 0.0
+
+    def _event(self, i: int, phase: str, t: float) -> Any:
+        from gpuhint.contract import JobEvent
+
+        j = self.jobs[i]
+        extra: dict[str, Any] = {}
+        if phase != "submitted":
+            extra["start_time"] = t if phase == "started" else t - j.duration
+        if phase == "finished":
+            extra["duration_s"] = j.duration
+            extra["state"] = j.state
+        self.events += 1
+        return JobEvent(
+            phase=phase,  # type: ignore[arg-type]
+            job_id=j.job_id,
+            cluster=self.cluster,
+            vc=j.vc,
+            user=j.user,
+            name=j.name,
+            num_gpus=j.num_gpus,
+            num_cpus=j.num_cpus,
+            num_nodes=j.num_nodes,
+            time_limit_s=j.time_limit_s,
+            submit_time=j.submit_time,
+            time=t,
+            **extra,
+        )
+
+    def _maybe_snapshot(self, t: float) -> None:
+        """Keep the queue as it was at the last event up to ``snapshot_at`` that found
+        jobs waiting (refreshed at most every 32 events: bounded cost)."""
+        if t > self.snapshot_at or not self.live.waiting:
+            return
+        self._since_snapshot += 1
+        if self.snapshot is not None and self._since_snapshot < 32:
+            return
+        self._since_snapshot = 0
+        self.snapshot_t = t
+        self.snapshot = sorted(
+            (self.priority[self.index_of[jid]], self.index_of[jid]) for jid in self.live.waiting
+        )
+
+    def submit(self, i: int, t: float) -> float:
+        self._maybe_snapshot(t)
+        t0 = time.perf_counter()
+        prio, dur = self.live.submit(self._event(i, "submitted", t))
+        self.seconds += time.perf_counter() - t0
+        self.priority[i] = prio
+        self.predicted[i] = dur
+        return prio
+
+    def start(self, i: int, t: float) -> None:
+        t0 = time.perf_counter()
+        self.live.start(self._event(i, "started", t))
+        self.seconds += time.perf_counter() - t0
+
+    def finish(self, i: int, t: float) -> list[tuple[int, float]]:
+        self._maybe_snapshot(t)
+        t0 = time.perf_counter()
+        updates = self.live.finish(self._event(i, "finished", t))
+        self.seconds += time.perf_counter() - t0
+        self.hint_updates += len(updates)
+        out = [(self.index_of[jid], p) for jid, p in updates]
+        for k, p in out:
+            self.priority[k] = p
+        return out
+
+    def summary(self) -> OnlinePredictions:
+        lv = self.live
+        pct = sorted(lv.pct)
+        med = None
+        if pct:
+            m = len(pct) // 2
+            med = pct[m] if len(pct) % 2 else (pct[m - 1] + pct[m]) / 2
+        return OnlinePredictions(
+            priority=self.priority,
+            predicted_duration=self.predicted,
+            model=lv.model.name,
+            model_version=lv.model.version,
+            events=self.events,
+            seconds=self.seconds,
+            mae_log=lv.abs_log / lv.scored if lv.scored else None,
+            median_abs_pct_error=med,
+            scored=lv.scored,
+            hint_updates=self.hint_updates,
+        )
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     name: str
     kind: PolicyKind
     describe: str
-    priority: str | None = None  # "oracle" | "online" | "given"
+    priority: str | None = None  # "oracle" | "online" | "given" | "loop"
     backfill: bool = False
 
 
@@ -200,6 +404,7 @@ class QssfReport:
     policies: dict[str, PolicyResult]
     given: dict[str, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    loop: Loop = "closed"
 
     def avg(self, name: str) -> float:
         return self.policies[name].summary.avg_jct_s
@@ -229,7 +434,10 @@ class QssfReport:
                 name: {"description": r.spec.describe, **r.summary.as_dict()}
                 for name, r in self.policies.items()
             },
+            "loop": self.loop,
+            "hint_updates": p.hint_updates,
             "jct_ratio_fifo_over_qssf": self.ratio("fifo", "qssf"),
+            "jct_ratio_qssf_over_fifo": self.ratio("qssf", "fifo"),
             "jct_ratio_qssf_over_sjf": self.ratio("qssf", "sjf"),
             "jct_ratio_qssf_over_oracle": self.ratio("qssf", "qssf-oracle"),
             "given_priorities": self.given,
@@ -237,7 +445,7 @@ class QssfReport:
         }
 
 
-def policy_specs(given: bool, backfill: bool) -> list[PolicySpec]:
+def policy_specs(given: bool, backfill: bool, loop: Loop = "open") -> list[PolicySpec]:
     specs = [
         PolicySpec("fifo", "fifo", "first in, first out"),
         PolicySpec("sjf", "sjf", "shortest true duration first (oracle)"),
@@ -245,7 +453,13 @@ def policy_specs(given: bool, backfill: bool) -> list[PolicySpec]:
         PolicySpec(
             "qssf-oracle", "qssf", "shortest true service (GPUs x duration) first", "oracle"
         ),
-        PolicySpec("qssf", "qssf", "QSSF with gpuhint's online hints", "online"),
+        PolicySpec(
+            "qssf",
+            "qssf",
+            "QSSF with gpuhint's online hints"
+            + (" (closed loop: learns and re-ranks in this schedule)" if loop == "closed" else ""),
+            "loop" if loop == "closed" else "online",
+        ),
     ]
     if given:
         specs.append(PolicySpec("qssf-given", "qssf", "QSSF with the given priorities", "given"))
@@ -284,14 +498,24 @@ def evaluate_qssf(
     given_priorities: Mapping[str, float] | None = None,
     given_times_gpus: bool = False,
     backfill: bool = False,
+    loop: Loop = "closed",
     progress: Progress | None = None,
 ) -> QssfReport:
-    """Run the online predictor over ``jobs`` and simulate every policy on each VC."""
+    """Run the online predictor over ``jobs`` and simulate every policy on each VC.
+
+    ``loop="closed"``: the QSSF runs learn and re-rank inside the simulated schedule
+    (module docstring); ``"open"``: hints from the trace's own timeline.
+    """
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
-    say(f"predicting with {model!r} over {len(jobs):,} jobs (predict at submit, learn at finish)")
-    preds = predict_online(jobs, model)
-    say(f"  {preds.events:,} events in {preds.seconds:.2f} s")
+    preds: OnlinePredictions | None = None
+    if loop == "open":
+        say(
+            f"predicting with {model!r} over {len(jobs):,} jobs "
+            "(open loop: predict at submit, learn at the trace's finish times)"
+        )
+        preds = predict_online(jobs, model)
+        say(f"  {preds.events:,} events in {preds.seconds:.2f} s")
 
     gpu_idx = [k for k, j in enumerate(jobs) if j.num_gpus > 0]
     by_vc: dict[str, list[int]] = defaultdict(list)
@@ -340,13 +564,14 @@ def evaluate_qssf(
         }
 
     sim_jobs = {vc: [_sim_job(jobs[k]) for k in ks] for vc, ks in by_vc.items()}
+    loop_preds: dict[str, tuple[list[int], OnlinePredictions]] = {}
     prio_sources: dict[str, list[float]] = {
         "oracle": [j.num_gpus * j.duration for j in jobs],
-        "online": preds.priority,
+        "online": preds.priority if preds is not None else [],
         "given": given_prio,
     }
     results: dict[str, PolicyResult] = {}
-    for spec in policy_specs(given_priorities is not None, backfill):
+    for spec in policy_specs(given_priorities is not None, backfill, loop):
         t0 = time.perf_counter()
         gpus: list[int] = []
         jct: list[float] = []
@@ -354,10 +579,22 @@ def evaluate_qssf(
         for vc, ks in by_vc.items():
             sj = sim_jobs[vc]
             prios = None
-            if spec.priority is not None:
+            ranker: ClosedLoopRanker | None = None
+            if spec.priority == "loop":
+                ranker = ClosedLoopRanker([jobs[k] for k in ks], model)
+            elif spec.priority is not None:
                 src = prio_sources[spec.priority]
                 prios = [src[k] for k in ks]
-            out = simulate_vc(sj, sizes[vc], spec.kind, priorities=prios, backfill=spec.backfill)
+            out = simulate_vc(
+                sj,
+                sizes[vc],
+                spec.kind,
+                priorities=prios,
+                ranker=ranker,
+                backfill=spec.backfill,
+            )
+            if ranker is not None and not spec.backfill:
+                loop_preds[vc] = (ks, ranker.summary())
             for job, o in zip(sj, out, strict=True):
                 gpus.append(job.gpus)
                 jct.append(o.end - job.submit)
@@ -365,6 +602,8 @@ def evaluate_qssf(
         secs = time.perf_counter() - t0
         results[spec.name] = PolicyResult(spec, summarize(gpus, jct, queue), jct, secs)
         say(f"  simulated {spec.name:<22} {secs:6.2f} s")
+    if preds is None:
+        preds = _merge_predictions(len(jobs), list(loop_preds.values()), model)
     total = time.perf_counter() - t_start
     return QssfReport(
         jobs_total=len(jobs),
@@ -381,6 +620,36 @@ def evaluate_qssf(
             "simulate": sum(r.seconds for r in results.values()),
             "total": total,
         },
+        loop=loop,
+    )
+
+
+def _merge_predictions(
+    n: int, per_vc: list[tuple[list[int], OnlinePredictions]], model: str
+) -> OnlinePredictions:
+    """One summary of the closed-loop predictors of every VC (errors weighted by jobs;
+    priorities and predictions back in trace order, NaN for jobs not scheduled)."""
+    priority = [math.nan] * n
+    predicted = [math.nan] * n
+    for ks, p in per_vc:
+        for pos, k in enumerate(ks):
+            priority[k] = p.priority[pos]
+            predicted[k] = p.predicted_duration[pos]
+    parts = [p for _, p in per_vc]
+    scored = sum(p.scored for p in parts)
+    mae = sum((p.mae_log or 0.0) * p.scored for p in parts) / scored if scored else None
+    meds = [p.median_abs_pct_error for p in parts if p.median_abs_pct_error is not None]
+    return OnlinePredictions(
+        priority=priority,
+        predicted_duration=predicted,
+        model=parts[0].model if parts else model,
+        model_version=parts[0].model_version if parts else "",
+        events=sum(p.events for p in parts),
+        seconds=sum(p.seconds for p in parts),
+        mae_log=mae,
+        median_abs_pct_error=sorted(meds)[len(meds) // 2] if meds else None,
+        scored=scored,
+        hint_updates=sum(p.hint_updates for p in parts),
     )
 
 
@@ -415,3 +684,103 @@ def plot_jct_cdf(report: QssfReport, path: str | Path, title: str = "") -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+@dataclass
+class WaitingJob:
+    """A job waiting in the simulated QSSF schedule at the snapshot time."""
+
+    job_id: str
+    num_gpus: int
+    priority: float
+    predicted_duration_s: float
+
+
+@dataclass
+class ScheduleSummary:
+    """FIFO vs QSSF with gpuhint's hints (closed loop) vs the oracle, and a queue."""
+
+    vc_sizes: dict[str, int]
+    fifo_avg_jct_s: float
+    qssf_avg_jct_s: float
+    oracle_avg_jct_s: float
+    hint_updates: int
+    snapshot_at: float
+    queues: dict[str, list[WaitingJob]]
+    queue_times: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "vc_sizes": dict(self.vc_sizes),
+            "fifo_avg_jct_s": self.fifo_avg_jct_s,
+            "qssf_avg_jct_s": self.qssf_avg_jct_s,
+            "oracle_avg_jct_s": self.oracle_avg_jct_s,
+            "jct_ratio_qssf_over_fifo": self.qssf_avg_jct_s / self.fifo_avg_jct_s,
+            "jct_ratio_qssf_over_oracle": self.qssf_avg_jct_s / self.oracle_avg_jct_s,
+            "hint_updates": self.hint_updates,
+            "snapshot_at": self.snapshot_at,
+            "queue_lengths": {vc: len(q) for vc, q in self.queues.items()},
+            "queue_times": dict(self.queue_times),
+        }
+
+
+def schedule_summary(
+    jobs: Sequence[TraceJob],
+    model: str,
+    *,
+    snapshot_at: float,
+    target_load: float = 0.9,
+    vc_nodes: Mapping[str, int] | None = None,
+) -> ScheduleSummary:
+    """Schedule the GPU jobs under FIFO, the QSSF oracle and QSSF with closed-loop hints
+    (VCs sized to ``target_load`` unless given); keep each VC's QSSF queue as it was at
+    the last moment up to ``snapshot_at`` that had jobs waiting."""
+    by_vc: dict[str, list[int]] = defaultdict(list)
+    for k, j in enumerate(jobs):
+        if j.num_gpus > 0:
+            by_vc[j.vc].append(k)
+    if not by_vc:
+        raise InputError("trace", 0, "no job asks for a GPU: nothing to schedule")
+    sizes = size_vcs(
+        {
+            vc: [(jobs[k].submit_time, jobs[k].duration, jobs[k].num_gpus) for k in ks]
+            for vc, ks in by_vc.items()
+        },
+        target_load,
+        GPUS_PER_NODE,
+    )
+    if vc_nodes:
+        sizes.update({vc: n for vc, n in vc_nodes.items() if vc in sizes})
+    tot = {"fifo": 0.0, "qssf": 0.0, "oracle": 0.0}
+    n = 0
+    updates = 0
+    queues: dict[str, list[WaitingJob]] = {}
+    queue_times: dict[str, float] = {}
+    for vc, ks in sorted(by_vc.items()):
+        sj = [_sim_job(jobs[k]) for k in ks]
+        vc_jobs = [jobs[k] for k in ks]
+        ranker = ClosedLoopRanker(vc_jobs, model, snapshot_at=snapshot_at)
+        runs = {
+            "fifo": simulate_vc(sj, sizes[vc], "fifo"),
+            "oracle": simulate_vc(sj, sizes[vc], "qssf", priorities=[j.service for j in sj]),
+            "qssf": simulate_vc(sj, sizes[vc], "qssf", ranker=ranker),
+        }
+        for name, out in runs.items():
+            tot[name] += sum(o.end - j.submit for o, j in zip(out, sj, strict=True))
+        n += len(sj)
+        updates += ranker.hint_updates
+        queues[vc] = [
+            WaitingJob(vc_jobs[i].job_id, vc_jobs[i].num_gpus, p, ranker.predicted[i])
+            for p, i in ranker.snapshot or []
+        ]
+        queue_times[vc] = ranker.snapshot_t
+    return ScheduleSummary(
+        vc_sizes=sizes,
+        fifo_avg_jct_s=tot["fifo"] / n,
+        qssf_avg_jct_s=tot["qssf"] / n,
+        oracle_avg_jct_s=tot["oracle"] / n,
+        hint_updates=updates,
+        snapshot_at=snapshot_at,
+        queues=queues,
+        queue_times=queue_times,
+    )

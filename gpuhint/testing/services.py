@@ -4,8 +4,8 @@ Used by the test fixtures, the benchmarks and ``scripts/kafka/run-kafka.sh``. Ka
 jars come from Maven Central (``scripts/kafka/fetch.sh``); Redis is Debian's
 ``redis-server``. Each server runs in a temporary directory and is stopped on exit.
 
-    python -m gpuhint.testing.services kafka --port 9092
-    python -m gpuhint.testing.services redis --port 6379
+    python -m gpuhint.testing.services kafka --port 9092 [--secure]
+    python -m gpuhint.testing.services redis --port 6379 [--password P [--user U]] [--tls]
 
 Data is temporary unless ``GPUHINT_KAFKA_DATA`` / ``GPUHINT_REDIS_DATA`` name a directory
 to keep it in (then Kafka's topics, offsets and changelogs survive a restart; keep the
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -26,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
@@ -52,6 +54,44 @@ def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = 
             return
         time.sleep(0.2)
     raise ServiceError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+@dataclass(frozen=True)
+class TestCerts:
+    """A throw-away CA and a server certificate for 127.0.0.1/localhost (PEM and PKCS#12)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    p12: Path
+    password: str
+
+
+def make_test_certs(directory: Path) -> TestCerts:
+    """Make a CA and a server certificate with ``openssl`` (valid two days)."""
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise ServiceError("openssl is required for TLS test servers (apt-get install -y openssl)")
+    d = directory
+    d.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_hex(8)
+    ext = d / "san.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    steps = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+         "/CN=gpuhint-test-ca", "-keyout", "ca.key", "-out", "ca.pem"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+         "-keyout", "server.key", "-out", "server.csr"],
+        ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+         "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.pem"],
+        ["pkcs12", "-export", "-in", "server.pem", "-inkey", "server.key", "-certfile",
+         "ca.pem", "-name", "server", "-out", "server.p12", "-passout", f"pass:{password}"],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run([exe, *step], cwd=d, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ServiceError(f"openssl {step[0]} failed: {done.stderr[-2000:]}")
+    return TestCerts(d / "ca.pem", d / "server.pem", d / "server.key", d / "server.p12", password)
 
 
 class LocalProcess:
@@ -99,19 +139,85 @@ class LocalProcess:
 
 
 class LocalKafka(LocalProcess):
-    """Apache Kafka 4.x, single node, KRaft (broker + controller), PLAINTEXT on loopback."""
+    """Apache Kafka 4.x, single node, KRaft (broker + controller) on loopback.
+
+    Topics are never auto-created (``auto.create.topics.enable=false``): gpuhint creates
+    its own. ``secure=True`` serves clients on SASL_SSL only (TLS with a throw-away CA,
+    SCRAM-SHA-256/512 and PLAIN for the user ``gpuhint``, bootstrapped with
+    ``kafka-storage format --add-scram``); the broker talks to itself on a PLAINTEXT
+    loopback listener. :meth:`client_env` gives the ``GPUHINT_KAFKA_*`` settings.
+    """
 
     name = "kafka"
+    user = "gpuhint"
 
-    def __init__(self, port: int | None = None, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        workdir: Path | None = None,
+        secure: bool = False,
+        mechanism: str = "SCRAM-SHA-512",
+    ) -> None:
         super().__init__(workdir)
         self.port = port or free_port()
         # a persistent data dir needs the same controller address on every start
         self.controller_port = port + 1 if port else free_port()
+        self.secure = secure
+        self.mechanism = mechanism
+        self.internal_port = port + 2 if port else free_port()
+        self.password = secrets.token_hex(12)
+        self.certs: TestCerts | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def client_env(self) -> dict[str, str]:
+        """``GPUHINT_KAFKA_*`` settings for a client of this broker."""
+        env = {"GPUHINT_KAFKA_BOOTSTRAP": self.bootstrap}
+        if self.secure:
+            assert self.certs is not None
+            env.update(
+                GPUHINT_KAFKA_SECURITY_PROTOCOL="SASL_SSL",
+                GPUHINT_KAFKA_SASL_MECHANISM=self.mechanism,
+                GPUHINT_KAFKA_SASL_USERNAME=self.user,
+                GPUHINT_KAFKA_SASL_PASSWORD=self.password,
+                GPUHINT_KAFKA_SSL_CAFILE=str(self.certs.ca),
+            )
+        return env
+
+    def _listeners(self) -> list[str]:
+        c = f"CONTROLLER://127.0.0.1:{self.controller_port}"
+        if not self.secure:
+            return [
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},{c}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ]
+        assert self.certs is not None
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        plain = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{self.user}="{self.password}";'
+        )
+        return [
+            f"listeners=INTERNAL://127.0.0.1:{self.internal_port},"
+            f"SASL_SSL://127.0.0.1:{self.port},{c}",
+            f"advertised.listeners=INTERNAL://127.0.0.1:{self.internal_port},"
+            f"SASL_SSL://127.0.0.1:{self.port}",
+            "listener.security.protocol.map="
+            "INTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=INTERNAL",
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f"listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config={scram}",
+            f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram}",
+            f"listener.name.sasl_ssl.plain.sasl.jaas.config={plain}",
+            "ssl.keystore.type=PKCS12",
+            f"ssl.keystore.location={self.certs.p12}",
+            f"ssl.keystore.password={self.certs.password}",
+            f"ssl.key.password={self.certs.password}",
+            "ssl.client.auth=none",
+        ]
 
     def _properties(self) -> Path:
         props = self.workdir / "server.properties"
@@ -121,14 +227,11 @@ class LocalKafka(LocalProcess):
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                    f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    *self._listeners(),
                     "controller.listener.names=CONTROLLER",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
                     f"log.dirs={self.workdir / 'data'}",
                     "num.partitions=4",
-                    "auto.create.topics.enable=true",
+                    "auto.create.topics.enable=false",
                     "offsets.topic.replication.factor=1",
                     "offsets.topic.num.partitions=4",
                     "transaction.state.log.replication.factor=1",
@@ -154,6 +257,8 @@ class LocalKafka(LocalProcess):
             raise ServiceError(f"could not fetch Kafka jars with Maven:\n{fetch.stderr[-3000:]}")
         libs = fetch.stdout.strip().splitlines()[-1]
         cp = f"{libs}/*"
+        if self.secure and self.certs is None:
+            self.certs = make_test_certs(self.workdir / "tls")
         props = self._properties()
         jvm = [
             java,
@@ -174,6 +279,15 @@ class LocalKafka(LocalProcess):
                     f"--cluster-id={_cluster_id()}",
                     "-c",
                     str(props),
+                    *(
+                        arg
+                        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                        for arg in (
+                            "--add-scram",
+                            f"{mech}=[name={self.user},password={self.password}]",
+                        )
+                        if self.secure
+                    ),
                 ],
                 capture_output=True,
                 text=True,
@@ -190,6 +304,14 @@ class LocalKafka(LocalProcess):
         return self
 
 
+def kill_process(svc: LocalProcess) -> None:
+    """SIGKILL a service (a crash); its ``start`` runs it again with the same ports and data."""
+    if svc.proc is not None and svc.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(svc.proc.pid, signal.SIGKILL)
+        svc.proc.wait(10)
+
+
 def _cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
     import base64
@@ -198,20 +320,62 @@ def _cluster_id() -> str:
 
 
 class LocalRedis(LocalProcess):
-    """Debian's redis-server on loopback, no persistence."""
+    """Debian's redis-server on loopback; no persistence unless ``persist`` (append-only file).
+
+    ``password`` sets the default user's password (``requirepass``); with ``user`` too,
+    an ACL user of that name gets the password and the default user is disabled;
+    ``tls=True`` serves TLS only (a throw-away CA: :attr:`certs`), as ``rediss://``.
+    """
 
     name = "redis"
 
     def __init__(
-        self, port: int | None = None, workdir: Path | None = None, persist: bool = False
+        self,
+        port: int | None = None,
+        workdir: Path | None = None,
+        persist: bool = False,
+        password: str | None = None,
+        user: str | None = None,
+        tls: bool = False,
     ) -> None:
         super().__init__(workdir)
         self.port = port or free_port()
         self.persist = persist
+        self.password = password
+        self.user = user
+        self.tls = tls
+        self.certs: TestCerts | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The URL to reach it (with the secret, and the CA as ``ssl_ca_certs`` under TLS)."""
+        scheme = "rediss" if self.tls else "redis"
+        auth = ""
+        if self.password is not None:
+            auth = f"{self.user or ''}:{self.password}@"
+        query = f"?ssl_ca_certs={self.certs.ca}" if self.tls and self.certs else ""
+        return f"{scheme}://{auth}127.0.0.1:{self.port}/0{query}"
+
+    def _security_args(self) -> list[str]:
+        args: list[str] = []
+        if self.password is not None and self.user is None:
+            args += ["--requirepass", self.password]
+        elif self.password is not None and self.user is not None:
+            acl = self.workdir / "users.acl"
+            acl.write_text(f"user {self.user} on >{self.password} ~* &* +@all\nuser default off\n")
+            acl.chmod(0o600)
+            args += ["--aclfile", str(acl)]
+        if self.tls:
+            if self.certs is None:
+                self.certs = make_test_certs(self.workdir / "tls")
+            args += [
+                "--port", "0", "--tls-port", str(self.port),
+                "--tls-cert-file", str(self.certs.cert), "--tls-key-file", str(self.certs.key),
+                "--tls-ca-cert-file", str(self.certs.ca), "--tls-auth-clients", "no",
+            ]  # fmt: skip
+        else:
+            args += ["--port", str(self.port)]
+        return args
 
     def start(self, timeout: float = 30.0) -> LocalRedis:
         exe = shutil.which("redis-server")
@@ -223,14 +387,15 @@ class LocalRedis(LocalProcess):
         self._spawn(
             [
                 exe,
-                "--port",
-                str(self.port),
+                *self._security_args(),
                 "--bind",
                 "127.0.0.1",
                 "--save",
                 "",
                 "--appendonly",
                 "yes" if self.persist else "no",
+                "--appendfsync",
+                "always" if self.persist else "everysec",
                 "--dir",
                 str(self.workdir),
             ]
@@ -306,20 +471,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("service", choices=["kafka", "redis"])
     p.add_argument("--port", type=int, default=None)
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="kafka: SASL_SSL only (SCRAM/PLAIN user gpuhint, throw-away CA); prints the settings",
+    )
+    p.add_argument("--password", help="redis: require this password (default user, or --user)")
+    p.add_argument("--user", help="redis: an ACL user with --password; the default user is off")
+    p.add_argument("--tls", action="store_true", help="redis: TLS only (rediss://, throw-away CA)")
     args = p.parse_args(argv)
+    if args.user and not args.password:
+        p.error("--user needs --password")
     svc: LocalProcess
     try:
         kdata, rdata = os.environ.get("GPUHINT_KAFKA_DATA"), os.environ.get("GPUHINT_REDIS_DATA")
         if args.service == "kafka":
-            kafka = LocalKafka(args.port, Path(kdata) if kdata else None).start()
-            svc = kafka
+            kafka = LocalKafka(args.port, Path(kdata) if kdata else None, secure=args.secure)
+            svc = kafka.start()
             print(f"Kafka {kafka.bootstrap} (log {kafka.log_path}); Ctrl-C stops it", flush=True)
+            if args.secure:
+                for k, v in kafka.client_env().items():
+                    print(f"export {k}={v}", flush=True)
         else:
             redis_ = LocalRedis(
-                args.port, Path(rdata) if rdata else None, persist=bool(rdata)
+                args.port,
+                Path(rdata) if rdata else None,
+                persist=bool(rdata),
+                password=args.password,
+                user=args.user,
+                tls=args.tls,
             ).start()
             svc = redis_
-            print(f"Redis {redis_.url}; Ctrl-C stops it", flush=True)
+            shown = (
+                redis_.url.replace(f":{args.password}@", ":***@") if args.password else redis_.url
+            )
+            print(f"Redis {shown}; Ctrl-C stops it", flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

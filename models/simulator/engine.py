@@ -19,6 +19,12 @@ Orders (ties: earlier submit, then trace order):
 
 ``backfill=True`` lets a non-preemptive policy skip a job that does not fit and start
 later ones that do (greedy, no reservation: large jobs can wait longer).
+
+Closed loop: ``qssf`` with a :class:`Ranker` instead of fixed priorities asks the ranker
+for a job's priority when it arrives, tells it when a job starts, and, when a job ends in
+*this* schedule, lets the ranker learn from it and move the priorities of waiting jobs
+(as a live predictor that re-ranks the queue would). Ends at an instant are handled
+before the arrivals of that instant.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from models.simulator.cluster import Alloc, Nodes
 
@@ -61,6 +67,22 @@ class Outcome:
     preemptions: int = 0
 
 
+class Ranker(Protocol):
+    """A live predictor in the loop: jobs are referred to by their index in ``jobs``."""
+
+    def submit(self, i: int, t: float) -> float:
+        """Job ``i`` arrives at ``t``: its priority (smaller runs first)."""
+        ...
+
+    def start(self, i: int, t: float) -> None:
+        """Job ``i`` starts at ``t``."""
+        ...
+
+    def finish(self, i: int, t: float) -> Iterable[tuple[int, float]]:
+        """Job ``i`` ends at ``t``: ``(waiting job, new priority)`` pairs to apply."""
+        ...
+
+
 def ckpt_overhead(gpus: int) -> float:
     """Seconds a preempted job loses (the artifact's checkpoint/restore cost)."""
     return 7.0 if gpus == 1 else 30.0 if gpus <= 8 else 60.0
@@ -72,6 +94,7 @@ def simulate_vc(
     policy: PolicyKind,
     *,
     priorities: Sequence[float] | None = None,
+    ranker: Ranker | None = None,
     backfill: bool = False,
     new_jobs_by_gpus: bool = True,
     gpus_per_node: int = 8,
@@ -79,7 +102,8 @@ def simulate_vc(
 ) -> list[Outcome]:
     """Schedule ``jobs`` on ``num_nodes`` nodes; return one :class:`Outcome` per job.
 
-    ``priorities`` (same order as ``jobs``) is required for ``qssf``. ``tick`` is the
+    ``qssf`` needs ``priorities`` (same order as ``jobs``) or a ``ranker`` (closed
+    loop, module docstring). ``tick`` is the
     artifact's clock step, used only by ``srtf`` (see :func:`_srtf`). Every job must
     fit the VC (``gpus <= num_nodes * gpus_per_node``) and ask for at least one GPU.
 
@@ -106,9 +130,12 @@ def simulate_vc(
     elif policy == "sjf":
         keys = [(j.duration,) for j in jobs]
     elif policy == "qssf":
-        if priorities is None or len(priorities) != len(jobs):
-            raise ValueError("qssf needs one priority per job")
-        keys = [(float(p), j.gpus) for p, j in zip(priorities, jobs, strict=True)]
+        if ranker is not None:
+            keys = [(math.nan, j.gpus) for j in jobs]  # asked of the ranker on arrival
+        elif priorities is None or len(priorities) != len(jobs):
+            raise ValueError("qssf needs one priority per job (or a ranker)")
+        else:
+            keys = [(float(p), j.gpus) for p, j in zip(priorities, jobs, strict=True)]
     else:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_KINDS)}")
     return _nonpreemptive(
@@ -117,6 +144,7 @@ def simulate_vc(
         keys,
         backfill,
         new_jobs_by_gpus and policy == "qssf",
+        ranker if policy == "qssf" else None,
     )
 
 
@@ -127,9 +155,10 @@ def _arrival_order(jobs: Sequence[SimJob]) -> list[int]:
 def _nonpreemptive(
     jobs: Sequence[SimJob],
     nodes: Nodes,
-    keys: Sequence[tuple[float, ...]],
+    keys: list[tuple[float, ...]],
     backfill: bool,
     new_by_gpus: bool,
+    ranker: Ranker | None = None,
 ) -> list[Outcome]:
     n = len(jobs)
     order = _arrival_order(jobs)
@@ -143,6 +172,22 @@ def _nonpreemptive(
     # Pending jobs, one heap per GPU count: (key..., arrival rank, index).
     queues: dict[int, list[tuple[tuple[float, ...], int, int]]] = {}
     queued = 0
+    # Closed loop: a re-ranked job gets a new heap entry; older ones are stale (their
+    # key is no longer ``keys[i]``) and dropped when they reach the top of a heap.
+    waiting = [False] * n
+
+    def push(i: int) -> None:
+        waiting[i] = True
+        heapq.heappush(queues.setdefault(gpus[i], []), (keys[i], rank[i], i))
+
+    def head(heap: list[tuple[tuple[float, ...], int, int]]) -> bool:
+        while heap:
+            k, _, i = heap[0]
+            if waiting[i] and k == keys[i]:
+                return True
+            heapq.heappop(heap)
+        return False
+
     running: list[tuple[float, int]] = []  # (end, index)
     nxt = 0
 
@@ -151,6 +196,8 @@ def _nonpreemptive(
         start[i] = t
         end[i] = t + jobs[i].duration
         heapq.heappush(running, (end[i], i))
+        if ranker is not None:
+            ranker.start(i, t)
 
     while nxt < n or running:
         t = jobs[order[nxt]].submit if nxt < n else math.inf
@@ -159,9 +206,17 @@ def _nonpreemptive(
         while running and running[0][0] == t:
             _, i = heapq.heappop(running)
             nodes.release(allocs[i])
+            if ranker is not None:
+                for w, p in ranker.finish(i, t):
+                    if waiting[w] and (float(p), gpus[w]) != keys[w]:
+                        keys[w] = (float(p), gpus[w])
+                        push(w)
         arrived = []
         while nxt < n and jobs[order[nxt]].submit == t:
-            arrived.append(order[nxt])
+            i = order[nxt]
+            if ranker is not None:
+                keys[i] = (float(ranker.submit(i, t)), gpus[i])
+            arrived.append(i)
             nxt += 1
         if new_by_gpus and queued == 0 and arrived:
             # Only fresh jobs wait: the artifact orders them by GPU count.
@@ -173,17 +228,17 @@ def _nonpreemptive(
                     start_job(i, t, alloc)
                     continue
                 blocked = not backfill
-                heapq.heappush(queues.setdefault(gpus[i], []), (keys[i], rank[i], i))
+                push(i)
                 queued += 1
             continue
         for i in arrived:
-            heapq.heappush(queues.setdefault(gpus[i], []), (keys[i], rank[i], i))
+            push(i)
             queued += 1
         while queued:
             best = None
             for g, heap in queues.items():
                 if (
-                    heap
+                    head(heap)
                     and (best is None or heap[0] < best[0])
                     and (not backfill or nodes.can_place(g))
                 ):
@@ -195,6 +250,7 @@ def _nonpreemptive(
             if alloc is None:  # the head does not fit: wait (no backfill)
                 break
             _, _, i = heapq.heappop(queues[g])
+            waiting[i] = False
             queued -= 1
             start_job(i, t, alloc)
     return [Outcome(start[i], end[i], start[i] - jobs[i].submit) for i in range(n)]

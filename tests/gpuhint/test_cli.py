@@ -120,9 +120,11 @@ def test_replay_without_a_broker_says_so(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        env=dict(os.environ, GPUHINT_KAFKA_RETRY_S="3", GPUHINT_STATE_DIR=str(tmp_path)),
     )
     assert proc.returncode == 2
     assert f"127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
+    assert "0 of " in proc.stderr and "--resume" in proc.stderr  # retried, then said how far
 
 
 def test_demo_works_from_a_clean_install(tmp_path: Path) -> None:
@@ -188,3 +190,16 @@ def test_demo_works_from_a_clean_install(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["jobs"] == 1867 and out["hints_written"] > 0
+
+
+def test_demo_closes_with_fifo_qssf_oracle_and_a_queue(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--json"]) == 0
+    sched = json.loads(capsys.readouterr().out)["schedule"]
+    assert sched["vc_sizes"] == {"vcvGl": 20, "vcvlY": 2}
+    assert sched["qssf_avg_jct_s"] < sched["fifo_avg_jct_s"]
+    assert sched["oracle_avg_jct_s"] > 0 and sched["hint_updates"] >= 0
+    assert sum(sched["queue_lengths"].values()) > 0
+    assert main(["demo", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "FIFO" in out and "QSSF with gpuhint hints" in out and "QSSF oracle" in out
+    assert "waiting; run first" in out

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from gpuhint.cli import main
-from gpuhint.evaluation.qssf import predict_online, read_priorities, read_vc_config
+from gpuhint.evaluation.qssf import (
+    evaluate_qssf,
+    predict_online,
+    read_priorities,
+    read_vc_config,
+)
 from gpuhint.traces import TraceJob
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -20,7 +25,10 @@ POLICIES = {"fifo", "sjf", "srtf", "qssf-oracle", "qssf", "qssf-given"}
 TOP_KEYS = {
     "policies",
     "jct_ratio_fifo_over_qssf",
+    "jct_ratio_qssf_over_fifo",
     "jct_ratio_qssf_over_sjf",
+    "loop",
+    "hint_updates",
     "jct_ratio_qssf_over_oracle",
     "mae_log",
     "median_abs_pct_error",
@@ -63,6 +71,8 @@ def test_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str], tmp_pa
     assert doc["jct_ratio_qssf_over_oracle"] == pytest.approx(
         pols["qssf"]["avg_jct_s"] / pols["qssf-oracle"]["avg_jct_s"]
     )
+    assert doc["jct_ratio_qssf_over_fifo"] == pytest.approx(1 / doc["jct_ratio_fifo_over_qssf"])
+    assert doc["loop"] == "closed" and doc["hint_updates"] > 0
     assert doc["given_priorities"]["missing"] == 0
     assert doc["mae_log"] > 0 and doc["median_abs_pct_error"] > 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -156,3 +166,34 @@ def test_online_hints_never_look_ahead() -> None:
     assert preds.predicted_duration[1] == prior  # a still running at 50
     assert preds.predicted_duration[2] == pytest.approx((100 + 10) / 2)  # both done by 200
     assert preds.priority[2] == pytest.approx(2 * 55)
+
+
+def test_open_loop_keeps_the_artifact_way(capsys: pytest.CaptureFixture[str]) -> None:
+    closed = run_json(capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--no-plot")
+    opened = run_json(
+        capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--no-plot", "--open-loop"
+    )
+    assert opened["loop"] == "open" and opened["hint_updates"] == 0
+    assert closed["loop"] == "closed"
+    for name in ("fifo", "sjf", "srtf", "qssf-oracle"):  # the model plays no part in these
+        assert opened["policies"][name] == closed["policies"][name]
+
+
+def test_closed_loop_learns_from_the_simulated_schedule() -> None:
+    # One 8-GPU node. A sweep of three 8-GPU jobs arrives while a long job runs; its first
+    # job, once it ends *in the simulated schedule* (not at the trace's times: the trace
+    # has no start times), tells the hints that its siblings are short, so they overtake
+    # the 8-GPU job "z" of another shape submitted before them.
+    jobs = [
+        TraceJob("long", submit_time=0, duration=1000, num_gpus=8, user="x"),
+        TraceJob("s1", submit_time=10, duration=5, num_gpus=8, user="u"),
+        TraceJob("z", submit_time=20, duration=4000, num_gpus=8, user="v"),
+        TraceJob("s2", submit_time=30, duration=5, num_gpus=8, user="u"),
+        TraceJob("s3", submit_time=31, duration=5, num_gpus=8, user="u"),
+    ]
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1}, loop="closed")
+    assert rep.loop == "closed" and rep.predictions.hint_updates > 0
+    oracle = rep.policies["qssf-oracle"].summary.avg_jct_s
+    assert rep.policies["qssf"].summary.avg_jct_s == pytest.approx(oracle)
+    opened = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1}, loop="open")
+    assert opened.predictions.hint_updates == 0

@@ -123,3 +123,36 @@ def test_job_events_are_time_ordered_and_complete(tmp_path: Path) -> None:
         assert phases == [JobPhase.SUBMITTED, JobPhase.STARTED, JobPhase.FINISHED]
     fin_a = next(e for e in events if e.job_id == "a" and e.phase is JobPhase.FINISHED)
     assert fin_a.time == 100 and fin_a.duration_s == 100 and fin_a.state is JobState.COMPLETED
+
+
+def test_optional_time_limit_column_in_helios_and_plain(tmp_path: Path) -> None:
+    helios = write(
+        tmp_path,
+        "log.csv",
+        HELIOS_HEADER.rstrip("\n")
+        + ",time_limit\n"
+        + "1,u,vc,1,,1,TIMEOUT,2020-09-01 00:00:00,,,3600,,3600\n"
+        + "2,u,vc,1,,1,COMPLETED,2020-09-01 00:01:00,,,60,,\n",
+    )
+    a, b = read_trace(helios).jobs
+    assert a.time_limit_s == 3600.0 and a.state is JobState.TIMEOUT
+    assert b.time_limit_s is None
+    plain = write(
+        tmp_path, "p.csv", "job_id,submission_time,duration,num_gpu,time_limit\nx,0,5,1,7200\n"
+    )
+    (job,) = read_trace(plain).jobs
+    assert job.time_limit_s == 7200.0
+    submitted = job_events([job])[0]
+    assert submitted.phase is JobPhase.SUBMITTED and submitted.time_limit_s == 7200.0
+    # traces without the column read as before
+    no_col = write(tmp_path, "q.csv", "job_id,submission_time,duration,num_gpu\nx,0,5,1\n")
+    assert read_trace(no_col).jobs[0].time_limit_s is None
+
+
+@pytest.mark.parametrize(("raw", "reason"), [("soon", "not a number"), ("0", "must be > 0")])
+def test_bad_time_limit_names_file_line(tmp_path: Path, raw: str, reason: str) -> None:
+    p = write(
+        tmp_path, "p.csv", f"job_id,submission_time,duration,num_gpu,time_limit\nx,0,5,1,{raw}\n"
+    )
+    with pytest.raises(TraceError, match=rf"{p}:2: .*{reason}"):
+        read_trace(p)

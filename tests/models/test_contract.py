@@ -183,3 +183,123 @@ def test_expected_duration_ranks_users(name: str) -> None:
     mid = m.predict(_job(2001, user="alice", gpus=1)).expected_s
     slow = m.predict(_job(2002, user="bob", gpus=1)).expected_s
     assert fast < mid < slow and slow > 10 * fast
+
+
+def _worst_stream() -> list[tuple[JobEvent, float]]:
+    """The most extreme events the wire decoder accepts (gpuhint.contract.Limits defaults)."""
+    from gpuhint.contract import DEFAULT_LIMITS, MAX_DURATION_S
+
+    out = []
+    for i in range(120):
+        gpus = (0, 1, DEFAULT_LIMITS.max_gpus)[i % 3]
+        dur = (0.0, MAX_DURATION_S, 1e-3, 30.0)[i % 4]
+        user = ("u" * 256, None, f"new{i}", "alice")[i % 4]
+        job = _job(i, user=user, gpus=gpus, num_cpus=None, num_nodes=DEFAULT_LIMITS.max_nodes)
+        out.append((job, dur))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_worst_accepted_values_keep_predictions_finite(name: str) -> None:
+    """A decoded event can poison no model: predictions stay finite and in the hint's bounds."""
+    from gpuhint.contract import MAX_DURATION_S, PriorityHint
+
+    model = make_model(name)
+    preds = _replay(model, _worst_stream())
+    for job, _ in _worst_stream()[:12] + _stream(30, seed=5):
+        p = model.predict(job)
+        for v in (p.duration_s, p.p10_s, p.p90_s, p.log_std, p.expected_s):
+            assert math.isfinite(v) and v >= 0.0
+        assert p.duration_s <= 10 * MAX_DURATION_S
+        PriorityHint(  # the hint the engine would write validates
+            job_id=job.job_id,
+            num_gpus=job.num_gpus,
+            submit_time=job.submit_time,
+            predicted_duration_s=p.duration_s,
+            priority=max(job.num_gpus, 1) * p.expected_s,
+            model=model.name,
+            model_version=model.version,
+            created_at=0.0,
+        )
+    assert all(math.isfinite(x) for x in preds)
+
+
+# -- River's estimator conventions, in the spirit of river.checks ---------------------------
+
+
+def _state(m: DurationModel) -> bytes:
+    return pickle.dumps(m)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_predict_one_expected_one_and_related_keys_are_pure(name: str) -> None:
+    m = make_model(name)
+    _replay(m, _stream(80))
+    waiting = _job(900, user="alice", gpus=2)
+    m.predict(waiting)
+    before = _state(m)
+    p = m.predict_one(waiting)
+    _check_prediction(p)
+    e = m.expected_one(waiting, 1e7)
+    assert math.isfinite(e) and e >= 0
+    assert all(isinstance(k, str) and k for k in m.related_keys(waiting))
+    assert _state(m) == before  # nothing changed
+    assert m.predict_one(waiting) == p
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_learn_one_is_learn(name: str) -> None:
+    a, b = make_model(name), make_model(name)
+    for job, dur in _stream(60):
+        a.predict(job)
+        b.predict(job)
+        a.learn(job, dur)
+        b.learn_one(job, dur)
+    assert a.predict_one(_job(999)) == b.predict_one(_job(999))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_time_limit_bounds_the_expected_duration(name: str) -> None:
+    m = make_model(name)
+    for i in range(20):
+        m.predict(_job(i))
+        m.learn(_job(i), 50_000.0)
+    limited = _job(100, time_limit_s=3600.0)
+    assert m.predict(limited).expected_s <= 3600.0
+    assert m.expected_one(limited) <= 3600.0
+    assert m.predict_one(_job(101)).expected_s > 3600.0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_finished_sibling_moves_a_waiting_jobs_expectation(name: str) -> None:
+    # The loop a hint update relies on: a waiting job shares a key with a finishing one,
+    # and its expected duration moves when the model learns.
+    m = make_model(name)
+    first, waiting = _job(1, user="dave", gpus=4), _job(2, user="dave", gpus=4)
+    m.predict(first)
+    m.predict(waiting)
+    shared = set(m.related_keys(first)) & set(m.related_keys(waiting))
+    assert shared
+    before = m.expected_one(waiting, waiting.submit_time)
+    m.observe_start(first)
+    m.learn(first, 50_000.0)
+    assert m.expected_one(waiting, waiting.submit_time) > before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_river_progressive_val_score_with_delayed_labels(name: str) -> None:
+    import datetime as dt
+
+    from river import evaluate, metrics
+
+    from models.river_api import RiverRegressor, featurize
+
+    stream = [(featurize(job), dur) for job, dur in _stream(120)]
+    metric = evaluate.progressive_val_score(
+        stream,
+        RiverRegressor(make_model(name)),
+        metrics.MAE(),
+        moment="submit_time",
+        delay=lambda x, y: dt.timedelta(seconds=y),
+    )
+    assert math.isfinite(metric.get()) and metric.get() > 0

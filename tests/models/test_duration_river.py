@@ -64,7 +64,8 @@ def test_reasons_name_the_history_level_and_the_learner() -> None:
     for job, dur in _stream(200):
         m.predict(job)
         m.learn(job, dur)
-    job = _stream(1)[0][0].model_copy(update={"job_id": "new"})
+    later = 1000.0 * 200 + 86400.0  # a day after the stream: a new burst
+    job = _stream(1)[0][0].model_copy(update={"job_id": "new", "time": later, "submit_time": later})
     names = [r[0] for r in m.predict(job).reasons]
     assert names[0] == "history:user+gpus"
     assert names[1] == "learner:correction"
@@ -81,7 +82,10 @@ def test_mix_reasons_are_the_weighted_experts() -> None:
     for job, dur in _stream(200):
         m.predict(job)
         m.learn(job, dur)
-    p = m.predict(_stream(1)[0][0].model_copy(update={"job_id": "new"}))
+    later = 1000.0 * 200 + 86400.0  # a day after the stream: a new burst
+    p = m.predict(
+        _stream(1)[0][0].model_copy(update={"job_id": "new", "time": later, "submit_time": later})
+    )
     assert p.reasons[0][0] == "history:user+gpus"
     assert [r[0].startswith("mix:") for r in p.reasons[1:]] == [True] * 3
     assert sum(c for _, c in p.reasons[1:]) <= p.reasons[0][1] + 1e-3

@@ -40,7 +40,7 @@ def test_keystats_window_is_bounded_and_stats_match() -> None:
 
 
 def test_most_specific_level_wins() -> None:
-    hf = HistoryFeatures()
+    hf = HistoryFeatures(burst_gap_s=-1.0)  # every job its own burst
     hf.update(_job(1, user="a", gpus=8), math.log1p(1000.0))
     _, experts, level = hf.features(_job(2, user="a", gpus=8))
     assert level == "user+gpus"
@@ -61,7 +61,7 @@ def test_most_specific_level_wins() -> None:
 
 
 def test_named_jobs_use_name_level() -> None:
-    hf = HistoryFeatures()
+    hf = HistoryFeatures(burst_gap_s=-1.0)
     hf.update(_job(1, name="bert_seed1"), math.log1p(50.0))
     x, _experts, level = hf.features(_job(2, name="bert_seed2"))
     assert level == "name"
@@ -71,7 +71,7 @@ def test_named_jobs_use_name_level() -> None:
 
 
 def test_no_user_trace_uses_size_history() -> None:
-    hf = HistoryFeatures()
+    hf = HistoryFeatures(burst_gap_s=-1.0)
     for i in range(5):
         hf.update(_job(i, user=None, gpus=4), math.log1p(7200.0))
     x, experts, level = hf.features(_job(9, user=None, gpus=4))
@@ -201,3 +201,38 @@ def test_credibility_sums_match_a_recount_after_eviction() -> None:
         b = want.get(agg, [0.0] * 6)
         for x, y in zip(a[:6], b, strict=True):
             assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def test_bursts_group_close_submits_of_one_shape() -> None:
+    hf = HistoryFeatures(burst_gap_s=600.0)
+    for i, t in enumerate([0.0, 300.0, 800.0]):  # one sweep: gaps of 300 and 500 s
+        hf.observe_submit(_job(i, user=None, gpus=2, t=t))
+    hf.observe_submit(_job(3, user=None, gpus=4, t=900.0))  # another shape
+    hf.observe_submit(_job(4, user=None, gpus=2, t=5000.0))  # same shape, after a gap
+    bursts = [
+        hf.burst(_job(i, user=None, gpus=g)) for i, g in [(0, 2), (1, 2), (2, 2), (3, 4), (4, 2)]
+    ]
+    assert bursts[0] == bursts[1] == bursts[2]
+    assert len({bursts[0], bursts[3], bursts[4]}) == 3
+    # a finished sibling informs the waiting ones: the burst level fires
+    hf.update(_job(0, user=None, gpus=2), math.log1p(50.0))
+    _, experts, level = hf.features(_job(1, user=None, gpus=2, t=300.0))
+    assert level == "burst" and math.isclose(experts["burst:med"], math.log1p(50.0))
+    _, _, level = hf.features(_job(4, user=None, gpus=2, t=5000.0))
+    assert level == "gpus"
+
+
+def test_running_siblings_raise_the_burst_expectation_and_time_limit_caps_it() -> None:
+    hf = HistoryFeatures()
+    for i in range(3):
+        hf.observe_submit(_job(i, user=None, gpus=1, t=float(i)))
+    waiting = _job(2, user=None, gpus=1, t=2.0)
+    before = hf.expected_duration(waiting, now=10.0)
+    hf.observe_start(_job(0, user=None, gpus=1, t=0.0).model_copy(update={"start_time": 5.0}))
+    assert hf.expected_duration(waiting, now=5.0) == before  # no time run yet
+    later = hf.expected_duration(waiting, now=50_000.0)
+    assert later > before + 40_000  # a sibling running for 14 hours says "long"
+    capped = waiting.model_copy(update={"time_limit_s": 7200.0})
+    assert hf.expected_duration(capped, now=50_000.0) == 7200.0
+    hf.update(_job(0, user=None, gpus=1, t=0.0), math.log1p(60.0))  # it ended after all
+    assert not hf.running and hf.expected_duration(waiting, now=50_000.0) < later

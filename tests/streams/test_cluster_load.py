@@ -58,7 +58,9 @@ def test_checkpoint_restores_cluster_state() -> None:
     for t in range(0, 3 * SLOT, 60):
         for node in NODES[:4]:
             first.on_message(NodeStatus(cluster="c", node=node, time=t, num_gpus=8))
-    assert set(checkpoints) == {"c"}
+    assert checkpoints == {}  # saved at the end of a batch, not per message
+    assert first.checkpoint_dirty() == 1 and set(checkpoints) == {"c"}
+    assert first.checkpoint_dirty() == 0
     second = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), checkpoints)
     closed = second.on_message(NodeStatus(cluster="c", node="n00", time=3 * SLOT, num_gpus=8))
     assert [o.time for o in closed] == [2 * SLOT]  # continues at the next slot, not from zero
@@ -72,9 +74,11 @@ def test_forget_rereads_the_newest_checkpoint() -> None:
     theirs = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), checkpoints)
     for t in range(0, 2 * SLOT, 60):
         mine.on_message(NodeStatus(cluster="c", node="n00", time=t, num_gpus=8))
+    mine.checkpoint_dirty()
     # a rebalance: another worker owns the cluster for a while and checkpoints further
     for t in range(2 * SLOT, 5 * SLOT, 60):
         theirs.on_message(NodeStatus(cluster="c", node="n00", time=t, num_gpus=8))
+    theirs.checkpoint_dirty()
     mine.forget()  # the partition comes back
     closed = mine.on_message(NodeStatus(cluster="c", node="n00", time=5 * SLOT, num_gpus=8))
     assert [o.time for o in closed] == [4 * SLOT]  # continues from the newest state

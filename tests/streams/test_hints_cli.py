@@ -71,3 +71,32 @@ def test_hints_shows_each_queue_in_order(
 def test_hints_without_redis_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["hints", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
     assert "cannot read Redis" in capsys.readouterr().err
+
+
+def test_hints_follow_prints_changes_from_an_id(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    store.put_hint(hint("j1", 10, "a"))
+    store.put_hint(PriorityHint(**{**hint("x", 5, "a").model_dump(), "cluster": "other"}))
+    store.put_hint(hint("j2", 20, "b"))
+    store.remove_hint("c", "a", "j1")
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    base = ["hints", "--cluster", "c", "--redis-url", redis_url, "--follow", "--after", "0-0"]
+    assert main([*base, "--json", "--count", "3"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["type"], r["job_id"]) for r in rows] == [
+        ("hint", "j1"),
+        ("hint", "j2"),  # the other cluster's change is not shown
+        ("hint_removed", "j1"),
+    ]
+    assert all(r["id"] for r in rows)
+    assert main([*base[:-1], rows[1]["id"], "--vc", "a", "--count", "1"]) == 0
+    assert "hint_removed  cluster=c vc=a job_id=j1" in capsys.readouterr().out
+    assert main([*base[:-1], "yesterday", "--count", "1"]) == 2
+    assert "not a stream id" in capsys.readouterr().err
+    assert main(["hints", "--count", "2"]) == 2

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -192,9 +193,8 @@ def test_worker_restart_keeps_model_state(
 ) -> None:  # type: ignore[no-untyped-def]
     """A restarted worker continues from its state instead of relearning from zero.
 
-    ``history`` keeps its state in changelog-backed Faust tables; ``history_mix`` in a
-    versioned checkpoint file written at shutdown. Either way the restarted worker's
-    prediction must equal that of one process that saw every event.
+    Every model keeps its state per VC in the changelog-backed ``vc-state`` table, so
+    the restarted worker's prediction must equal that of one process that saw every event.
     """
     start_worker, _env, log = worker_proc
     topics, keys = Topics(unique_prefix), RedisKeys(unique_prefix)
@@ -217,7 +217,7 @@ def test_worker_restart_keeps_model_state(
     before.append(JobEvent(phase="submitted", job_id="probe1", time=10, submit_time=10, **base))
     after = JobEvent(phase="submitted", job_id="probe2", time=20, submit_time=20, **base)
     # what one uninterrupted process predicts for both probes
-    reference = HintEngine(make_model(model_name), InMemoryStore())
+    reference = HintEngine(partial(make_model, model_name), InMemoryStore())
     expected = {}
     for ev in [*before, after]:
         h = reference.on_job_event(ev)
@@ -246,7 +246,7 @@ def test_worker_restart_keeps_model_state(
     _wait(lambda: r.exists(keys.hint(CLUSTER, "probe2")), 120, "second probe hint", log)
     hint = json.loads(r.get(keys.hint(CLUSTER, "probe2")))
     assert hint["predicted_duration_s"] == pytest.approx(expected["probe2"])
-    fresh = HintEngine(make_model(model_name), InMemoryStore()).on_job_event(after)
+    fresh = HintEngine(partial(make_model, model_name), InMemoryStore()).on_job_event(after)
     assert fresh is not None and fresh.predicted_duration_s != pytest.approx(expected["probe2"])
 
 

@@ -95,3 +95,58 @@ def test_sweep_drops_queue_entries_whose_hint_expired(store: RedisStore) -> None
     time.sleep(0.05)
     assert store.sweep_stale() == 1
     assert store.queue("default", "a") == [("long", 2.0)]
+
+
+def test_epoch_marker_tells_each_worker_that_redis_lost_its_data(
+    redis_url: str, unique_prefix: str
+) -> None:
+    keys = RedisKeys(unique_prefix)
+    a, b = (RedisStore(redis.Redis.from_url(redis_url), keys) for _ in range(2))
+    for s in (a, b):
+        s.count("x")
+        s.flush()
+    assert a.take_empty() and a.empty_reason == "redis_empty"  # a fresh Redis
+    assert not b.take_empty()  # b found a's marker
+    a.count("x")
+    a.flush()
+    assert not a.take_empty()
+    r = redis.Redis.from_url(redis_url)
+    for k in r.scan_iter(match=f"{keys.root}:*"):
+        r.delete(k)  # Redis restarted empty
+    for s in (a, b):  # a re-creates the marker first; b sees it is not the one it knew
+        s.count("x")
+        s.flush()
+        assert s.take_empty() and s.empty_reason == "redis_empty"
+    a.mark_rebuilt(3)
+    a.flush()
+    last = r.xrevrange(keys.changes, count=1)[0][1]
+    assert last == {b"type": b"rebuilt", b"hints": b"3", b"reason": b"redis_empty"}
+
+
+def test_update_hint_moves_a_waiting_job_and_announces_it(
+    store: RedisStore, redis_url: str, unique_prefix: str
+) -> None:
+    twin = InMemoryStore()
+    for s in (store, twin):
+        s.put_hint(hint("a1", 100))
+        s.put_hint(hint("a2", 50))
+        s.flush()
+        s.update_hint(hint("a1", 10))  # a sibling finished: a1 is short after all
+        s.update_hint(hint("gone", 1))  # started meanwhile: nothing to move
+        s.flush()
+        assert s.queue("default", "a") == [("a1", 10.0), ("a2", 50.0)]
+        assert s.get_hint("default", "a1") == hint("a1", 10)
+        assert s.get_hint("default", "gone") is None
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    entries = r.xrange(RedisKeys(unique_prefix).changes)
+    updated = [f for _, f in entries if f["type"] == "hint_updated"]
+    assert updated == [
+        {
+            "type": "hint_updated",
+            "cluster": "default",
+            "vc": "a",
+            "job_id": "a1",
+            "priority": "10.0",
+        }
+    ]
+    assert [c.type for c in twin.changes] == ["hint", "hint", "hint_updated"]

@@ -1,0 +1,1 @@
+"""Characterize a cluster from its job trace (``gpuhint analyze``): pure, pandas + matplotlib."""

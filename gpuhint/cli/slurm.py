@@ -1,0 +1,464 @@
+"""``gpuhint slurm``: apply priority hints and power advice to a real slurmctld."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from gpuhint.cli.common import UserError, add_config_args, settings_from
+
+log = logging.getLogger("gpuhint.slurm")
+
+DESCRIPTION = """\
+Makes Slurm act on gpuhint: `apply-priorities` turns the QSSF hints of pending jobs
+into each job's SiteFactor (smaller expected service starts first), `apply-power` turns
+the CES advice into power_down_asap / power_up of idle nodes, and `power` is a
+SuspendProgram / ResumeProgram wrapper for sites where Slurm drives power saving.
+Both appliers need Slurm operator rights (sacctmgr modify user NAME set
+AdminLevel=Operator); --dry-run prints the scontrol lines instead of running them.
+See docs/slurm.md for slurm.conf, systemd units and how to turn it off.
+"""
+
+PRIO_DESCRIPTION = """\
+Every --interval seconds, and whenever the worker's change stream says a hint was
+written, updated or removed, one pass: read the hints of all queued jobs of --cluster
+from Redis, read Slurm's pending jobs (squeue, sprio), and set SiteFactor only where
+it changes. The map from a hint's priority p (GPU-seconds) to the factor is bounded and
+monotone (docs/slurm.md):
+
+  factor(p) = round(MAX * (1 - ln(1 + p/P0) / ln(1 + PMAX/P0)))  clipped to [0, MAX]
+
+It never touches a running or held job, nor one an admin pinned with Priority=, and
+never sets Priority= itself. Updates go to one scontrol process per batch, at most
+--rate jobs per second.
+
+settings (flags override env vars):
+  --slurm-conf / GPUHINT_SLURM_CONF        slurm.conf (else SLURM_CONF, Slurm's default)
+  --interval / GPUHINT_SLURM_INTERVAL_S    seconds between full passes (30)
+  --max-factor / GPUHINT_SLURM_MAX_FACTOR  factor of the smallest job (100000)
+  GPUHINT_SLURM_P0, GPUHINT_SLURM_P_MAX    the map's bend and zero (60, 165888000 GPU-s)
+  --rate / GPUHINT_SLURM_RATE              job updates per second (2000)
+  --max-updates / GPUHINT_SLURM_MAX_UPDATES  per pass (20000)
+  --cluster / GPUHINT_CLUSTER, --redis-url / GPUHINT_REDIS_URL, GPUHINT_KEY_PREFIX
+
+examples:
+  gpuhint slurm apply-priorities --cluster prod --once --dry-run    print the scontrol lines
+  gpuhint slurm apply-priorities --cluster prod                     run as a daemon
+"""
+
+POWER_DESCRIPTION = """\
+Every --interval seconds: read the cluster's CES advisory from Redis (its active_nodes
+is the number of nodes CES wants powered on) and Slurm's nodes (sinfo), and move
+towards it: power_down_asap the idle nodes that are too many (the advisory's named
+nodes first), power_up powered-down ones when the target or the idle buffer needs
+them. Never powers down a node with a running or allocated job, keeps --min-idle idle
+nodes powered on, ignores advice older than --max-age. Slurm's refusals are counted and
+reported. Needs SuspendProgram/ResumeProgram and SuspendTime in slurm.conf (docs/slurm.md).
+
+settings: GPUHINT_SLURM_POWER_INTERVAL_S (60), GPUHINT_SLURM_MIN_IDLE (1),
+GPUHINT_SLURM_MIN_ON (1), GPUHINT_SLURM_ADVICE_MAX_AGE_S (1800),
+GPUHINT_SLURM_EXCLUDE_NODES (a host list never touched), and as apply-priorities.
+
+examples:
+  gpuhint slurm apply-power --cluster prod --once --dry-run
+  gpuhint slurm apply-power --cluster prod --min-idle 2 --exclude 'login[1-2]'
+"""
+
+POWER_PROGRAM_DESCRIPTION = """\
+SuspendProgram / ResumeProgram for slurm.conf: Slurm calls it with a host list
+(`gpuhint slurm power suspend 'gpu[03-05]'`); it runs --command once per node with
+{node} replaced (e.g. 'ipmitool -H {node}-bmc chassis power soft'), logs each to
+--log, and exits 0 when every node succeeded. Slurm runs it with all fds closed:
+stdin/stdout are redirected to /dev/null and --log.
+
+examples (slurm.conf):
+  SuspendProgram=/usr/local/sbin/gpuhint-suspend   (a two-line wrapper, deploy/slurm/)
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
+    p = sub.add_parser(
+        "slurm",
+        help="apply hints and power advice to Slurm",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s = p.add_subparsers(dest="slurm_command", metavar="ACTION", required=True)
+
+    prio = s.add_parser(
+        "apply-priorities",
+        help="set SiteFactor of pending jobs from their hints",
+        description=PRIO_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(prio)
+    prio.add_argument("--interval", type=float, metavar="S", help="seconds between passes")
+    prio.add_argument("--max-factor", type=int, metavar="N", help="SiteFactor of p = 0")
+    prio.add_argument("--rate", type=float, metavar="N", help="job updates per second")
+    prio.add_argument("--max-updates", type=int, metavar="N", help="job updates per pass")
+    prio.set_defaults(handler=run_priorities)
+
+    power = s.add_parser(
+        "apply-power",
+        help="power idle nodes down / up from the CES advice",
+        description=POWER_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(power)
+    power.add_argument("--interval", type=float, metavar="S", help="seconds between passes")
+    power.add_argument("--min-idle", type=int, metavar="N", help="idle nodes kept on (1)")
+    power.add_argument("--min-on", type=int, metavar="N", help="nodes always on (1)")
+    power.add_argument("--max-age", type=float, metavar="S", help="ignore older advice (1800)")
+    power.add_argument("--exclude", metavar="HOSTLIST", help="nodes never touched")
+    power.set_defaults(handler=run_power)
+
+    prog = s.add_parser(
+        "power",
+        help="SuspendProgram/ResumeProgram wrapper",
+        description=POWER_PROGRAM_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prog.add_argument("action", choices=["suspend", "resume"])
+    prog.add_argument("hostlist", help="Slurm host list, e.g. gpu[01-04]")
+    prog.add_argument("--command", required=True, help="per-node command, {node} replaced")
+    prog.add_argument("--log", metavar="FILE", help="append what was run and its result")
+    prog.add_argument("--timeout", type=float, default=300.0, help="per-node seconds (300)")
+    prog.set_defaults(handler=run_power_program)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", help="gpuhint cluster name (else GPUHINT_CLUSTER)")
+    p.add_argument("--redis-url", metavar="URL", help="Redis URL (else GPUHINT_REDIS_URL)")
+    p.add_argument("--slurm-conf", metavar="FILE", help="slurm.conf (else SLURM_CONF)")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument("--dry-run", action="store_true", help="print the scontrol lines, run none")
+    p.add_argument("--json", action="store_true", help="one JSON object per pass on stdout")
+    p.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
+    )
+    add_config_args(p)
+
+
+def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
+    from gpuhint.slurm.settings import SlurmSettingsError, load_slurm_settings
+
+    settings = settings_from(
+        args,
+        cluster=args.cluster,
+        redis_url=args.redis_url,
+        metrics_port=getattr(args, "metrics_port", None),
+    )
+    try:
+        ss = load_slurm_settings(conf=args.slurm_conf, **slurm)
+    except SlurmSettingsError as exc:
+        raise UserError(str(exc)) from None
+    if ss.conf is not None:
+        from pathlib import Path
+
+        if not Path(ss.conf).is_file():
+            raise UserError(f"--slurm-conf {ss.conf}: no such file")
+    return settings, ss
+
+
+def _client(settings: Any) -> Any:
+    from gpuhint.client import HintClient
+
+    try:
+        return HintClient.from_url(
+            settings.redis_url.get_secret_value(), key_prefix=settings.key_prefix
+        )
+    except ValueError as exc:
+        raise UserError(f"bad Redis URL: {exc}") from None
+
+
+def _metrics(settings: Any) -> Any:
+    from gpuhint.metrics.applier import start_applier_metrics
+
+    try:
+        return start_applier_metrics("slurm", settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}"
+        ) from None
+
+
+def _check_slurm(cli: Any) -> None:
+    from gpuhint.slurm.commands import SlurmCommandError
+
+    try:
+        cli.run(["scontrol", "ping"])
+    except SlurmCommandError as exc:
+        raise UserError(f"Slurm does not answer: {exc}") from None
+
+
+def _stopper() -> tuple[threading.Event, Callable[[], None]]:
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping after this pass", signal.Signals(signum).name)
+        stop.set()
+
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    return stop, restore
+
+
+class _ClientHints:
+    """:class:`~gpuhint.slurm.priority.HintPort` on :class:`gpuhint.client.HintClient`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def priorities(self, cluster: str) -> dict[str, float]:
+        return {h.job_id: h.priority for h in self.client.pending_hints(cluster)}
+
+
+HINT_CHANGES = {"hint", "hint_updated", "hint_removed", "rebuilt"}
+
+
+def run_priorities(args: argparse.Namespace) -> int:
+    import redis
+
+    from gpuhint.slurm.commands import SlurmCli, SlurmCommandError, SlurmQueue
+    from gpuhint.slurm.priority import FactorMap, PriorityApplier
+
+    settings, ss = _settings(
+        args,
+        interval_s=args.interval,
+        max_factor=args.max_factor,
+        rate=args.rate,
+        max_updates=args.max_updates,
+    )
+    try:
+        fmap = FactorMap(ss.max_factor, ss.p0, ss.p_max)
+    except ValueError as exc:
+        raise UserError(f"factor map: {exc}") from None
+    cli = SlurmCli(ss.conf)
+    _check_slurm(cli)
+    client = _client(settings)
+    applier = PriorityApplier(
+        SlurmQueue(cli),
+        _ClientHints(client),
+        settings.cluster,
+        fmap,
+        dry_run=args.dry_run,
+        max_updates=ss.max_updates,
+        rate=ss.rate,
+    )
+    metrics = _metrics(settings)
+    stop, restore = _stopper()
+    failures = 0
+    try:
+        last_id = "0-0"
+        next_pass = 0.0
+        pending_change = True
+        while not stop.is_set():
+            now = time.monotonic()
+            if pending_change or now >= next_pass:
+                try:
+                    if last_id == "0-0":
+                        last_id = client.last_change_id()
+                    result = applier.run_pass()
+                except (redis.RedisError, SlurmCommandError) as exc:
+                    metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
+                    failures += 1
+                    if args.once:
+                        raise UserError(f"pass failed: {_one_line(exc)}") from None
+                    log.warning("pass failed (%d): %s; retrying", failures, _one_line(exc))
+                    stop.wait(min(30.0, 2.0**failures))
+                    continue
+                failures = 0
+                metrics.observe_slurm_priorities(result, args.dry_run)
+                _report_priorities(result, args)
+                pending_change = False
+                next_pass = time.monotonic() + ss.interval_s
+                if args.once:
+                    break
+            last_id, pending_change = _wait_for_hint_change(
+                client, settings.cluster, stop, next_pass, last_id
+            )
+            if pending_change:
+                stop.wait(0.2)  # let a burst of hints land first
+    finally:
+        restore()
+        client.close()
+    return 0
+
+
+def _wait_for_hint_change(
+    client: Any, cluster: str, stop: threading.Event, until: float, after: str
+) -> tuple[str, bool]:
+    """Follow the change stream until a hint change of ``cluster`` or ``until``.
+
+    Returns the last change id read and whether a hint changed.
+    """
+    import redis
+
+    last = after
+    while not stop.is_set() and time.monotonic() < until:
+        try:
+            got = False
+            for ch in client.changes(after=last, block_ms=1000):
+                last = ch.id
+                if ch.type in HINT_CHANGES and ch.fields.get("cluster") in (None, cluster):
+                    got = True
+                    break
+                if stop.is_set() or time.monotonic() >= until:
+                    break
+            if got:
+                return last, True
+        except redis.RedisError as exc:
+            log.warning("change stream: %s", _one_line(exc))
+            stop.wait(2.0)
+            return last, False
+    return last, False
+
+
+def _report_priorities(result: Any, args: argparse.Namespace) -> None:
+    if args.json:
+        doc = result.as_dict()
+        if args.dry_run:
+            doc["lines"] = [f"scontrol {ln}" for ln in result.lines]
+        print(json.dumps(doc, sort_keys=True), flush=True)
+    elif args.dry_run:
+        for ln in result.lines:
+            print(f"scontrol {ln}", flush=True)
+    for err in result.errors[:5]:
+        log.warning("Slurm refused: %s", err)
+    log.info(
+        "pass: %d pending with a hint, %d %s, %d unchanged, %d pinned, %d held, %d refused, %.2f s",
+        result.pending_hinted,
+        result.updated,
+        "would change" if args.dry_run else "updated",
+        result.unchanged,
+        result.skipped_pinned,
+        result.skipped_held,
+        result.refused,
+        result.seconds,
+    )
+
+
+def run_power(args: argparse.Namespace) -> int:
+    import redis
+
+    from agents.scheduler import expand_hostlist
+    from gpuhint.slurm.commands import SlurmCli, SlurmCommandError, SlurmNodes
+    from gpuhint.slurm.power import PowerApplier
+
+    settings, ss = _settings(
+        args,
+        power_interval_s=args.interval,
+        min_idle=args.min_idle,
+        min_on=args.min_on,
+        advice_max_age_s=args.max_age,
+        exclude_nodes=args.exclude,
+    )
+    cli = SlurmCli(ss.conf)
+    _check_slurm(cli)
+    client = _client(settings)
+    applier = PowerApplier(
+        SlurmNodes(cli),
+        client,
+        settings.cluster,
+        min_idle=ss.min_idle,
+        min_on=ss.min_on,
+        max_age_s=ss.advice_max_age_s,
+        exclude=expand_hostlist(ss.exclude_nodes),
+        dry_run=args.dry_run,
+    )
+    metrics = _metrics(settings)
+    stop, restore = _stopper()
+    failures = 0
+    try:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                result = applier.run_pass(time.time())
+            except (redis.RedisError, SlurmCommandError) as exc:
+                metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
+                failures += 1
+                if args.once:
+                    raise UserError(f"pass failed: {_one_line(exc)}") from None
+                log.warning("pass failed (%d): %s; retrying", failures, _one_line(exc))
+                stop.wait(min(60.0, 2.0**failures))
+                continue
+            failures = 0
+            metrics.observe_slurm_power(result, time.monotonic() - t0, args.dry_run)
+            if args.json:
+                doc = result.as_dict()
+                if args.dry_run:
+                    doc["lines"] = [f"scontrol {ln}" for ln in result.lines]
+                print(json.dumps(doc, sort_keys=True), flush=True)
+            elif args.dry_run:
+                for ln in result.lines:
+                    print(f"scontrol {ln}", flush=True)
+            for err in result.errors[:5]:
+                log.warning("Slurm refused: %s", err)
+            log.info(
+                "power pass: %d on (%d busy), target %d, down %s, up %s, %d refused (total %d)",
+                result.on,
+                result.busy,
+                result.target_on,
+                ",".join(result.powered_down) or "-",
+                ",".join(result.powered_up) or "-",
+                result.refused,
+                applier.total_refused,
+            )
+            if args.once:
+                break
+            stop.wait(ss.power_interval_s)
+    finally:
+        restore()
+        client.close()
+    return 0
+
+
+def run_power_program(args: argparse.Namespace) -> int:
+    import os
+    import shlex
+    import subprocess
+
+    from agents.scheduler import expand_hostlist
+
+    nodes = expand_hostlist(args.hostlist)
+    if not nodes:
+        raise UserError(f"empty host list {args.hostlist!r}")
+    if "{node}" not in args.command:
+        raise UserError("--command must contain {node}")
+    out = open(args.log, "a") if args.log else open(os.devnull, "w")  # noqa: SIM115
+    failed = 0
+    with out:
+        for node in nodes:
+            argv = shlex.split(args.command.replace("{node}", node))
+            t0 = time.time()
+            try:
+                proc = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    text=True,
+                    timeout=args.timeout,
+                )
+                rc, msg = proc.returncode, (proc.stderr or proc.stdout).strip()[-300:]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                rc, msg = -1, str(exc)
+            failed += rc != 0
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0))
+            print(f"{stamp} {args.action} {node}: rc={rc} {msg}".rstrip(), file=out, flush=True)
+    return 1 if failed else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

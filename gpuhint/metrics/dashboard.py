@@ -1,0 +1,495 @@
+"""The Grafana dashboard, defined once: its JSON and the same panels drawn from a scrape.
+
+Each panel's queries are small recipes that print as PromQL (for Grafana) and evaluate
+on a recorded series of scrapes (for the picture in docs/metrics.md), so the two cannot
+drift apart.
+
+    python -m gpuhint.metrics.dashboard json  > deploy/grafana/gpuhint-dashboard.json
+    python -m gpuhint.metrics.dashboard render SERIES.jsonl.gz docs/img/dashboard.png
+
+(the series comes from ``python -m gpuhint.metrics.record``).
+
+>>> Rate("gpuhint_job_events_total", by=("phase",)).promql()
+'sum by (phase) (rate(gpuhint_job_events_total[$__rate_interval]))'
+>>> s = [Scrape(0.0, {("x_total", ()): 0.0}), Scrape(10.0, {("x_total", ()): 50.0})]
+>>> Rate("x_total").evaluate(s)
+{(): [(10.0, 5.0)]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Labels = tuple[tuple[str, str], ...]
+SeriesOut = dict[Labels, list[tuple[float, float]]]
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape: its time and every sample, keyed (name, sorted labels)."""
+
+    t: float
+    samples: dict[tuple[str, Labels], float]
+
+
+def _match(labels: Labels, where: dict[str, str]) -> bool:
+    d = dict(labels)
+    return all(d.get(k) == v for k, v in where.items())
+
+
+def _group(labels: Labels, by: Sequence[str]) -> Labels:
+    d = dict(labels)
+    return tuple((k, d.get(k, "")) for k in by)
+
+
+def _selector(metric: str, where: dict[str, str]) -> str:
+    if not where:
+        return metric
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(where.items())) + "}"
+
+
+def _by(by: Sequence[str]) -> str:
+    return f" by ({', '.join(by)})" if by else ""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``sum by (...) (rate(counter[w]))``: per-second increase of a counter."""
+
+    metric: str
+    by: tuple[str, ...] = ()
+    where: dict[str, str] = field(default_factory=dict)
+    legend: str = ""
+    scale: float = 1.0
+
+    def promql(self) -> str:
+        q = f"sum{_by(self.by)} (rate({_selector(self.metric, self.where)}[$__rate_interval]))"
+        return q if self.scale == 1.0 else f"{q} * {self.scale:g}"
+
+    def evaluate(self, scrapes: Sequence[Scrape], window_s: float = 0.0) -> SeriesOut:
+        """Per-second increase over the last ``window_s`` (0: between adjacent scrapes)."""
+        steps: list[tuple[float, float, dict[Labels, float]]] = []  # (t_prev, t, increases)
+        for prev, cur in itertools.pairwise(scrapes):
+            if cur.t <= prev.t:
+                continue
+            incs: dict[Labels, float] = {}
+            for (name, labels), v in cur.samples.items():
+                if name != self.metric or not _match(labels, self.where):
+                    continue
+                before = prev.samples.get((name, labels), 0.0)
+                g = _group(labels, self.by)
+                incs[g] = incs.get(g, 0.0) + (v - before if v >= before else v)  # v<: a reset
+            steps.append((prev.t, cur.t, incs))
+        out: SeriesOut = {}
+        for i, (_, t, _) in enumerate(steps):
+            j = i
+            while j > 0 and t - steps[j - 1][0] <= window_s:
+                j -= 1
+            span = t - steps[j][0]
+            sums: dict[Labels, float] = {}
+            for _, _, incs in steps[j : i + 1]:
+                for g, inc in incs.items():
+                    sums[g] = sums.get(g, 0.0) + inc
+            for g, v in sums.items():
+                out.setdefault(g, []).append((t, v / span * self.scale))
+        return out
+
+
+@dataclass(frozen=True)
+class Level:
+    """``agg by (...) (metric)``: a gauge, or a counter's running total."""
+
+    metric: str
+    by: tuple[str, ...] = ()
+    where: dict[str, str] = field(default_factory=dict)
+    agg: str = "sum"
+    legend: str = ""
+
+    def promql(self) -> str:
+        return f"{self.agg}{_by(self.by)} ({_selector(self.metric, self.where)})"
+
+    def evaluate(self, scrapes: Sequence[Scrape]) -> SeriesOut:
+        out: SeriesOut = {}
+        for sc in scrapes:
+            groups: dict[Labels, list[float]] = {}
+            for (name, labels), v in sc.samples.items():
+                if name == self.metric and _match(labels, self.where):
+                    groups.setdefault(_group(labels, self.by), []).append(v)
+            for g, vs in groups.items():
+                v = {"sum": sum(vs), "max": max(vs), "avg": sum(vs) / len(vs)}[self.agg]
+                out.setdefault(g, []).append((sc.t, v))
+        return out
+
+
+@dataclass(frozen=True)
+class RatioOfRates:
+    """``sum(rate(num[w])) / sum(rate(den[w]))``: e.g. a summary's recent mean."""
+
+    num: str
+    den: str
+    legend: str = ""
+
+    def promql(self) -> str:
+        return f"sum(rate({self.num}[$__rate_interval])) / sum(rate({self.den}[$__rate_interval]))"
+
+    def evaluate(self, scrapes: Sequence[Scrape], window: int = 5) -> SeriesOut:
+        pts: list[tuple[float, float]] = []
+        for i in range(window, len(scrapes)):
+            a, b = scrapes[i - window], scrapes[i]
+            dn = _sum(b, self.num) - _sum(a, self.num)
+            dd = _sum(b, self.den) - _sum(a, self.den)
+            if dd > 0:
+                pts.append((b.t, dn / dd))
+        return {(): pts} if pts else {}
+
+
+def _sum(sc: Scrape, metric: str) -> float:
+    return sum(v for (n, _), v in sc.samples.items() if n == metric)
+
+
+Query = Rate | Level | RatioOfRates
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    unit: str
+    queries: tuple[Query, ...]
+    description: str = ""
+    stack: bool = False
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel(
+        "Job events in (per s)",
+        "ops",
+        (Rate("gpuhint_job_events_total", by=("phase",), legend="{{phase}}"),),
+        "Job events the hint engine applied, by phase: the worker's throughput.",
+    ),
+    Panel(
+        "Kafka messages in (per s)",
+        "ops",
+        (Rate("gpuhint_kafka_messages_in_total", by=("topic",), legend="{{topic}}"),),
+        "Every message the worker read, by topic (job events, node status, telemetry).",
+    ),
+    Panel(
+        "Consumer lag (messages)",
+        "short",
+        (
+            Level(
+                "gpuhint_kafka_consumer_lag",
+                by=("topic", "partition"),
+                agg="max",
+                legend="{{topic}}[{{partition}}]",
+            ),
+        ),
+        "High watermark minus committed offset, per partition.",
+    ),
+    Panel(
+        "Prediction error: mean |log(predicted/actual)|",
+        "short",
+        (
+            RatioOfRates(
+                "gpuhint_prediction_abs_log_error_sum",
+                "gpuhint_prediction_abs_log_error_count",
+                legend="mean |log error|",
+            ),
+        ),
+        "Hint quality over time: 0.69 means off by a factor of 2 on average.",
+    ),
+    Panel(
+        "Queue length per VC",
+        "short",
+        (
+            Level(
+                "gpuhint_queue_length", by=("cluster", "vc"), agg="max", legend="{{cluster}}/{{vc}}"
+            ),
+        ),
+        "Jobs waiting with a hint in each VC's queue (read from Redis).",
+        stack=True,
+    ),
+    Panel(
+        "Hints written / removed (per s)",
+        "ops",
+        (
+            Rate("gpuhint_hints_written_total", legend="written"),
+            Rate("gpuhint_hints_updated_total", legend="updated"),
+            Rate("gpuhint_hints_removed_total", legend="removed"),
+        ),
+    ),
+    Panel(
+        "Nodes by power state",
+        "short",
+        (
+            Level(
+                "gpuhint_cluster_nodes",
+                by=("cluster", "state"),
+                agg="max",
+                legend="{{cluster}} {{state}}",
+            ),
+        ),
+        "From each cluster's latest load: total, powered on, used, off.",
+    ),
+    Panel(
+        "Power advisories (per min)",
+        "short",
+        (
+            Rate(
+                "gpuhint_advisories_total",
+                by=("action",),
+                where={"scope": "cluster"},
+                legend="{{action}}",
+                scale=60,
+            ),
+        ),
+        "Cluster-level advisories written, by action.",
+        stack=True,
+    ),
+    Panel(
+        "Energy saved (kWh, estimated)",
+        "kwatth",
+        (Level("gpuhint_ces_energy_saved_kwh_total", by=("cluster",), legend="{{cluster}}"),),
+        "Nodes off x GPUHINT_CES_WATTS_PER_NODE x slot, summed.",
+    ),
+    Panel(
+        "Dead letters (per min)",
+        "short",
+        (Rate("gpuhint_dead_letters_total", by=("reason",), legend="{{reason}}", scale=60),),
+        stack=True,
+    ),
+    Panel(
+        "Redis and Kafka errors (per min)",
+        "short",
+        (
+            Rate("gpuhint_redis_errors_total", legend="redis", scale=60),
+            Rate("gpuhint_kafka_errors_total", by=("op",), legend="kafka {{op}}", scale=60),
+            Rate("gpuhint_agent_kafka_errors_total", legend="agent kafka", scale=60),
+        ),
+    ),
+    Panel(
+        "GPU utilization (DCGM)",
+        "percent",
+        (Level("DCGM_FI_DEV_GPU_UTIL", by=("Hostname",), agg="avg", legend="{{Hostname}}"),),
+        "Mean over each host's GPUs, from the node agents (dcgm-exporter names).",
+    ),
+    Panel(
+        "GPU power (DCGM, W)",
+        "watt",
+        (Level("DCGM_FI_DEV_POWER_USAGE", by=("Hostname",), legend="{{Hostname}}"),),
+        stack=True,
+    ),
+    Panel(
+        "Applier actions and refusals (per min)",
+        "short",
+        (
+            Rate(
+                "gpuhint_applier_actions_total",
+                by=("applier", "action"),
+                legend="{{applier}} {{action}}",
+                scale=60,
+            ),
+            Rate(
+                "gpuhint_applier_refusals_total",
+                by=("applier", "reason"),
+                legend="{{applier}} refused: {{reason}}",
+                scale=60,
+            ),
+        ),
+    ),
+)
+
+
+def dashboard_json(panels: Sequence[Panel] = PANELS) -> dict[str, Any]:
+    """A Grafana dashboard (schema 39) over a ``DS_PROMETHEUS`` data source variable."""
+    ds = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+    out_panels = []
+    for i, p in enumerate(panels):
+        targets = [
+            {
+                "datasource": ds,
+                "expr": q.promql(),
+                "legendFormat": q.legend or "__auto",
+                "refId": chr(ord("A") + j),
+            }
+            for j, q in enumerate(p.queries)
+        ]
+        out_panels.append(
+            {
+                "id": i + 1,
+                "type": "timeseries",
+                "title": p.title,
+                "description": p.description,
+                "datasource": ds,
+                "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+                "fieldConfig": {
+                    "defaults": {
+                        "unit": p.unit,
+                        "custom": {
+                            "fillOpacity": 20 if p.stack else 5,
+                            "stacking": {"mode": "normal" if p.stack else "none"},
+                        },
+                    },
+                    "overrides": [],
+                },
+                "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+                "targets": targets,
+            }
+        )
+    return {
+        "__inputs": [
+            {
+                "name": "DS_PROMETHEUS",
+                "label": "Prometheus",
+                "type": "datasource",
+                "pluginId": "prometheus",
+            }
+        ],
+        "title": "gpuhint",
+        "uid": "gpuhint-overview",
+        "description": "gpuhint worker, node agents and appliers (docs/metrics.md)",
+        "tags": ["gpuhint", "gpu", "kafka"],
+        "timezone": "utc",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "templating": {
+            "list": [
+                {
+                    "name": "DS_PROMETHEUS",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "label": "Prometheus",
+                }
+            ]
+        },
+        "panels": out_panels,
+    }
+
+
+def read_series(path: Path) -> list[Scrape]:
+    """Read a recorded series (JSON lines, optionally gzipped) into merged scrapes.
+
+    Each line is ``{"t": seconds, "source": name, "samples": [[name, {labels}, value]]}``;
+    lines of different sources within one round (same ``round``) are merged.
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    rounds: dict[int, Scrape] = {}
+    with opener(path, "rt") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            r = int(rec["round"])
+            sc = rounds.setdefault(r, Scrape(float(rec["t"]), {}))
+            for name, labels, v in rec["samples"]:
+                sc.samples[(name, tuple(sorted(labels.items())))] = float(v)
+    return [rounds[r] for r in sorted(rounds)]
+
+
+def _legend(q: Query, labels: Labels) -> str:
+    text = q.legend or ""
+    for k, v in labels:
+        text = text.replace("{{" + k + "}}", v)
+    return text or ", ".join(v for _, v in labels) or "value"
+
+
+def render(
+    scrapes: Sequence[Scrape],
+    out: Path,
+    panels: Sequence[Panel] = PANELS,
+    rate_window_s: float = 20.0,
+) -> None:
+    """Draw every panel from the scrapes, in the dashboard's 2-column layout.
+
+    Rates are taken over ``rate_window_s``, as Grafana's ``$__rate_interval`` would.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(15, 2.9 * rows), squeeze=False)
+    fig.patch.set_facecolor("#181b1f")
+    t0 = scrapes[0].t if scrapes else 0.0
+    for ax, p in zip(axes.flat, panels, strict=False):
+        ax.set_facecolor("#111217")
+        ax.set_title(p.title, color="#ccccdc", fontsize=10, loc="left")
+        ax.tick_params(colors="#8e8e9e", labelsize=7)
+        ax.grid(color="#2c3235", linewidth=0.5)
+        for spine in ax.spines.values():
+            spine.set_color("#2c3235")
+        lines: list[tuple[str, list[float], list[float]]] = []
+        for q in p.queries:
+            series = (
+                q.evaluate(scrapes, window_s=rate_window_s)
+                if isinstance(q, Rate)
+                else (q.evaluate(scrapes))
+            )
+            for labels, pts in sorted(series.items()):
+                if pts:
+                    lines.append(
+                        (_legend(q, labels), [t - t0 for t, _ in pts], [v for _, v in pts])
+                    )
+        if not lines:
+            ax.text(0.5, 0.5, "no data", color="#8e8e9e", ha="center", transform=ax.transAxes)
+        elif p.stack and len(lines) > 1 and len({tuple(x) for _, x, _ in lines}) == 1:
+            ax.stackplot(lines[0][1], *[y for _, _, y in lines], labels=[n for n, _, _ in lines])
+        else:
+            for name, x, y in lines:
+                ax.plot(x, y, linewidth=1.2, label=name)
+        if lines:
+            ax.legend(fontsize=6, loc="upper left", ncol=2, framealpha=0.3)
+        ax.set_xlabel("seconds", color="#8e8e9e", fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.suptitle(
+        "gpuhint dashboard (deploy/grafana), panels drawn from a real scrape series",
+        color="#ccccdc",
+        fontsize=12,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80, facecolor=fig.get_facecolor())
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m gpuhint.metrics.dashboard",
+        description="Write the Grafana dashboard JSON, or draw its panels from a scrape series.",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("json", help="print the dashboard JSON")
+    r = sub.add_parser("render", help="draw the panels from a recorded series (PNG)")
+    r.add_argument("series", type=Path, help="JSON lines from python -m gpuhint.metrics.record")
+    r.add_argument("out", type=Path, help="PNG to write")
+    args = ap.parse_args(argv)
+    if args.cmd == "json":
+        json.dump(dashboard_json(), sys.stdout, indent=2)
+        print()
+        return 0
+    try:
+        scrapes = read_series(args.series)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"{args.series}: cannot read the series: {exc}", file=sys.stderr)
+        return 2
+    if len(scrapes) < 2:
+        print(f"{args.series}: needs at least 2 scrapes, has {len(scrapes)}", file=sys.stderr)
+        return 2
+    render(scrapes, args.out)
+    print(f"wrote {args.out} ({len(scrapes)} scrapes over {scrapes[-1].t - scrapes[0].t:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""Gauges of what Redis holds now: queue lengths, cluster nodes, the latest power advice.
+
+Every worker (and ``gpuhint metrics`` readers) sees the same Redis, so these are the
+same from any of them: aggregate with ``max`` in PromQL. Read at scrape time, at most
+once per ``cache_s``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuhint.client import HintClient
+from gpuhint.contract import ClusterLoad, PowerAdvisory
+
+
+class RedisStateCollector(Collector):
+    """Scans ``{p}:v1:queue:*`` (ZCARD) and reads each cluster's load and advice."""
+
+    def __init__(self, client: HintClient, cache_s: float = 5.0) -> None:
+        self.client = client
+        self.cache_s = cache_s
+        self._lock = threading.Lock()
+        self._at = -1e18
+        self._metrics: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if time.monotonic() - self._at >= self.cache_s:
+                self._metrics = self._read()
+                self._at = time.monotonic()
+            yield from self._metrics
+
+    def _read(self) -> list[Metric]:
+        c = self.client
+        up = GaugeMetricFamily(
+            "gpuhint_redis_up", "1 when the last scrape could read Redis, else 0."
+        )
+        queue = GaugeMetricFamily(
+            "gpuhint_queue_length",
+            "Jobs waiting with a hint, per VC queue.",
+            labels=["cluster", "vc"],
+        )
+        nodes = GaugeMetricFamily(
+            "gpuhint_cluster_nodes",
+            "Nodes of a cluster by state (total, powered_on, used, off) from its latest load.",
+            labels=["cluster", "state"],
+        )
+        busy = GaugeMetricFamily(
+            "gpuhint_cluster_gpus", "GPUs of a cluster (total, busy).", labels=["cluster", "state"]
+        )
+        advice = GaugeMetricFamily(
+            "gpuhint_power_advice_nodes",
+            "Nodes named by the latest cluster power advice, by action.",
+            labels=["cluster", "action"],
+        )
+        forecast = GaugeMetricFamily(
+            "gpuhint_power_forecast_nodes",
+            "The CES forecast of nodes needed (point and upper band) in the latest advice.",
+            labels=["cluster", "bound"],
+        )
+        saving = GaugeMetricFamily(
+            "gpuhint_power_advice_energy_saved_kwh",
+            "Energy the latest advice expects to save over its horizon (estimate).",
+            labels=["cluster"],
+        )
+        try:
+            root = c.keys.root
+            qprefix = f"{root}:queue:"
+            qkeys = sorted(_s(k) for k in c.r.scan_iter(match=qprefix + "*", count=500))
+            pipe = c.r.pipeline(transaction=False)
+            for k in qkeys:
+                pipe.zcard(k)
+            sizes: list[Any] = pipe.execute() if qkeys else []
+            for key, n in zip(qkeys, sizes, strict=True):
+                cluster, _, vc = key[len(qprefix) :].partition(":")
+                queue.add_metric([cluster, vc], float(n))
+            lprefix = f"{root}:load:"
+            for key in sorted(_s(k) for k in c.r.scan_iter(match=lprefix + "*", count=500)):
+                cluster = key[len(lprefix) :]
+                load: ClusterLoad | None = c.load(cluster)
+                if load is not None:
+                    for state, v in (
+                        ("total", load.total_nodes),
+                        ("powered_on", load.active_nodes),
+                        ("used", load.used_nodes),
+                        ("off", max(0, load.total_nodes - load.active_nodes)),
+                    ):
+                        nodes.add_metric([cluster, state], float(v))
+                    busy.add_metric([cluster, "total"], float(load.total_gpus))
+                    busy.add_metric([cluster, "busy"], float(load.busy_gpus))
+                adv: PowerAdvisory | None = c.cluster_advice(cluster)
+                if adv is not None:
+                    advice.add_metric([cluster, adv.action.value], float(adv.count))
+                    if adv.forecast_nodes is not None:
+                        forecast.add_metric([cluster, "point"], adv.forecast_nodes)
+                    if adv.forecast_upper_nodes is not None:
+                        forecast.add_metric([cluster, "upper"], adv.forecast_upper_nodes)
+                    if adv.est_energy_saved_kwh is not None:
+                        saving.add_metric([cluster], adv.est_energy_saved_kwh)
+            up.add_metric([], 1.0)
+        except Exception:  # Redis down or a value of another schema: report, do not fail
+            up.add_metric([], 0.0)
+            return [up]
+        return [up, queue, nodes, busy, advice, forecast, saving]
+
+
+def _s(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -1,0 +1,232 @@
+"""CES power advice -> ``scontrol update nodename=... state=power_down_asap|power_up``.
+
+Pure logic (the Slurm and Redis edges are ports, as in :mod:`gpuhint.slurm.priority`).
+The cluster advisory's ``active_nodes`` is the number of nodes CES wants powered on;
+the applier moves Slurm towards it, one pass at a time, within these rules:
+
+* powered on stay at least ``busy + min_idle`` nodes (a buffer of idle nodes for new
+  jobs), and at least ``min_on``;
+* only an **idle** node (no running or allocated job, not already powering) is powered
+  down, with ``power_down_asap`` (Slurm drains it first: it never kills a job); the
+  nodes the advisory names go first, then the highest-numbered idle ones;
+* powered-down nodes (``idle~``) come back with ``power_up`` when the target, or the
+  idle buffer, needs them; Slurm itself also resumes them when a pending job needs one;
+* an advisory older than ``max_age_s`` is ignored (then only the buffer rule acts);
+* nodes in ``exclude`` are never touched.
+
+>>> nodes = [Node("n1", "allocated"), Node("n2", "idle"), Node("n3", "idle"), Node("n4", "idle")]
+>>> plan_power(nodes, target_on=2, min_idle=1).lines
+['update nodename=n4,n3 state=power_down_asap']
+>>> plan_power([Node("n1", "allocated"), Node("n2", "idle~")], target_on=1, min_idle=1).lines
+['update nodename=n2 state=power_up']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpuhint.contract import PowerAdvisory
+
+_FLAGS = "~#%!*$@^-+"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as sinfo shows it (long state name plus Slurm's suffix flags)."""
+
+    name: str
+    state: str  # "idle", "idle~", "allocated", "mixed", "down*", "idle!", "idle#", ...
+
+    @property
+    def base(self) -> str:
+        return self.state.rstrip(_FLAGS).lower()
+
+    @property
+    def off(self) -> bool:
+        """Powered down (``~``) or powering down (``%``, ``!`` pending)."""
+        return self.state[-1:] in ("~", "%", "!")
+
+    @property
+    def powering_up(self) -> bool:
+        return self.state.endswith("#")
+
+    @property
+    def busy(self) -> bool:
+        return self.base in ("allocated", "mixed", "completing")
+
+    @property
+    def usable(self) -> bool:
+        """Up and schedulable: not down, drained, failing or not responding."""
+        return self.base in ("idle", "allocated", "mixed", "completing") and "*" not in self.state
+
+    @property
+    def idle_on(self) -> bool:
+        return self.base == "idle" and not self.off and not self.powering_up and self.usable
+
+
+@dataclass
+class PowerPlan:
+    down: list[str] = field(default_factory=list)
+    up: list[str] = field(default_factory=list)
+    on: int = 0
+    busy: int = 0
+    target_on: int = 0
+    held_back: int = 0  # downs the advice wanted but the buffer or busy nodes forbade
+
+    @property
+    def lines(self) -> list[str]:
+        out = []
+        if self.down:
+            out.append(f"update nodename={','.join(self.down)} state=power_down_asap")
+        if self.up:
+            out.append(f"update nodename={','.join(self.up)} state=power_up")
+        return out
+
+
+def _natural(name: str) -> list[object]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def plan_power(
+    nodes: Iterable[Node],
+    *,
+    target_on: int | None,
+    min_idle: int = 1,
+    min_on: int = 1,
+    prefer_down: Sequence[str] = (),
+    prefer_up: Sequence[str] = (),
+    exclude: Iterable[str] = (),
+) -> PowerPlan:
+    """Which nodes to power down or up now, towards ``target_on`` powered-on nodes.
+
+    ``target_on`` None: no (fresh) advice; only keep the idle buffer.
+    """
+    skip = set(exclude)
+    ns = [n for n in nodes if n.name not in skip]
+    on = [n for n in ns if not n.off and n.usable]
+    busy = [n for n in on if n.busy]
+    idle = [n for n in on if n.idle_on]
+    off = [n for n in ns if n.state.endswith("~")]
+    floor = max(len(busy) + min_idle, min_on)
+    want = floor if target_on is None else max(target_on, floor)
+    plan = PowerPlan(on=len(on), busy=len(busy), target_on=want)
+    if len(on) > want and target_on is not None:
+        first = [n for n in idle if n.name in set(prefer_down)]
+        rest = sorted(
+            (n for n in idle if n.name not in set(prefer_down)),
+            key=lambda n: _natural(n.name),
+            reverse=True,
+        )
+        k = min(len(on) - want, len(idle))
+        plan.down = [n.name for n in (first + rest)[:k]]
+    elif len(on) < want:
+        first = [n for n in off if n.name in set(prefer_up)]
+        rest = sorted(
+            (n for n in off if n.name not in set(prefer_up)), key=lambda n: _natural(n.name)
+        )
+        plan.up = [n.name for n in (first + rest)[: want - len(on)]]
+    if target_on is not None:
+        plan.held_back = max(0, len(on) - target_on - len(plan.down))
+    return plan
+
+
+def target_from(advice: PowerAdvisory | None, now: float, max_age_s: float) -> int | None:
+    """The powered-on node count an advisory asks for, or None (no advice, or too old)."""
+    if advice is None or now - advice.time > max_age_s or advice.active_nodes is None:
+        return None
+    return advice.active_nodes
+
+
+class NodePort(Protocol):
+    def nodes(self) -> list[Node]: ...
+    def apply(self, lines: Sequence[str]) -> list[str]: ...
+
+
+class AdvicePort(Protocol):
+    def cluster_advice(self, cluster: str) -> PowerAdvisory | None: ...
+
+
+@dataclass
+class PowerResult:
+    """What one pass did (``--json``; stable keys)."""
+
+    target_on: int
+    on: int
+    busy: int
+    powered_down: list[str]
+    powered_up: list[str]
+    refused: int
+    advice_age_s: float | None
+    held_back: int = 0
+    lines: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "target_on": self.target_on,
+            "on": self.on,
+            "busy": self.busy,
+            "powered_down": self.powered_down,
+            "powered_up": self.powered_up,
+            "refused": self.refused,
+            "held_back": self.held_back,
+            "advice_age_s": None if self.advice_age_s is None else round(self.advice_age_s, 1),
+            "errors": self.errors[:20],
+        }
+
+
+class PowerApplier:
+    """One pass: read the advice and Slurm's nodes, plan, apply (or print: dry run)."""
+
+    def __init__(
+        self,
+        slurm: NodePort,
+        advice: AdvicePort,
+        cluster: str,
+        *,
+        min_idle: int = 1,
+        min_on: int = 1,
+        max_age_s: float = 1800.0,
+        exclude: Sequence[str] = (),
+        dry_run: bool = False,
+    ) -> None:
+        self.slurm = slurm
+        self.advice = advice
+        self.cluster = cluster
+        self.min_idle = min_idle
+        self.min_on = min_on
+        self.max_age_s = max_age_s
+        self.exclude = tuple(exclude)
+        self.dry_run = dry_run
+        self.total_refused = 0
+
+    def run_pass(self, now: float) -> PowerResult:
+        adv = self.advice.cluster_advice(self.cluster)
+        target = target_from(adv, now, self.max_age_s)
+        named = tuple(adv.nodes) if adv is not None and target is not None else ()
+        plan = plan_power(
+            self.slurm.nodes(),
+            target_on=target,
+            min_idle=self.min_idle,
+            min_on=self.min_on,
+            prefer_down=named,
+            prefer_up=named,
+            exclude=self.exclude,
+        )
+        errors = [] if self.dry_run else self.slurm.apply(plan.lines)
+        self.total_refused += len(errors)
+        return PowerResult(
+            target_on=plan.target_on,
+            on=plan.on,
+            busy=plan.busy,
+            powered_down=plan.down,
+            powered_up=plan.up,
+            refused=len(errors),
+            advice_age_s=None if adv is None else now - adv.time,
+            held_back=plan.held_back,
+            lines=plan.lines,
+            errors=errors,
+        )

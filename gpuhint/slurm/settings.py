@@ -1,0 +1,40 @@
+"""Settings of the Slurm appliers: ``GPUHINT_SLURM_*`` env vars, overridden by flags."""
+
+from __future__ import annotations
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SlurmSettingsError(ValueError):
+    """Invalid ``GPUHINT_SLURM_*`` settings (one readable message)."""
+
+
+class SlurmSettings(BaseSettings):
+    """What the appliers need besides Redis and the cluster name (gpuhint's Settings)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUHINT_SLURM_", frozen=True, extra="ignore")
+
+    conf: str | None = Field(None, description="slurm.conf (else SLURM_CONF / Slurm's default)")
+    interval_s: float = Field(30.0, gt=0, le=3600, description="seconds between full passes")
+    max_factor: int = Field(100_000, ge=1, le=2**31 - 1, description="SiteFactor of p = 0")
+    p0: float = Field(60.0, gt=0, description="GPU-seconds at which the log map bends")
+    p_max: float = Field(64 * 30 * 86400.0, gt=0, description="GPU-seconds mapped to 0")
+    rate: float = Field(2000.0, gt=0, description="at most this many job updates per second")
+    max_updates: int = Field(20_000, ge=1, description="at most this many job updates a pass")
+    power_interval_s: float = Field(60.0, gt=0, le=3600)
+    min_idle: int = Field(1, ge=0, description="idle powered-on nodes kept for new jobs")
+    min_on: int = Field(1, ge=0, description="never fewer powered-on nodes")
+    advice_max_age_s: float = Field(1800.0, gt=0, description="older advice is ignored")
+    exclude_nodes: str = Field("", description="Slurm host list never powered down or up")
+
+
+def load_slurm_settings(**overrides: object) -> SlurmSettings:
+    try:
+        return SlurmSettings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(map(str, e["loc"]))
+        raise SlurmSettingsError(
+            f"GPUHINT_SLURM_{loc.upper()} / --{loc.replace('_', '-')}: {e['msg']}"
+        ) from None

@@ -1,0 +1,525 @@
+"""Fault scenarios on a real Kafka broker, a real Redis and real ``gpuhint worker`` processes.
+
+Each scenario replays the same trace (good events, optionally interleaved with hostile
+messages), injects its fault (SIGKILL a worker, kill the broker or Redis for a while),
+waits until the workers have committed every offset, and compares the final Redis
+state with the reference: the hints a single in-process :class:`~gpuhint.core.HintEngine`
+writes for the same good events. ``bench/chaos.py`` runs them all; ``tests/faults``
+runs the short ones.
+
+The harness owns its servers (it kills and restarts them), so it always uses the
+project's launcher, never an external service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from agents.publisher import KafkaTransport, Record, TransportError
+from gpuhint.contract import JobEvent, PriorityHint, encode_message
+from gpuhint.core import HintEngine
+from gpuhint.keys import RedisKeys
+from gpuhint.store import InMemoryStore
+from gpuhint.testing.hostile import hostile_messages
+from gpuhint.testing.services import LocalKafka, LocalRedis, free_port, kill_process
+from gpuhint.topics import Topics, job_key
+from models.registry import make_model
+
+
+@dataclass
+class ScenarioResult:
+    """What one scenario ended with, against the reference (all zero is the target)."""
+
+    name: str
+    lost_hints: int = 0
+    extra_hints: int = 0
+    wrong_priority: int = 0
+    dead_letters: int = 0
+    bad_messages_sent: int = 0
+    worker_crashes: int = 0
+    recovery_s: float | None = None
+    wall_s: float = 0.0
+    settled: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.settled
+            and self.lost_hints == self.extra_hints == self.wrong_priority == 0
+            and self.worker_crashes == 0
+            and self.dead_letters == self.bad_messages_sent
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("name")
+        return d
+
+
+def reference_hints(events: list[JobEvent], model: str) -> dict[str, float]:
+    """job id -> priority of every hint one uninterrupted in-process engine leaves."""
+    store = InMemoryStore()
+    engine = HintEngine(lambda: make_model(model), store)
+    for ev in events:
+        engine.on_job_event(ev)
+    store.flush()
+    out: dict[str, float] = {}
+    for ev in events:
+        h = store.get_hint(ev.cluster, ev.job_id)
+        if h is not None:
+            out[ev.job_id] = h.priority
+    return out
+
+
+class Workers:
+    """``gpuhint worker`` processes; one that dies on its own is a crash, and is restarted."""
+
+    def __init__(self, env: dict[str, str], logdir: Path) -> None:
+        self.env = env
+        self.logdir = logdir
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.logs: dict[int, Path] = {}
+        self.died_at: dict[int, float] = {}
+        self.crashes = 0
+        self.crash_lines: list[str] = []
+        self._n = 0
+
+    def start(self, slot: int = 0) -> None:
+        self._n += 1
+        log = self.logdir / f"worker-{slot}-{self._n}.log"
+        fh = open(log, "wb")  # noqa: SIM115 - the child keeps it
+        self.procs[slot] = subprocess.Popen(
+            [sys.executable, "-m", "gpuhint", "worker", "--loglevel", "warning"],
+            env=self.env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        fh.close()
+        self.logs[slot] = log
+
+    def log_lines(self) -> int:
+        """Lines written so far to every log of these workers."""
+        return sum(
+            p.read_bytes().count(b"\n") for p in self.logdir.glob("worker-*.log") if p.is_file()
+        )
+
+    def kill(self, slot: int = 0) -> None:
+        p = self.procs.pop(slot)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(30)
+
+    def check(self) -> None:
+        """Count workers that exited on their own; restart them after 5 s (like systemd)."""
+        now = time.monotonic()
+        for slot, p in list(self.procs.items()):
+            if p.poll() is None:
+                continue
+            if slot not in self.died_at:
+                self.died_at[slot] = now
+                self.crashes += 1
+                tail = self.logs[slot].read_text(errors="replace").strip().splitlines()[-3:]
+                self.crash_lines.append(f"worker exited {p.returncode}: {' | '.join(tail)}"[:400])
+            elif now - self.died_at[slot] >= 5.0:
+                del self.died_at[slot]
+                self.start(slot)
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+        self.procs.clear()
+
+
+class Chaos:
+    """One broker and one Redis (restartable on the same ports) and the trace to replay."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        events: list[JobEvent],
+        cluster: str,
+        model: str = "history_mix",
+        partitions: int = 4,
+        log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+    ) -> None:
+        self.workdir = workdir
+        self.events = events
+        self.cluster = cluster
+        self.model = model
+        self.partitions = partitions
+        self.say = log
+        port = free_port()
+        self.kafka = LocalKafka(port=port, workdir=workdir / "kafka")
+        self.redis_port = free_port()
+        self.redis: LocalRedis | None = None
+        self.reference = reference_hints(events, model)
+
+    # --- servers -------------------------------------------------------------------------
+    def __enter__(self) -> Chaos:
+        self.kafka.start()
+        self.start_redis(persist=False, fresh=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.redis is not None:
+            self.redis.stop()
+        self.kafka.stop()
+
+    def start_redis(self, persist: bool, fresh: bool) -> None:
+        d = self.workdir / "redis"
+        if fresh and d.exists():
+            for p in d.iterdir():
+                if p.is_file():
+                    p.unlink()
+                else:
+                    import shutil
+
+                    shutil.rmtree(p, ignore_errors=True)
+        self.redis = LocalRedis(port=self.redis_port, workdir=d, persist=persist).start()
+
+    def kill_redis(self) -> None:
+        assert self.redis is not None
+        kill_process(self.redis)
+
+    # --- plumbing ------------------------------------------------------------------------
+    def env(self, prefix: str) -> dict[str, str]:
+        assert self.redis is not None
+        return dict(
+            os.environ,
+            GPUHINT_KAFKA_BOOTSTRAP=self.kafka.bootstrap,
+            GPUHINT_REDIS_URL=self.redis.url,
+            GPUHINT_TOPIC_PREFIX=prefix,
+            GPUHINT_KEY_PREFIX=prefix,
+            GPUHINT_APP_ID=f"{prefix}-worker",
+            GPUHINT_PARTITIONS=str(self.partitions),
+            GPUHINT_CLUSTER=self.cluster,
+            GPUHINT_MODEL=self.model,
+            GPUHINT_STATE_DIR=str(self.workdir / prefix / "state"),
+            PYTHONUNBUFFERED="1",
+        )
+
+    def transport(self) -> KafkaTransport:
+        return KafkaTransport(
+            self.kafka.bootstrap, client_id="chaos", max_in_flight_requests_per_connection=1
+        )
+
+    def records(self, prefix: str, bad: int, seed: int) -> tuple[list[Record], int]:
+        """The good events with ``bad`` hostile messages interleaved (order per key kept)."""
+        topic = Topics(prefix).job_events
+        good = [Record(topic, job_key(e.cluster, e.vc), encode_message(e)) for e in self.events]
+        if not bad:
+            return good, 0
+        rng = random.Random(seed)
+        template = json.loads(encode_message(self.events[0]))
+        keys = sorted({r.key for r in good})
+        hostile = [
+            Record(topic, rng.choice(keys), raw)
+            for _, raw in hostile_messages(template, bad, seed=seed)
+        ]
+        # a valid event under the wrong key: the worker must dead-letter it too
+        wrong_key = Record(topic, b"not/its-vc", encode_message(self.events[0]))
+        hostile[: max(1, bad // 100)] = [wrong_key] * max(1, bad // 100)
+        slots = sorted(rng.randrange(len(good) + 1) for _ in hostile)
+        out: list[Record] = []
+        j = 0
+        for i, rec in enumerate(good):
+            while j < len(slots) and slots[j] <= i:
+                out.append(hostile[j])
+                j += 1
+            out.append(rec)
+        out.extend(hostile[j:])
+        return out, len(hostile)
+
+    def send(self, records: list[Record], retry_s: float = 600.0, paced: bool = False) -> None:
+        """Send records in order, each batch acknowledged, through any broker outage.
+
+        ``paced``: about 200 records/s, so that faults land mid-stream.
+        """
+        t = self.transport()
+        i, down_since = 0, None
+        batch = 20 if paced else 500
+        while i < len(records):
+            if paced:
+                time.sleep(0.1)
+            try:
+                n = t.send(records[i : i + batch], 10.0)
+            except TransportError:
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > retry_s:
+                    raise
+                time.sleep(1.0)
+                continue
+            down_since = None
+            i += n
+        t.close()
+
+    def lag(self, prefix: str) -> int | None:
+        """Job events not yet committed by the worker group (None: cannot tell now)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        topic = Topics(prefix).job_events
+        tps = [TopicPartition(topic, p) for p in range(self.partitions)]
+        try:
+            consumer = KafkaConsumer(
+                bootstrap_servers=self.kafka.bootstrap,
+                group_id=f"{prefix}-worker",
+                enable_auto_commit=False,
+                request_timeout_ms=5000,
+            )
+            try:  # reads the group's committed offsets without joining it
+                committed = {tp: consumer.committed(tp) for tp in tps}
+                ends = consumer.end_offsets(tps)
+            finally:
+                consumer.close()
+        except Exception:
+            return None
+        total = 0
+        for tp in tps:
+            done = committed.get(tp) or 0
+            total += max(0, ends[tp] - done)
+        return total
+
+    def dead_letters(self, prefix: str) -> int:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(
+            Topics(prefix).dead_letter,
+            bootstrap_servers=self.kafka.bootstrap,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=3000,
+            enable_auto_commit=False,
+        )
+        try:
+            return sum(1 for _ in consumer)
+        finally:
+            consumer.close()
+
+    def compare(self, prefix: str, res: ScenarioResult) -> None:
+        assert self.redis is not None
+        r = redis.Redis.from_url(self.redis.url)
+        keys = RedisKeys(prefix)
+        got: dict[str, float] = {}
+        for k in r.scan_iter(match=f"{keys.root}:hint:{self.cluster}:*", count=1000):
+            raw = r.get(k)
+            if raw is None:
+                continue
+            hint = PriorityHint.model_validate_json(raw)
+            got[hint.job_id] = hint.priority
+        ref = self.reference
+        res.lost_hints = len(ref.keys() - got.keys())
+        res.extra_hints = len(got.keys() - ref.keys())
+        res.wrong_priority = sum(
+            1
+            for j in ref.keys() & got.keys()
+            if abs(got[j] - ref[j]) > 1e-6 * max(1.0, abs(ref[j]))
+        )
+        r.close()
+
+    def settle(self, prefix: str, workers: Workers, timeout_s: float) -> float | None:
+        """Wait until every job event is committed; return when (None: never)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            workers.check()
+            if self.lag(prefix) == 0:
+                time.sleep(2.0)  # the last flush and commit interval
+                if self.lag(prefix) == 0:
+                    return time.monotonic()
+            time.sleep(1.0)
+        return None
+
+    # --- scenarios -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def scenario(self, name: str, bad: int = 0) -> Iterator[tuple[str, ScenarioResult, Workers]]:
+        prefix = f"c{uuid.uuid4().hex[:8]}"
+        res = ScenarioResult(name)
+        (self.workdir / prefix).mkdir(parents=True, exist_ok=True)
+        workers = Workers(self.env(prefix), self.workdir / prefix)
+        t0 = time.monotonic()
+        self.say(f"[chaos] {name}: prefix {prefix}")
+        try:
+            yield prefix, res, workers
+        finally:
+            workers.stop()
+            res.worker_crashes += workers.crashes
+            res.notes.extend(workers.crash_lines[:5])
+            res.wall_s = round(time.monotonic() - t0, 1)
+        with contextlib.suppress(Exception):
+            res.dead_letters = self.dead_letters(prefix)
+        self.compare(prefix, res)
+        self.say(f"[chaos] {name}: {json.dumps(res.as_json())}")
+
+    def run(self, name: str, timeout_s: float = 300.0, **kw: Any) -> ScenarioResult:
+        return SCENARIOS[name](self, timeout_s=timeout_s, **kw)
+
+
+def _replay_in_thread(chaos: Chaos, records: list[Record]) -> threading.Thread:
+    th = threading.Thread(target=chaos.send, args=(records,), kwargs={"paced": True}, daemon=True)
+    th.start()
+    return th
+
+
+def _changes(chaos: Chaos, prefix: str) -> int:
+    assert chaos.redis is not None
+    r = redis.Redis.from_url(chaos.redis.url, socket_timeout=2)
+    try:
+        return int(r.xlen(RedisKeys(prefix).changes))
+    except redis.RedisError:
+        return 0
+    finally:
+        r.close()
+
+
+def _first_change(chaos: Chaos, prefix: str, timeout_s: float, after: int = 0) -> bool:
+    """Wait until the change stream is longer than ``after`` (a worker is writing)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _changes(chaos, prefix) > after:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _finish(chaos: Chaos, prefix: str, res: ScenarioResult, w: Workers, timeout_s: float) -> None:
+    t = time.monotonic()
+    done = chaos.settle(prefix, w, timeout_s)
+    res.settled = done is not None
+    if res.recovery_s is None and done is not None:
+        res.recovery_s = round(done - t, 1)
+
+
+def reference(chaos: Chaos, timeout_s: float, bad: int = 0, seed: int = 1) -> ScenarioResult:
+    name = "reference" if not bad else f"malformed_{bad}"
+    with chaos.scenario(name) as (prefix, res, w):
+        recs, res.bad_messages_sent = chaos.records(prefix, bad, seed)
+        w.start()
+        chaos.send(recs)
+        _finish(chaos, prefix, res, w, timeout_s)
+    return res
+
+
+def malformed(chaos: Chaos, timeout_s: float, bad: int = 10_000, seed: int = 1) -> ScenarioResult:
+    return reference(chaos, timeout_s, bad=bad, seed=seed)
+
+
+def sigkill_worker(chaos: Chaos, timeout_s: float, kills: int = 3) -> ScenarioResult:
+    """SIGKILL the worker ``kills`` times, each time once its successor is writing again."""
+    with chaos.scenario(f"sigkill_worker_x{kills}") as (prefix, res, w):
+        recs, _ = chaos.records(prefix, 0, 0)
+        th = _replay_in_thread(chaos, recs)
+        w.start()
+        seen = 0
+        for i in range(kills):
+            if not _first_change(chaos, prefix, timeout_s, after=seen):
+                res.notes.append(f"kill {i + 1}: the worker wrote nothing new; not killed")
+                break
+            time.sleep(0.2 * i)  # at the first write, then a little later each time
+            w.kill()
+            seen = _changes(chaos, prefix)
+            w.start()
+        th.join()
+        _finish(chaos, prefix, res, w, timeout_s)
+    return res
+
+
+def rebalance(chaos: Chaos, timeout_s: float) -> ScenarioResult:
+    """Two workers share the partitions; one is SIGKILLed once both hold some."""
+    with chaos.scenario("two_workers_one_killed") as (prefix, res, w):
+        recs, _ = chaos.records(prefix, 0, 0)
+        w.start(0)
+        w.start(1)
+        half = len(recs) // 2
+        chaos.send(recs[:half])
+        _first_change(chaos, prefix, timeout_s)
+        time.sleep(15.0)  # the group settles: both members own partitions
+        th = _replay_in_thread(chaos, recs[half:])
+        time.sleep(1.0)
+        w.kill(1)  # mid-stream: its partitions move to worker 0
+        t_kill = time.monotonic()
+        th.join()
+        _finish(chaos, prefix, res, w, timeout_s)
+        res.recovery_s = round(time.monotonic() - t_kill, 1)
+    return res
+
+
+def broker_down(chaos: Chaos, timeout_s: float, down_s: float = 30.0) -> ScenarioResult:
+    with chaos.scenario(f"broker_down_{down_s:.0f}s") as (prefix, res, w):
+        recs, _ = chaos.records(prefix, 0, 0)
+        w.start()
+        half = len(recs) // 2
+        chaos.send(recs[:half])
+        _first_change(chaos, prefix, timeout_s)
+        kill_process(chaos.kafka)
+        lines0 = w.log_lines()
+        th = _replay_in_thread(chaos, recs[half:])  # the replay keeps retrying meanwhile
+        time.sleep(down_s)
+        rate = (w.log_lines() - lines0) / down_s
+        res.notes.append(f"worker log lines/s while the broker was down: {rate:.1f}")
+        chaos.kafka.start()
+        t_back = time.monotonic()
+        th.join()
+        _finish(chaos, prefix, res, w, timeout_s)
+        res.recovery_s = round(time.monotonic() - t_back, 1)
+    return res
+
+
+def redis_restart(chaos: Chaos, timeout_s: float, aof: bool = False) -> ScenarioResult:
+    name = "redis_restart_aof" if aof else "redis_restart_empty"
+    with chaos.scenario(name) as (prefix, res, w):
+        chaos.kill_redis()
+        chaos.start_redis(persist=aof, fresh=True)
+        recs, _ = chaos.records(prefix, 0, 0)
+        w.start()
+        half = len(recs) // 2
+        chaos.send(recs[:half])
+        _first_change(chaos, prefix, timeout_s)
+        time.sleep(1.0)
+        chaos.kill_redis()
+        th = _replay_in_thread(chaos, recs[half:])
+        time.sleep(5.0)
+        chaos.start_redis(persist=aof, fresh=not aof)
+        t_back = time.monotonic()
+        th.join()
+        _finish(chaos, prefix, res, w, timeout_s)
+        res.recovery_s = round(time.monotonic() - t_back, 1)
+    chaos.kill_redis()
+    chaos.start_redis(persist=False, fresh=True)
+    return res
+
+
+SCENARIOS: dict[str, Callable[..., ScenarioResult]] = {
+    "reference": reference,
+    "sigkill_worker": sigkill_worker,
+    "two_workers_one_killed": rebalance,
+    "broker_down_30s": lambda c, timeout_s: broker_down(c, timeout_s, 30.0),
+    "broker_down_150s": lambda c, timeout_s: broker_down(c, timeout_s, 150.0),
+    "redis_restart_empty": lambda c, timeout_s: redis_restart(c, timeout_s, aof=False),
+    "redis_restart_aof": lambda c, timeout_s: redis_restart(c, timeout_s, aof=True),
+    "malformed_10000": malformed,
+}
+"""Every scenario of ``bench/chaos.py``, by the name it reports under."""

@@ -1,0 +1,116 @@
+"""Never worse than FIFO: a shadow simulation of the VC's recent jobs, hints against FIFO.
+
+The guard keeps the last ``window`` jobs of one VC *in submit order* whose true
+durations are known (submit time, duration, GPUs and the last priority the model gave
+them while they waited): a job enters when it and every job submitted before it have finished (a
+straggler more than ``4 * window`` submits behind is dropped). Every ``every`` such
+jobs it schedules them twice on a VC of the size seen in use (the most GPUs running at once,
+in whole nodes), by the model's priorities (QSSF) and by arrival (FIFO), with the same
+simulator as ``gpuhint evaluate qssf``. When the hints' average JCT is above FIFO's the
+guard falls back (hints then follow arrival order) once the hints are worse than FIFO
+by more than ``margin``, and returns once they are no longer worse (hysteresis: noise
+around 1, e.g. a window with little queueing, does not flip it). Judging a ranking on the jobs its
+own schedule let finish would be biased (jobs that finish together were ordered alike);
+replaying both orders on all the jobs submitted in a stretch of time is not. Nothing
+here is fitted to a trace.
+
+>>> g = FifoGuard(window=64, every=16, min_jobs=32)
+>>> for k in range(64):  # hints that rank exactly backwards: longest first
+...     g.submit(str(k), priority=-k, submit_time=k, gpus=8)
+...     _ = g.observe(str(k), duration=10.0 * k, running_gpus=8)
+>>> g.fallback, g.ratio > 1.0
+(True, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+
+from models.simulator import SimJob, simulate_vc
+
+
+class FifoGuard:
+    """Per-VC shadow comparison of the hints with arrival order (picklable)."""
+
+    def __init__(
+        self,
+        window: int = 512,
+        every: int = 128,
+        min_jobs: int = 256,
+        margin: float = 0.05,
+        gpus_per_node: int = 8,
+    ) -> None:
+        self.window = window
+        self.every = every
+        self.min_jobs = min_jobs
+        self.margin = margin
+        self.gpus_per_node = gpus_per_node
+        self.recent: deque[tuple[float, float, int, float]] = deque(maxlen=window)
+        # submitted, not yet in ``recent``: job id -> [submit, gpus, priority, duration|-1]
+        self.open: OrderedDict[str, list[float]] = OrderedDict()
+        self.max_running = 0
+        self.since = 0
+        self.checks = 0
+        self.ratio = math.nan  # hints' average JCT / FIFO's at the last check
+        self.fallback = False
+        self.switches = 0
+
+    def submit(self, job_id: str, priority: float, submit_time: float, gpus: int) -> None:
+        """A job was submitted and the model gave it ``priority``."""
+        if gpus > 0 and math.isfinite(priority) and job_id not in self.open:
+            self.open[job_id] = [submit_time, float(gpus), priority, -1.0]
+
+    def reprioritize(self, job_id: str, priority: float) -> None:
+        """The model moved a waiting job's priority (a hint update): the shadow uses the
+        priority the job had when it started, as the scheduler did."""
+        e = self.open.get(job_id)
+        if e is not None and math.isfinite(priority):
+            e[2] = priority
+
+    def observe(self, job_id: str, duration: float, running_gpus: int) -> bool:
+        """A job finished after ``duration`` s, ``running_gpus`` GPUs running (itself
+        included); return True when the guard changed state (the VC's waiting hints must
+        then be republished)."""
+        self.max_running = max(self.max_running, running_gpus)
+        e = self.open.get(job_id)
+        if e is None:
+            return False
+        e[3] = max(0.0, duration)
+        self.max_running = max(self.max_running, int(e[1]))
+        op = self.open
+        while op:
+            jid, first = next(iter(op.items()))
+            if first[3] < 0 and len(op) <= 4 * self.window:
+                break
+            del op[jid]
+            if first[3] >= 0:
+                self.recent.append((first[0], first[3], int(first[1]), first[2]))
+                self.since += 1
+        if self.since < self.every or len(self.recent) < self.min_jobs:
+            return False
+        self.since = 0
+        self.ratio = self._shadow_ratio()
+        if math.isnan(self.ratio):
+            return False
+        new = self.ratio > 1.0 + self.margin if not self.fallback else self.ratio > 1.0
+        if new != self.fallback:
+            self.fallback = new
+            self.switches += 1
+            return True
+        return False
+
+    def _shadow_ratio(self) -> float:
+        self.checks += 1
+        jobs = [SimJob(str(k), t, d, g) for k, (t, d, g, _) in enumerate(self.recent)]
+        nodes = math.ceil(self.max_running / self.gpus_per_node)
+        fifo = simulate_vc(jobs, nodes, "fifo")
+        hints = simulate_vc(jobs, nodes, "qssf", priorities=[p for *_, p in self.recent])
+        f = sum(o.end - j.submit for o, j in zip(fifo, jobs, strict=True))
+        h = sum(o.end - j.submit for o, j in zip(hints, jobs, strict=True))
+        return h / f if f > 0 else math.nan
+
+    def reason(self) -> tuple[str, float]:
+        """What goes into a hint's reasons: the mode and the last shadow JCT ratio."""
+        tag = "fifo_guard:fallback" if self.fallback else "fifo_guard:hints"
+        return tag, round(self.ratio, 4) if math.isfinite(self.ratio) else 0.0

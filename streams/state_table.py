@@ -1,0 +1,137 @@
+"""Per-VC state kept in a changelog-backed table: a cache of live objects over bytes.
+
+The Faust table holds each VC's :class:`~gpuhint.core.VcState` as bytes (a versioned,
+zlib-compressed pickle). The engine works on live objects in :class:`TableStates`'s
+cache; every assignment marks a key dirty, and :meth:`TableStates.save_dirty` encodes
+the dirty keys once per batch, just before the batch's offsets may be committed. So the
+changelog gets one record per VC touched per batch, not one per event.
+
+This module is pure: ``backing`` is any ``MutableMapping[str, bytes]`` and ``on_save`` an
+optional callback (the worker's writes the changelog record on the VC's partition).
+
+>>> from gpuhint.core import VcState
+>>> from models.history import HistoryEstimator
+>>> table: dict[str, bytes] = {}
+>>> states = TableStates(table)
+>>> states["c/v"] = VcState(model=HistoryEstimator(), applied_offset=3)
+>>> states.save_dirty(), list(table)
+(1, ['c/v'])
+>>> TableStates(table)["c/v"].applied_offset
+3
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import zlib
+from collections.abc import Callable, Iterator, MutableMapping
+
+from gpuhint.core import VcState
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"GHVS1"
+"""Format tag of an encoded VcState: magic, one byte (0 raw, 1 zlib), the pickle."""
+
+
+class StateCodecError(ValueError):
+    """Bytes in the state table that are not a VcState this build can read."""
+
+
+def encode_state(state: VcState, compress: bool = True) -> bytes:
+    raw = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    if compress:
+        return MAGIC + b"\x01" + zlib.compress(raw, 1)
+    return MAGIC + b"\x00" + raw
+
+
+def decode_state(blob: bytes) -> VcState:
+    """Decode :func:`encode_state`'s bytes (only read tables you wrote: this unpickles)."""
+    if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 1:
+        raise StateCodecError("not a gpuhint VC state (bad magic)")
+    flag, body = blob[len(MAGIC)], blob[len(MAGIC) + 1 :]
+    try:
+        raw = zlib.decompress(body) if flag == 1 else body
+        state = pickle.loads(raw)
+    except Exception as exc:
+        raise StateCodecError(f"corrupt VC state: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, VcState):
+        raise StateCodecError(f"table value is a {type(state).__name__}, not a VcState")
+    return state
+
+
+class TableStates(MutableMapping[str, VcState]):
+    """Live VcState objects over a table of bytes; dirty keys saved in one go."""
+
+    def __init__(
+        self,
+        backing: MutableMapping[str, bytes],
+        on_save: Callable[[str, bytes], None] | None = None,
+        compress: bool = True,
+    ) -> None:
+        self.backing = backing
+        self.on_save = on_save
+        self.compress = compress
+        self._cache: dict[str, VcState] = {}
+        self._dirty: set[str] = set()
+        self.bytes_saved = 0
+        self.saves = 0
+
+    def __getitem__(self, key: str) -> VcState:
+        st = self._cache.get(key)
+        if st is not None:
+            return st
+        blob = self.backing[key]  # KeyError when absent
+        try:
+            st = decode_state(blob)
+        except StateCodecError as exc:  # never crash-loop on one bad record: start afresh
+            log.error("state of %s unreadable (%s); the VC starts from an empty state", key, exc)
+            raise KeyError(key) from None
+        self._cache[key] = st
+        return st
+
+    def get(self, key: str, default: VcState | None = None) -> VcState | None:  # type: ignore[override]
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __setitem__(self, key: str, value: VcState) -> None:
+        self._cache[key] = value
+        self._dirty.add(key)
+
+    def __delitem__(self, key: str) -> None:
+        self._cache.pop(key, None)
+        self._dirty.discard(key)
+        del self.backing[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(set(self.backing) | set(self._cache))
+
+    def __len__(self) -> int:
+        return len(set(self.backing) | set(self._cache))
+
+    @property
+    def dirty(self) -> frozenset[str]:
+        return frozenset(self._dirty)
+
+    def save_dirty(self) -> int:
+        """Encode every dirty key into the backing table; return how many."""
+        n = 0
+        for key in sorted(self._dirty):
+            blob = encode_state(self._cache[key], self.compress)
+            if self.on_save is not None:
+                self.on_save(key, blob)
+            else:
+                self.backing[key] = blob
+            self.bytes_saved += len(blob)
+            n += 1
+        self._dirty.clear()
+        self.saves += n
+        return n
+
+    def forget(self) -> None:
+        """Drop live objects and unsaved changes (a rebalance): re-read from the table."""
+        self._cache.clear()
+        self._dirty.clear()

@@ -1,0 +1,54 @@
+"""The fault suite, short version: real broker, real Redis, real ``gpuhint worker`` processes.
+
+Each scenario's final Redis state (which hints exist, each one's priority) must equal the
+uninterrupted in-process reference, every hostile message must be dead-lettered, and no
+worker may crash. The long version with every scenario is ``python bench/chaos.py --json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuhint.testing.chaos import Chaos, ScenarioResult
+from gpuhint.testing.services import ServiceError
+from gpuhint.traces import job_events, parse_time, read_trace
+
+pytestmark = pytest.mark.integration
+
+TRACE = Path(__file__).resolve().parents[1] / "data" / "philly_excerpt.json"
+CUT = "2017-10-08 00:00:00"
+
+
+@pytest.fixture(scope="module")
+def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
+    cut = parse_time(CUT)
+    events = [e for e in job_events(read_trace(TRACE).jobs, cluster="philly") if e.time <= cut]
+    c = Chaos(tmp_path_factory.mktemp("chaos"), events, "philly", log=print)
+    try:
+        c.__enter__()
+    except ServiceError as exc:
+        pytest.fail(f"the fault suite's servers could not be started: {exc}", pytrace=False)
+    assert len(c.reference) > 10  # the cut leaves jobs pending: there is something to lose
+    yield c
+    c.__exit__(None, None, None)
+
+
+def _assert_clean(res: ScenarioResult) -> None:
+    assert res.ok, res.as_json()
+
+
+def test_reference_run_matches_the_in_process_engine(chaos: Chaos) -> None:
+    _assert_clean(chaos.run("reference", timeout_s=180))
+
+
+def test_hostile_messages_interleaved_with_a_replay(chaos: Chaos) -> None:
+    res = chaos.run("malformed_10000", timeout_s=240, bad=1000)
+    assert res.bad_messages_sent == 1000
+    _assert_clean(res)
+
+
+def test_sigkill_of_the_worker_mid_stream(chaos: Chaos) -> None:
+    _assert_clean(chaos.run("sigkill_worker", timeout_s=240, kills=1))

@@ -1,0 +1,107 @@
+"""The agent's Slurm feed against a real slurmctld + slurmdbd: lifecycles, restarts."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agents.slurm_feed import slurm_feed
+from gpuhint.contract import JobEvent, JobPhase, JobState
+from gpuhint.slurm.commands import SlurmCli
+
+pytestmark = pytest.mark.integration
+
+
+def _sbatch(cli: SlurmCli, *args: str) -> str:
+    out = cli.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "gpu", *args])
+    return out.strip().split(";")[0]
+
+
+def _state(cli: SlurmCli, job_id: str) -> str:
+    return cli.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False).strip()
+
+
+def _until(what: str, cond: Callable[[], bool], timeout: float, step: float = 0.3) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(step)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_lifecycles_survive_a_restart(
+    slurm_conf: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    cli = SlurmCli(slurm_conf)
+    common = ["--account", "research", "-G", "2"]
+    jobs = {
+        "timeout": _sbatch(cli, *common, "-t", "1", "-J", "tmo", "--wrap", "sleep 300"),
+        "ok": _sbatch(cli, *common, "-t", "5", "-J", "ok", "--wrap", "sleep 3"),
+        "fail": _sbatch(cli, *common, "-t", "5", "-J", "fail", "--wrap", "sleep 1; exit 3"),
+        "cancel": _sbatch(cli, *common, "-t", "5", "-J", "cnl", "--wrap", "sleep 300"),
+        "requeue": _sbatch(cli, *common, "-t", "5", "--requeue", "-J", "rq", "--wrap", "sleep 6"),
+    }
+    array = _sbatch(cli, *common, "-t", "5", "-a", "0-2", "-J", "arr", "--wrap", "sleep 2")
+    ids = {**{v: k for k, v in jobs.items()}, **{f"{array}_{i}": f"arr{i}" for i in range(3)}}
+    state = tmp_path / "slurm-watermark.json"
+    events: list[JobEvent] = []
+    feed = slurm_feed("sacct", cluster="test", state_path=state)
+
+    def poll() -> None:
+        events.extend(e for e in feed.poll(time.time()) if e.job_id in ids)
+
+    def phases(job: str) -> list[JobPhase]:
+        return [e.phase for e in events if e.job_id == job]
+
+    def seen(job: str, phase: JobPhase) -> Callable[[], bool]:
+        return lambda: (poll(), phase in phases(job))[1]
+
+    _until("the cancel job to start", seen(jobs["cancel"], JobPhase.STARTED), 60)
+    cli.run(["scancel", jobs["cancel"]])
+    _until("the requeue job to run", lambda: _state(cli, jobs["requeue"]) == "RUNNING", 60)
+    poll()
+    cli.run(["scontrol", "requeue", jobs["requeue"]])
+    _until("the requeue job to wait", lambda: _state(cli, jobs["requeue"]) == "PENDING", 30)
+    cli.run(["scontrol", "update", f"jobid={jobs['requeue']}", "StartTime=now"])
+    poll()
+    # the agent "restarts": a new feed from the same watermark, transitions in between
+    del feed
+    time.sleep(4)
+    feed = slurm_feed("sacct", cluster="test", state_path=state)
+    _until(
+        "every job to finish",
+        lambda: (poll(), all(JobPhase.FINISHED in phases(j) for j in ids))[1],
+        150,
+        step=1.0,
+    )
+    for _ in range(3):  # nothing more comes
+        time.sleep(1)
+        poll()
+    count = collections.Counter((e.job_id, e.phase) for e in events)
+    dups = {k: n for k, n in count.items() if n > 1}
+    assert not dups, f"duplicate events: {dups}"
+    for job, label in ids.items():
+        want = [JobPhase.SUBMITTED, JobPhase.STARTED, JobPhase.FINISHED]
+        assert phases(job) == want, f"{label} ({job}): {phases(job)}"
+    final = {ids[e.job_id]: e for e in events if e.phase is JobPhase.FINISHED}
+    assert final["ok"].state is JobState.COMPLETED
+    assert final["fail"].state is JobState.FAILED
+    assert final["cancel"].state is JobState.CANCELLED
+    assert final["timeout"].state is JobState.TIMEOUT
+    assert final["requeue"].state is JobState.COMPLETED
+    assert {final[f"arr{i}"].state for i in range(3)} == {JobState.COMPLETED}
+    ok = final["ok"]
+    assert (ok.user, ok.vc, ok.partition, ok.name) == ("root", "research", "gpu", "ok")
+    assert ok.num_gpus == 2 and ok.time_limit_s == 300.0 and ok.nodes
+    assert final["timeout"].time_limit_s == 60.0
+    assert ok.duration_s is not None and 2.0 <= ok.duration_s <= 30.0
+    # the requeued job's duration is its second run's
+    assert final["requeue"].duration_s is not None and final["requeue"].duration_s >= 5.0
+    assert os.path.getsize(state) > 0

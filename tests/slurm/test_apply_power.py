@@ -1,0 +1,111 @@
+"""apply-power against a real slurmctld: nodes go idle~ and come back when jobs need them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gpuhint.contract import PowerAction, PowerAdvisory
+from gpuhint.keys import RedisKeys
+from gpuhint.slurm.commands import SlurmCli
+from streams.redis_store import RedisStore
+
+pytestmark = pytest.mark.integration
+
+
+def _until(what: str, cond: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _states(cli: SlurmCli) -> dict[str, str]:
+    return {n.name: n.state for n in cli.nodes()}
+
+
+def test_nodes_power_down_and_come_back(
+    slurm_conf: str, redis_url: str, unique_prefix: str
+) -> None:
+    cli = SlurmCli(slurm_conf)
+    cluster = "c" + unique_prefix
+    env = {
+        **os.environ,
+        "SLURM_CONF": slurm_conf,
+        "GPUHINT_REDIS_URL": redis_url,
+        "GPUHINT_KEY_PREFIX": unique_prefix,
+        "GPUHINT_CLUSTER": cluster,
+    }
+    names = sorted(_states(cli))
+    total = len(names)
+    busy_node = names[0]
+    runner = cli.run(
+        ["sbatch", "--parsable", "-o", "/dev/null", "-w", busy_node, "-G", "1", "-t", "5",
+         "--wrap", "sleep 600"]
+    ).strip()  # fmt: skip
+    _until("a running job", lambda: _states(cli)[busy_node].startswith("mix"), 60)
+    store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
+    store.put_advisory(
+        PowerAdvisory(cluster=cluster, time=time.time(), action=PowerAction.POWER_DOWN,
+                      count=total, reason="test", active_nodes=0)
+    )  # fmt: skip
+    store.flush()
+    cmd = [sys.executable, "-m", "gpuhint", "slurm", "apply-power", "--min-idle", "1"]
+    try:
+        dry = subprocess.run(
+            [*cmd, "--once", "--dry-run"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert dry.returncode == 0, dry.stderr
+        down = [n for n in reversed(names) if n != busy_node][: total - 2]
+        assert dry.stdout.splitlines() == [
+            f"scontrol update nodename={','.join(down)} state=power_down_asap"
+        ]
+        run = subprocess.run(
+            [*cmd, "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 0, run.stderr
+        doc = json.loads(run.stdout)
+        assert (
+            doc["powered_down"] == down
+            and doc["refused"] == 0
+            and busy_node not in doc["powered_down"]
+        )
+        _until("idle~ nodes", lambda: all(_states(cli)[n] == "idle~" for n in down), 90)
+        assert _states(cli)[busy_node].startswith("mix")  # the running job's node stayed on
+        # a second pass changes nothing: the idle buffer (1 node) is kept
+        again = json.loads(
+            subprocess.run(
+                [*cmd, "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
+            ).stdout
+        )
+        assert again["powered_down"] == [] and again["powered_up"] == []
+        # jobs that need every node: Slurm resumes the powered-down ones itself
+        sbatch = ["sbatch", "--parsable", "-o", "/dev/null", "-G", "8", "-t", "5"]
+        need = [
+            cli.run([*sbatch, "--exclude", busy_node, "--wrap", "sleep 1"]).strip()
+            for _ in range(total - 1)
+        ]
+        _until(
+            "the jobs to run on resumed nodes",
+            lambda: not cli.run(["squeue", "-h", "-j", ",".join(need), "-o", "%i"]).strip(),
+            120,
+        )
+        assert not any(s.endswith("~") for s in _states(cli).values())
+    finally:
+        cli.run(["scancel", runner], check=False)
+        off = [n for n, s in _states(cli).items() if s[-1:] in "~%!"]
+        if off:
+            cli.run(
+                ["scontrol", "update", f"nodename={','.join(off)}", "state=power_up"], check=False
+            )
+        _until(
+            "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
+        )

@@ -1,0 +1,129 @@
+"""apply-priorities against a real slurmctld (sched/builtin) and a real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gpuhint.contract import PriorityHint
+from gpuhint.keys import RedisKeys
+from gpuhint.slurm.commands import SlurmCli
+from gpuhint.slurm.priority import FactorMap
+from streams.redis_store import RedisStore
+
+pytestmark = pytest.mark.integration
+
+
+def _sbatch(cli: SlurmCli, *args: str) -> str:
+    out = cli.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "gpu", *args])
+    return out.strip().split(";")[0]
+
+
+def _hint(cluster: str, job_id: str, priority: float) -> PriorityHint:
+    return PriorityHint(
+        job_id=job_id, cluster=cluster, vc="research", num_gpus=8, submit_time=0.0,
+        predicted_duration_s=priority / 8, priority=priority, model="test",
+        model_version="1", created_at=time.time(),
+    )  # fmt: skip
+
+
+def _site_factors(cli: SlurmCli) -> dict[str, int]:
+    out = cli.run(["sprio", "-h", "-o", "%i|%S"], check=False)
+    return {a: int(b) for a, _, b in (ln.partition("|") for ln in out.split()) if b}
+
+
+def _until(what: str, cond: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_start_order_follows_hints(slurm_conf: str, redis_url: str, unique_prefix: str) -> None:
+    cli = SlurmCli(slurm_conf)
+    cluster = "c" + unique_prefix
+    env = {
+        **os.environ,
+        "SLURM_CONF": slurm_conf,
+        "GPUHINT_REDIS_URL": redis_url,
+        "GPUHINT_KEY_PREFIX": unique_prefix,
+        "GPUHINT_CLUSTER": cluster,
+    }
+    node = cli.nodes()[0].name
+    common = ["-w", node, "-G", "8", "-t", "5", "--account", "research"]
+    blocker = _sbatch(cli, *common, "-J", "blocker", "--wrap", "sleep 300")
+    _until(
+        "the blocker to run",
+        lambda: "RUNNING" in cli.run(["squeue", "-h", "-j", blocker, "-o", "%T"]),
+        60,
+    )
+    jobs = [_sbatch(cli, *common, "-J", f"j{i}", "--wrap", "sleep 2") for i in range(5)]
+    pinned = _sbatch(cli, *common, "-J", "pinned", "--wrap", "sleep 1")
+    cli.run(["scontrol", "update", f"jobid={pinned}", "Priority=7777"])  # an admin's pin
+    # hints: the last submitted is the smallest; the pinned job and the blocker have hints too
+    prios = {j: 100.0 * 8 ** (5 - i) for i, j in enumerate(jobs)}
+    store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
+    for j, p in {**prios, pinned: 1.0, blocker: 1.0}.items():
+        store.put_hint(_hint(cluster, j, p))
+    store.flush()
+
+    gpuhint = [sys.executable, "-m", "gpuhint", "slurm", "apply-priorities"]
+    dry = subprocess.run(
+        [*gpuhint, "--once", "--dry-run"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert dry.returncode == 0, dry.stderr
+    fmap = FactorMap()
+    want_lines = sorted(
+        (f"scontrol update jobid={j} SiteFactor={fmap.factor(p)}" for j, p in prios.items()),
+        key=lambda ln: -int(ln.rsplit("=", 1)[1]),
+    )
+    assert dry.stdout.splitlines() == want_lines
+    assert all(v == 0 for k, v in _site_factors(cli).items() if k in jobs)  # dry: nothing set
+
+    once = subprocess.run(
+        [*gpuhint, "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert once.returncode == 0, once.stderr
+    doc = json.loads(once.stdout)
+    assert (doc["updated"], doc["skipped_pinned"], doc["refused"]) == (5, 1, 0)
+    factors = _site_factors(cli)
+    assert [factors[j] for j in jobs] == [fmap.factor(prios[j]) for j in jobs]
+    assert factors[pinned] == 0  # pinned: never touched
+    again = subprocess.run(
+        [*gpuhint, "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(again.stdout)["updated"] == 0  # only changed jobs
+
+    # the daemon follows the change stream: an updated hint moves j0 (largest) to the front
+    daemon = subprocess.Popen(
+        [*gpuhint, "--interval", "600"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(2)
+        store.put_hint(_hint(cluster, jobs[0], 10.0))
+        store.flush()
+        _until("j0's new factor", lambda: _site_factors(cli).get(jobs[0]) == fmap.factor(10.0), 30)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, err
+
+    cli.run(["scancel", blocker])
+    _until(
+        "every job to finish",
+        lambda: not cli.run(["squeue", "-h", "-j", ",".join([*jobs, pinned]), "-o", "%i"]).strip(),
+        120,
+    )
+    acct = json.loads(cli.run(["sacct", "--json", "-X", "-j", ",".join(jobs)]))
+    start = {str(j["job_id"]): j["time"]["start"] for j in acct["jobs"]}
+    order = sorted(jobs, key=lambda j: (start[j], j))
+    assert order == [jobs[0], jobs[4], jobs[3], jobs[2], jobs[1]]

@@ -1,0 +1,69 @@
+"""The pure power core: which nodes go down or up (no Slurm, no Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuhint.contract import PowerAction, PowerAdvisory
+from gpuhint.slurm.power import Node, PowerApplier, plan_power
+
+
+def _nodes(*states: str) -> list[Node]:
+    return [Node(f"n{i + 1}", s) for i, s in enumerate(states)]
+
+
+def test_never_powers_down_busy_nodes_and_keeps_the_buffer() -> None:
+    nodes = _nodes("allocated", "mixed", "idle", "idle", "idle")
+    plan = plan_power(nodes, target_on=0, min_idle=1)
+    assert sorted(plan.down) == ["n4", "n5"] and plan.target_on == 3 and plan.held_back == 0 + 3
+    assert plan_power(nodes, target_on=0, min_idle=3).down == []
+
+
+def test_named_nodes_go_first_and_powering_nodes_are_left_alone() -> None:
+    nodes = _nodes("idle", "idle", "idle!", "idle%", "idle#", "idle")
+    plan = plan_power(nodes, target_on=2, min_idle=0, prefer_down=["n1"])
+    assert plan.down == ["n1", "n6"]  # n3/n4 already going down, n5 coming up counts as on
+
+
+def test_wakes_for_the_buffer_without_advice() -> None:
+    nodes = _nodes("allocated", "allocated", "idle~", "idle~", "down*")
+    assert plan_power(nodes, target_on=None, min_idle=1).lines == [
+        "update nodename=n3 state=power_up"
+    ]
+    assert plan_power(nodes, target_on=None, min_idle=0).lines == []
+    assert plan_power(nodes, target_on=4, min_idle=0, exclude=["n3"]).up == ["n4"]
+
+
+class _Slurm:
+    def __init__(self, nodes: list[Node]) -> None:
+        self._nodes = nodes
+        self.applied: list[str] = []
+
+    def nodes(self) -> list[Node]:
+        return self._nodes
+
+    def apply(self, lines: Sequence[str]) -> list[str]:
+        self.applied.extend(lines)
+        return ["Invalid node state specified"] if lines else []
+
+
+class _Advice:
+    def __init__(self, adv: PowerAdvisory | None) -> None:
+        self.adv = adv
+
+    def cluster_advice(self, cluster: str) -> PowerAdvisory | None:
+        return self.adv
+
+
+def test_applier_ignores_stale_advice_and_counts_refusals() -> None:
+    adv = PowerAdvisory(time=1000.0, action=PowerAction.POWER_DOWN, count=2, reason="t",
+                        active_nodes=1)  # fmt: skip
+    slurm = _Slurm(_nodes("idle", "idle", "idle"))
+    a = PowerApplier(slurm, _Advice(adv), "c", min_idle=1, max_age_s=600)
+    r = a.run_pass(now=1100.0)
+    assert r.powered_down == ["n3", "n2"] and r.refused == 1 and a.total_refused == 1
+    stale = PowerApplier(_Slurm(_nodes("idle", "idle")), _Advice(adv), "c", max_age_s=600)
+    assert stale.run_pass(now=5000.0).lines == []
+    dry = _Slurm(_nodes("idle", "idle"))
+    r = PowerApplier(dry, _Advice(adv), "c", min_idle=0, dry_run=True).run_pass(now=1000.0)
+    assert r.lines == ["update nodename=n2 state=power_down_asap"] and dry.applied == []

@@ -1,0 +1,58 @@
+"""VcState in a table of bytes: codec, dirty tracking, forgetting on a rebalance."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuhint.core import VcState
+from models.history import HistoryEstimator
+from streams.partitioning import murmur2, partition_for
+from streams.state_table import StateCodecError, TableStates, decode_state, encode_state
+
+
+def test_codec_round_trip_and_compression() -> None:
+    m = HistoryEstimator()
+    m.state.update({f"c|a|u|{i}": [1.0, 2.0, 3.0, 4.0] for i in range(2000)})
+    st = VcState(model=m, applied_offset=12)
+    raw, small = encode_state(st, compress=False), encode_state(st)
+    assert len(small) < len(raw) / 3
+    for blob in (raw, small):
+        back = decode_state(blob)
+        assert back.applied_offset == 12 and back.model.state == m.state  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("blob", [b"", b"pickle", b"GHVS1\x01garbage"])
+def test_codec_rejects_what_it_did_not_write(blob: bytes) -> None:
+    with pytest.raises(StateCodecError):
+        decode_state(blob)
+
+
+def test_only_dirty_keys_are_saved_and_forget_drops_unsaved_changes() -> None:
+    table: dict[str, bytes] = {}
+    saved: list[str] = []
+    states = TableStates(table, on_save=lambda k, b: (saved.append(k), table.__setitem__(k, b)))
+    states["c/a"] = VcState(model=HistoryEstimator())
+    states["c/b"] = VcState(model=HistoryEstimator())
+    assert states.save_dirty() == 2 and states.save_dirty() == 0
+    st = states["c/a"]
+    st.applied_offset = 5
+    states["c/a"] = st
+    assert states.dirty == {"c/a"} and states.save_dirty() == 1
+    assert saved == ["c/a", "c/b", "c/a"]
+    st.applied_offset = 99
+    states["c/a"] = st
+    states.forget()  # a rebalance before the batch was saved
+    assert states["c/a"].applied_offset == 5 and states.dirty == frozenset()
+
+
+def test_an_unreadable_record_starts_the_vc_afresh() -> None:
+    states = TableStates({"c/a": b"junk"})
+    assert states.get("c/a") is None
+
+
+def test_partitioner_matches_kafka_clients() -> None:
+    from kafka.partitioner.default import murmur2 as kafka_murmur2
+
+    for key in [b"", b"a", b"ab", b"abc", b"philly/vcA", "venus/vcé".encode()]:
+        assert murmur2(key) == kafka_murmur2(key)
+    assert {partition_for(f"c/vc{i}".encode(), 8) for i in range(64)} == set(range(8))

@@ -53,3 +53,26 @@ def test_kueue_jobs_become_job_events_with_the_gpuhint_id(
     assert got == sorted([(f"{env.id}-run-1", "finished", "CANCELLED"), (uid, "started", None)])
     for e in first + started + events:
         assert decode_message(encode_message(e)) == e
+
+
+def test_agent_cli_kueue_source_dry_run(
+    kubeconfig: str, kueue_env: Callable[..., KueueEnv]
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = kueue_env(gpus=8, hold=True)
+    env.job("cli", gpus=8, job_id=f"{env.id}-cli")
+    wait_for("its Workload", lambda: len(env.workloads()) == 1)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhint", "agent", "--nvml", "none", "--kubernetes", "kueue",
+         "--once", "--dry-run", "--cluster", "k8s"],
+        env={**os.environ, "KUBECONFIG": kubeconfig},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    msgs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    mine = [m["message"] for m in msgs if m["message"].get("job_id") == f"{env.id}-cli"]
+    assert [(m["phase"], m["vc"], m["num_gpus"]) for m in mine] == [("submitted", env.cq, 8)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-EVALUATIONS = ("qssf", "ces")
+EVALUATIONS = ("qssf", "ces", "slurm")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]

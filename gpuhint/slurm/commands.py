@@ -84,15 +84,15 @@ class SlurmCli:
             if len(parts) < 3:
                 continue
             job_id, raw_id, prio = parts[0].strip(), parts[1].strip(), _int(parts[2])
-            site, total = factors.get(raw_id, (0, None))
+            site, total = factors.get(raw_id, (None, None))
             pinned = total is not None and abs(prio - total) > pin_tolerance
             jobs.append(SlurmJob(job_id, "PENDING", site, pinned=pinned, held=prio == 0))
         return jobs
 
-    def _sprio(self) -> dict[str, tuple[int, int]]:
+    def _sprio(self) -> dict[str, tuple[int | None, int | None]]:
         """``{raw job id: (site factor, sum of weighted factors - nice)}``."""
         out = self.run(["sprio", "-h", "-o", "%i|%A|%B|%F|%J|%P|%Q|%S|%T|%N"], check=False)
-        result = {}
+        result: dict[str, tuple[int | None, int | None]] = {}
         for line in out.splitlines():
             p = line.split("|")
             if len(p) < 10:

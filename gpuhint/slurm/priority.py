@@ -66,7 +66,7 @@ class SlurmJob:
 
     job_id: str  # as squeue -r prints it: 123 or 123_4
     state: str  # PENDING, RUNNING, ...
-    site_factor: int = 0
+    site_factor: int | None = 0  # None: Slurm did not say (sprio omits ineligible jobs)
     pinned: bool = False  # a human set Priority=
     held: bool = False  # priority 0: held by a user or an admin
 
@@ -104,8 +104,13 @@ def plan_pass(
     *,
     max_updates: int | None = None,
     per_line: int = 100,
+    applied: Mapping[str, int] | None = None,
 ) -> Plan:
     """The updates one pass makes: pending, unpinned, hinted jobs whose factor changes.
+
+    A job whose current factor Slurm does not show (``site_factor`` None: ``sprio``
+    omits jobs not yet eligible, e.g. a future ``--begin``) is compared with what this
+    applier set last (``applied``), else taken as 0.
 
     When more than ``max_updates`` jobs changed, the ones with the smallest priority
     (those that gain most from starting early) go first.
@@ -124,7 +129,10 @@ def plan_pass(
         plan.considered += 1
         p = priorities[job.job_id]
         target = fmap.factor(p)
-        if target == job.site_factor:
+        current = job.site_factor
+        if current is None:
+            current = (applied or {}).get(job.job_id, 0)
+        if target == current:
             plan.unchanged += 1
             continue
         changed.append((p, job.job_id, target))
@@ -209,15 +217,23 @@ class PriorityApplier:
         self.sleep = sleep
         self.total_updated = 0
         self.total_refused = 0
+        self.applied: dict[str, int] = {}  # job id -> factor set (pending jobs only)
 
     def run_pass(self) -> PassResult:
         t0 = self.clock()
         priorities = self.hints.priorities(self.cluster)
-        plan = plan_pass(self.slurm.queue(), priorities, self.fmap, max_updates=self.max_updates)
+        queue = self.slurm.queue()
+        plan = plan_pass(
+            queue, priorities, self.fmap, max_updates=self.max_updates, applied=self.applied
+        )
         lines = [u.line for u in plan.updates]
         errors: list[str] = []
         if not self.dry_run:
             errors = self._apply_rate_limited(plan.updates)
+            pending = {j.job_id for j in queue}
+            self.applied = {k: v for k, v in self.applied.items() if k in pending}
+            for u in plan.updates:
+                self.applied.update(dict.fromkeys(u.job_ids, u.site_factor))
         refused = len(errors)
         updated = plan.jobs - (refused if not self.dry_run else 0)
         self.total_updated += max(0, updated)

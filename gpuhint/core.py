@@ -177,6 +177,7 @@ class HintEngine:
         self.model_factory = model_factory
         self.max_updates = max_updates
         self.refresh = refresh
+        self._reemitted: set[str] = set()
         self.updates: list[PriorityHint] = []
         """The hint updates written while processing the last event."""
         self.store = store
@@ -347,8 +348,17 @@ class HintEngine:
         )
 
     def _reemit(self, st: VcState, ev: JobEvent) -> PriorityHint | None:
-        """An already-applied event: write what the current state says about its job."""
+        """An already-applied event: write what the current state says about its job.
+
+        The first redelivered event of a VC in this process also re-writes every waiting
+        hint of the VC: a redelivered finish may have moved its siblings' hints (hint
+        updates) in a batch whose store writes were lost."""
         self.stats.redelivered += 1
+        key = state_key(ev.cluster, ev.vc)
+        if key not in self._reemitted:
+            self._reemitted.add(key)
+            for waiting in st.pending.values():
+                self.store.put_hint(waiting.hint)
         job = st.pending.get(ev.job_id)
         if job is not None:
             self.store.put_hint(job.hint)

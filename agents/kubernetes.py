@@ -24,6 +24,7 @@ ClusterQueue (the admission's, else the LocalQueue's), else the namespace; GPUs 
     Job created, Workload waiting -> submitted
     Workload Admitted             -> started (at the admission time)
     Job Complete / Failed         -> finished COMPLETED / FAILED (TIMEOUT: DeadlineExceeded)
+    Job being deleted, or gone    -> finished CANCELLED
 
 >>> pod = {"metadata": {"name": "p", "namespace": "ml",
 ...        "creationTimestamp": "2024-05-01T10:00:00Z"},
@@ -217,6 +218,9 @@ def kueue_job(
         reason = str(failed.get("reason"))
         final, st = _FAILED_REASON.get(reason, JobState.FAILED), "finished"
         end = _ts(failed.get("lastTransitionTime"))
+    elif meta.get("deletionTimestamp"):  # being deleted (finalizers may keep it listed)
+        final, st = JobState.CANCELLED, "finished"
+        end = _ts(meta.get("deletionTimestamp"))
     elif start is not None:
         st = "running"
     else:

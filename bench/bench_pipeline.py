@@ -1,22 +1,26 @@
-"""Replay -> Kafka -> Faust worker -> Redis: end-to-end hint latency and throughput.
+"""Replay -> Kafka -> Faust worker -> Redis: hint latency vs a raw round trip, throughput.
 
 Starts (or finds, via GPUHINT_TEST_KAFKA_BOOTSTRAP / GPUHINT_TEST_REDIS_URL) a real
-Kafka broker and Redis server, runs one real ``gpuhint worker`` process, then:
+Kafka broker and Redis server, then:
 
-1. **latency**: produces ``submitted`` job events at a fixed offered rate (``--rate``
-   events/s for ``--seconds``) and measures, per job, the time from just before the
-   producer's ``send`` to the hint's entry in the Redis change stream (the entry id is
-   Redis's own millisecond clock, on this same host). Reports p50 / p90 / p99 / max.
-2. **throughput**: produces ``--burst`` events as fast as possible and measures the
-   time until the last hint is visible (events/s through the whole pipeline).
+1. **raw round trip**: a kafka-python producer -> consumer on a plain topic at the
+   offered rate (``--rate`` msgs/s for ``--seconds``): the floor any Kafka pipeline pays.
+2. **hint latency**: one real ``gpuhint worker``; ``submitted`` events at the same rate,
+   time from just before ``send`` to the hint's entry in the Redis change stream (the
+   entry id is Redis's millisecond clock, on this host).
+3. **throughput**: ``--lifecycles`` full job lifecycles (submitted, started, finished;
+   jobs over ``--vcs`` VCs) are produced as a backlog, then 1 (and then, on a fresh
+   topic set, 2) workers drain it; the clock runs from the first hint to the hint of a
+   marker job sent last on every VC (per-partition order: all before it is done).
 
-    python bench/bench_pipeline.py [--rate 200] [--seconds 20] [--burst 20000]
+    python bench/bench_pipeline.py [--rate 200] [--seconds 15] [--lifecycles 10000] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import signal
@@ -27,11 +31,12 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import date
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import redis
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 
 from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
@@ -41,7 +46,11 @@ from gpuhint.testing.services import kafka_service, redis_service
 from gpuhint.topics import Topics, job_key
 
 CLUSTER = "bench"
-VCS = [f"vc{i}" for i in range(8)]
+
+
+def security() -> dict[str, object]:
+    """Kafka client TLS/SASL options from GPUHINT_KAFKA_SECURITY_* (empty: plaintext)."""
+    return kafka_client_config(load_settings())
 
 
 class HintWatcher(threading.Thread):
@@ -52,6 +61,7 @@ class HintWatcher(threading.Thread):
         self.r = redis.Redis.from_url(url)
         self.keys = keys
         self.seen: dict[str, float] = {}
+        self.first: float | None = None
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -62,21 +72,27 @@ class HintWatcher(threading.Thread):
                 for eid, fields in entries:
                     last = eid.decode()
                     if fields.get(b"type") == b"hint":
-                        ms = int(last.split("-")[0])
-                        self.seen.setdefault(fields[b"job_id"].decode(), ms / 1000.0)
+                        t = int(last.split("-")[0]) / 1000.0
+                        if self.first is None:
+                            self.first = t
+                        self.seen.setdefault(fields[b"job_id"].decode(), t)
 
 
-def event(i: int, tag: str) -> JobEvent:
-    return JobEvent(
-        phase="submitted",
+def lifecycle(i: int, tag: str, vcs: int, t: float) -> list[JobEvent]:
+    base = dict(
         job_id=f"{tag}-{i}",
         cluster=CLUSTER,
-        vc=VCS[i % len(VCS)],
-        user=f"u{i % 50}",
+        vc=f"vc{i % vcs}",
+        user=f"u{i % 97}",
         num_gpus=2 ** (i % 4),
-        time=time.time(),
-        submit_time=time.time(),
+        submit_time=t,
     )
+    dur = 60.0 + (i * 37) % 3600
+    return [
+        JobEvent(phase="submitted", time=t, **base),  # type: ignore[arg-type]
+        JobEvent(phase="started", time=t + 1, **base),  # type: ignore[arg-type]
+        JobEvent(phase="finished", time=t + 1 + dur, duration_s=dur, **base),  # type: ignore[arg-type]
+    ]
 
 
 def wait_for(watcher: HintWatcher, ids: list[str], timeout: float) -> bool:
@@ -84,7 +100,7 @@ def wait_for(watcher: HintWatcher, ids: list[str], timeout: float) -> bool:
     while time.monotonic() < deadline:
         if all(j in watcher.seen for j in ids):
             return True
-        time.sleep(0.05)
+        time.sleep(0.02)
     return False
 
 
@@ -92,108 +108,217 @@ def pct(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=1000, method="inclusive")[int(q * 1000) - 1]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--rate", type=float, default=200.0, help="offered events/s")
-    ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--burst", type=int, default=20_000)
-    ap.add_argument("--model", default="history_mix")
-    args = ap.parse_args()
+def paced(n: int, rate: float) -> Iterator[int]:
+    t0 = time.monotonic()
+    for i in range(n):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        yield i
 
-    with kafka_service() as (bootstrap, how_k), redis_service() as (url, how_r):
-        prefix = f"bench{uuid.uuid4().hex[:8]}"
-        topics, keys = Topics(prefix), RedisKeys(prefix)
-        security = kafka_client_config(load_settings())  # GPUHINT_KAFKA_SECURITY_* etc.
-        ensure_topics(bootstrap, topics, partitions=4, security=security)
-        tmp = Path(tempfile.mkdtemp(prefix="gpuhint-bench-"))
-        env = dict(
-            os.environ,
-            GPUHINT_KAFKA_BOOTSTRAP=bootstrap,
-            GPUHINT_REDIS_URL=url,
-            GPUHINT_TOPIC_PREFIX=prefix,
-            GPUHINT_KEY_PREFIX=prefix,
-            GPUHINT_APP_ID=f"{prefix}-worker",
-            GPUHINT_PARTITIONS="4",
-            GPUHINT_STATE_DIR=str(tmp / "state"),
-            GPUHINT_MODEL=args.model,
-        )
-        log = open(tmp / "worker.log", "wb")  # noqa: SIM115
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "gpuhint", "worker"], env=env, stdout=log, stderr=log
-        )
-        watcher = HintWatcher(url, keys)
-        watcher.start()
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security)
 
-        def send(ev: JobEvent) -> float:
-            t = time.time()
+def raw_roundtrip(bootstrap: str, prefix: str, rate: float, seconds: float) -> list[float]:
+    """Producer -> consumer latencies (ms) on a plain topic at the offered rate."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = f"{prefix}.raw"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security())
+    admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])
+    admin.close()
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=f"{prefix}-raw",
+        auto_offset_reset="latest",
+        **security(),
+    )
+    consumer.subscribe([topic])
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security())
+    producer.send(topic, b"warm").get(30)
+    while not consumer.assignment():
+        consumer.poll(200)
+    got: dict[int, float] = {}
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for recs in consumer.poll(100).values():
+                now = time.time()
+                for rec in recs:
+                    if rec.value != b"warm":
+                        got[int(rec.value)] = now
+
+    th = threading.Thread(target=consume, daemon=True)
+    th.start()
+    n = int(rate * seconds)
+    sent: dict[int, float] = {}
+    for i in paced(n, rate):
+        sent[i] = time.time()
+        producer.send(topic, key=str(i % 8).encode(), value=str(i).encode())
+        if i % 50 == 0:
+            producer.flush()
+    producer.flush()
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    th.join(5)
+    producer.close()
+    consumer.close()
+    return [(got[i] - sent[i]) * 1000 for i in sent if i in got]
+
+
+class Worker:
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.fh = open(log, "ab")  # noqa: SIM115
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "gpuhint", "worker"], env=env, stdout=self.fh, stderr=self.fh
+        )
+
+    def stop(self) -> None:
+        self.p.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.p.wait(30)
+        self.fh.close()
+
+
+def setup(
+    bootstrap: str, url: str, model: str, tmp: Path
+) -> tuple[dict[str, str], Topics, RedisKeys]:
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    topics, keys = Topics(prefix), RedisKeys(prefix)
+    ensure_topics(bootstrap, topics, partitions=8, security=security())
+    env = dict(
+        os.environ,
+        GPUHINT_KAFKA_BOOTSTRAP=bootstrap,
+        GPUHINT_REDIS_URL=url,
+        GPUHINT_TOPIC_PREFIX=prefix,
+        GPUHINT_KEY_PREFIX=prefix,
+        GPUHINT_APP_ID=f"{prefix}-worker",
+        GPUHINT_PARTITIONS="8",
+        GPUHINT_STATE_DIR=str(tmp / prefix),
+        GPUHINT_MODEL=model,
+        GPUHINT_CES_ENABLED="false",
+    )
+    return env, topics, keys
+
+
+def send_all(producer: KafkaProducer, topics: Topics, evs: list[JobEvent]) -> None:
+    for ev in evs:
+        producer.send(topics.job_events, key=job_key(ev.cluster, ev.vc), value=encode_message(ev))
+    producer.flush()
+
+
+def throughput(
+    bootstrap: str, url: str, model: str, tmp: Path, n_workers: int, lifecycles: int, vcs: int
+) -> float:
+    env, topics, keys = setup(bootstrap, url, model, tmp)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=1 << 18, **security()
+    )
+    t = time.time()
+    evs = [e for i in range(lifecycles) for e in lifecycle(i, "thr", vcs, t)]
+    markers = [
+        JobEvent(
+            phase="submitted",
+            job_id=f"mark-{v}",
+            cluster=CLUSTER,
+            vc=f"vc{v}",
+            time=t + 5,
+            submit_time=t + 5,
+        )
+        for v in range(vcs)
+    ]
+    send_all(producer, topics, [*evs, *markers])
+    producer.close()
+    watcher = HintWatcher(url, keys)
+    watcher.start()
+    ws = [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(n_workers)]
+    try:
+        ok = wait_for(watcher, [m.job_id for m in markers], 900)
+    finally:
+        watcher.stop.set()
+        for w in ws:
+            w.stop()
+    if not ok or watcher.first is None:
+        return float("nan")
+    last = max(watcher.seen[m.job_id] for m in markers)
+    return (len(evs) + len(markers)) / (last - watcher.first)
+
+
+def hint_latency(
+    bootstrap: str, url: str, model: str, tmp: Path, rate: float, seconds: float
+) -> list[float]:
+    env, topics, keys = setup(bootstrap, url, model, tmp)
+    watcher = HintWatcher(url, keys)
+    watcher.start()
+    w = Worker(env, tmp / f"{topics.prefix}.log")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security())
+    try:
+        t = time.time()
+        warm = [lifecycle(i, "warm", 8, t)[0] for i in range(200)]
+        send_all(producer, topics, warm)
+        if not wait_for(watcher, [e.job_id for e in warm], 120):
+            raise SystemExit("worker did not come up")
+        n = int(rate * seconds)
+        sent: dict[str, float] = {}
+        for i in paced(n, rate):
+            ev = lifecycle(i, "lat", 8, time.time())[0]
+            sent[ev.job_id] = time.time()
             producer.send(
                 topics.job_events, key=job_key(ev.cluster, ev.vc), value=encode_message(ev)
             )
-            return t
+            if i % 50 == 0:
+                producer.flush()
+        producer.flush()
+        wait_for(watcher, list(sent), 120)
+        return [(watcher.seen[j] - s) * 1000 for j, s in sent.items() if j in watcher.seen]
+    finally:
+        watcher.stop.set()
+        producer.close()
+        w.stop()
 
-        try:
-            warm = [event(i, "warm") for i in range(200)]
-            for ev in warm:
-                send(ev)
-            producer.flush()
-            if not wait_for(watcher, [e.job_id for e in warm], 120):
-                print("worker did not come up; log:", (tmp / "worker.log").read_text()[-3000:])
-                return 1
 
-            # 1. latency at a fixed offered rate
-            n = int(args.rate * args.seconds)
-            sent: dict[str, float] = {}
-            t0 = time.monotonic()
-            for i in range(n):
-                due = t0 + i / args.rate
-                delay = due - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                ev = event(i, "lat")
-                sent[ev.job_id] = send(ev)
-                if i % 50 == 0:
-                    producer.flush()
-            producer.flush()
-            achieved = n / (time.monotonic() - t0)
-            ok = wait_for(watcher, list(sent), 120)
-            lat = [watcher.seen[j] - t for j, t in sent.items() if j in watcher.seen]
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rate", type=float, default=200.0, help="offered events/s for latency")
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--lifecycles", type=int, default=10_000, help="jobs in the backlog")
+    ap.add_argument("--vcs", type=int, default=16)
+    ap.add_argument("--model", default="history_mix")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
 
-            # 2. throughput: a burst as fast as possible
-            burst = [event(i, "burst") for i in range(args.burst)]
-            tb = time.time()
-            for ev in burst:
-                send(ev)
-            producer.flush()
-            ok_b = wait_for(watcher, [e.job_id for e in burst], 600)
-            last = max(watcher.seen.get(e.job_id, float("nan")) for e in burst)
-            thr = args.burst / (last - tb) if ok_b else float("nan")
-        finally:
-            watcher.stop.set()
-            producer.close()
-            worker.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                worker.wait(30)
-            log.close()
-
-    print(
-        f"pipeline benchmark, {platform.machine()} {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, {date.today()}; kafka: {how_k}; redis: {how_r}; "
-        f"model {args.model}"
-    )
-    print(
-        f"latency: offered {args.rate:.0f} ev/s for {args.seconds:.0f} s "
-        f"(achieved {achieved:.0f} ev/s), {len(lat)}/{n} hints seen{'' if ok else ' (TIMEOUT)'}"
-    )
-    ms = [x * 1000 for x in lat]
-    print(
-        f"  p50 {pct(ms, 0.5):.1f} ms  p90 {pct(ms, 0.9):.1f} ms  p99 {pct(ms, 0.99):.1f} ms  "
-        f"max {max(ms):.1f} ms"
-    )
-    print(
-        f"throughput: {args.burst:,} events produced at full speed -> last hint after "
-        f"{args.burst / thr if thr == thr else float('nan'):.1f} s: {thr:,.0f} events/s end to end"
-    )
+    tmp = Path(tempfile.mkdtemp(prefix="gpuhint-bench-"))
+    with kafka_service() as (bootstrap, how_k), redis_service() as (url, how_r):
+        raw = raw_roundtrip(bootstrap, f"raw{uuid.uuid4().hex[:6]}", args.rate, args.seconds)
+        lat = hint_latency(bootstrap, url, args.model, tmp, args.rate, args.seconds)
+        one = throughput(bootstrap, url, args.model, tmp, 1, args.lifecycles, args.vcs)
+        two = throughput(bootstrap, url, args.model, tmp, 2, args.lifecycles, args.vcs)
+    out = {
+        "command": " ".join(["python", "bench/bench_pipeline.py", *sys.argv[1:]]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "kafka": how_k,
+        "redis": how_r,
+        "model": args.model,
+        "offered_rate_per_s": args.rate,
+        "raw_roundtrip_p50_ms": pct(raw, 0.5),
+        "raw_roundtrip_p99_ms": pct(raw, 0.99),
+        "hint_p50_ms": pct(lat, 0.5),
+        "hint_p99_ms": pct(lat, 0.99),
+        "hints_seen": len(lat),
+        "lifecycles": args.lifecycles,
+        "vcs": args.vcs,
+        "events_per_s_1_worker": one,
+        "events_per_s_2_workers": two,
+        "speedup_2_workers": two / one if one == one and one > 0 else None,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for k, v in out.items():
+            print(f"{k:24} {v:.1f}" if isinstance(v, float) else f"{k:24} {v}")
     return 0
 
 

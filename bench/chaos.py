@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -28,6 +29,14 @@ from gpuhint.traces import job_events, parse_time, read_trace  # noqa: E402
 
 TRACE = REPO / "tests" / "data" / "philly_excerpt.json"
 CUT = "2017-10-08 00:00:00"
+
+
+def _mem_gb() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            return round(int(f.readline().split()[1]) / 1024**2)
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "command": "python bench/chaos.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-        "machine": f"{platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}",
+        "machine": f"{os.cpu_count()} cores, {_mem_gb()} GB, {platform.machine()}, "
+        f"{platform.python_implementation()} {platform.python_version()}",
         "trace": f"{TRACE.name} up to {CUT}: {len(events)} events, "
         f"{len(chaos.reference)} hints expected",
         "model": args.model,

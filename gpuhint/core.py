@@ -13,8 +13,27 @@ same answer as one.
 * ``submitted``: predict duration, write a :class:`PriorityHint` (priority = GPUs x the
   model's *expected* duration, ``DurationPrediction.expected_s``: the mean, not the point
   forecast, since QSSF minimizes mean JCT under uncertainty; see docs/qssf.md).
-* ``started``:   remove the hint (the scheduler has placed the job).
-* ``finished``:  remove the hint, learn from the true duration, score the prediction.
+* ``started``:   remove the hint (the scheduler has placed the job); the job's running
+  time now counts as evidence about its burst's waiting siblings.
+* ``finished``:  remove the hint, learn from the true duration, score the prediction,
+  then **update the hints of the waiting jobs it bears on** (hint updates, below).
+
+Hint updates (QSSF semantics, the same code in the worker and the embedded core): a
+VC's waiting jobs are indexed by the history keys their prediction depends on
+(:class:`models.pending_index.PendingIndex`: burst, name template, user+GPUs). When a
+job finishes, the model learns from it and re-predicts (``expected_one``, pure and
+cheap) at most ``max_updates`` waiting jobs that share one of its keys, most specific
+key first, plus the waiting jobs of ``refresh`` more bursts taken round-robin (their
+running siblings' time so far is evidence that grows without any event of theirs). A
+moved priority is written with ``HintStore.update_hint`` (a new score in the VC's
+sorted set and a ``hint_updated`` change). Work per event is bounded by
+``max_updates * (1 + refresh / 4)`` predictions.
+
+Never worse than FIFO: each VC's :class:`models.fifo_guard.FifoGuard` replays its recent
+jobs by the model's priorities and by arrival order (a shadow simulation); while the
+hints lose to FIFO there, the VC's hints follow arrival order (priority = submit time)
+and say so in their reasons (``fifo_guard:fallback``); when the guard changes state,
+every waiting hint of the VC is republished.
 
 Idempotent redelivery: an event whose input ``offset`` is at or below its VC's
 ``applied_offset`` was already applied (a crash after the state was saved but before
@@ -44,6 +63,20 @@ from dataclasses import dataclass, field
 from gpuhint.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
 from gpuhint.store import HintStore
 from models.base import DurationModel
+from models.fifo_guard import FifoGuard
+from models.pending_index import PendingIndex
+
+
+def _related_keys(model: DurationModel, ev: JobEvent) -> tuple[str, ...]:
+    """The model's keys for the waiting-job index (none for a model without them)."""
+    f = getattr(model, "related_keys", None)
+    return tuple(f(ev)) if f is not None else ()
+
+
+def _observe_start(model: DurationModel, ev: JobEvent) -> None:
+    f = getattr(model, "observe_start", None)
+    if f is not None:
+        f(ev)
 
 
 def state_key(cluster: str, vc: str) -> str:
@@ -80,6 +113,13 @@ class VcState:
     running: dict[str, float] = field(default_factory=dict)
     """Started jobs' predicted durations, to score the prediction at finish."""
     applied_offset: int = -1
+    index: PendingIndex = field(default_factory=PendingIndex)
+    """Waiting jobs by the history keys their prediction depends on (hint updates)."""
+    model_priority: dict[str, float] = field(default_factory=dict)
+    """The model's current priority of each waiting job (the published one differs
+    while the FIFO guard has fallen back)."""
+    guard: FifoGuard = field(default_factory=FifoGuard)
+    running_gpus: int = 0
 
 
 @dataclass
@@ -95,6 +135,8 @@ class EngineStats:
     """Removal requests: one per started and per finished event (idempotent in the store)."""
     learned: int = 0
     scored: int = 0
+    hints_updated: int = 0
+    """Waiting jobs whose priority moved after a job they bear on finished."""
     redelivered: int = 0
     """Events at or below their VC's offset watermark: re-emitted, not re-applied."""
     abs_log_error_sum: float = 0.0
@@ -129,8 +171,14 @@ class HintEngine:
         states: MutableMapping[str, VcState] | None = None,
         clock: Callable[[], float] = time.time,
         keep_pct_errors: int = 100_000,
+        max_updates: int = 64,
+        refresh: int = 4,
     ) -> None:
         self.model_factory = model_factory
+        self.max_updates = max_updates
+        self.refresh = refresh
+        self.updates: list[PriorityHint] = []
+        """The hint updates written while processing the last event."""
         self.store = store
         self.states: MutableMapping[str, VcState] = states if states is not None else {}
         self.clock = clock
@@ -174,6 +222,7 @@ class HintEngine:
         written, if any (for a redelivered submit: the hint re-emitted)."""
         s = self.stats
         s.events += 1
+        self.updates = []
         st = self.state(ev.cluster, ev.vc)
         if offset is not None and offset <= st.applied_offset:
             return self._reemit(st, ev)
@@ -188,8 +237,13 @@ class HintEngine:
         if ev.phase is JobPhase.SUBMITTED:
             s.submitted += 1
             hint = self.make_hint(st.model, ev, self.clock())
+            st.model_priority[ev.job_id] = hint.priority
+            st.guard.submit(ev.job_id, hint.priority, ev.submit_time, ev.num_gpus)
+            if st.guard.fallback:
+                hint = self._published(st, hint, ev, hint.priority)
             self.store.put_hint(hint)
             st.pending[ev.job_id] = PendingJob(ev, hint)
+            st.index.add(ev.job_id, _related_keys(st.model, ev))
             s.hints_written += 1
             return hint
         self.store.remove_hint(ev.cluster, ev.vc, ev.job_id)
@@ -199,21 +253,98 @@ class HintEngine:
             job = st.pending.pop(ev.job_id, None)
             if job is not None:
                 st.running[ev.job_id] = job.hint.predicted_duration_s
+                st.index.remove(ev.job_id)
+                st.model_priority.pop(ev.job_id, None)
+                _observe_start(st.model, ev)
+                st.running_gpus += ev.num_gpus
             return None
         s.finished += 1
         job = st.pending.pop(ev.job_id, None)
+        was_running = ev.job_id in st.running
         predicted = st.running.pop(ev.job_id, None)
         if job is not None:
             predicted = job.hint.predicted_duration_s
+            st.index.remove(ev.job_id)
+            st.model_priority.pop(ev.job_id, None)
         if ev.duration_s is not None:
             if predicted is not None:
                 s.scored += 1
                 s.abs_log_error_sum += abs(math.log1p(predicted) - math.log1p(ev.duration_s))
                 if ev.duration_s > 0 and len(s.abs_pct_errors) < self.keep_pct_errors:
                     s.abs_pct_errors.append(abs(predicted - ev.duration_s) / ev.duration_s)
+            keys = _related_keys(st.model, ev)
             st.model.learn(ev, ev.duration_s)
             s.learned += 1
+            running = st.running_gpus if was_running else st.running_gpus + ev.num_gpus
+            flipped = st.guard.observe(ev.job_id, ev.duration_s, running)
+            self._rerank(st, ev.time, keys, everyone=flipped)
+        if was_running:
+            st.running_gpus = max(0, st.running_gpus - ev.num_gpus)
         return None
+
+    def _rerank(self, st: VcState, now: float, keys: tuple[str, ...], everyone: bool) -> None:
+        """Re-predict the waiting jobs a finished job bears on; write those that moved."""
+        if not st.pending:
+            return
+        if everyone:  # the FIFO guard changed state: republish the whole VC
+            ids = list(st.pending)
+        else:
+            ids = st.index.related(keys, self.max_updates)
+            if self.refresh:
+                seen = set(ids)
+                for key in st.index.rotate(self.refresh):
+                    for jid in st.index.waiting(key, max(1, self.max_updates // 4)):
+                        if jid not in seen:
+                            seen.add(jid)
+                            ids.append(jid)
+        expected = getattr(st.model, "expected_one", None)
+        if expected is None:  # a model without River's conventions: nothing to re-rank by
+            return
+        for jid in ids:
+            job = st.pending.get(jid)
+            if job is None:
+                continue
+            ev = job.event
+            mp = max(ev.num_gpus, 1) * expected(ev, now)
+            st.model_priority[jid] = mp
+            st.guard.reprioritize(jid, mp)
+            hint = self._published(st, job.hint, ev, mp)
+            if hint.priority == job.hint.priority:
+                continue
+            job.hint = hint
+            self.store.update_hint(hint)
+            self.updates.append(hint)
+            self.stats.hints_updated += 1
+
+    def _published(
+        self, st: VcState, hint: PriorityHint, ev: JobEvent, model_priority: float
+    ) -> PriorityHint:
+        """The hint as published: the model's priority, or arrival order (the submit
+        time) while the VC's FIFO guard has fallen back; the reasons say which."""
+        reasons = hint.reasons
+        if reasons and reasons[0].feature.startswith(("fifo_guard:", "updated:")):
+            reasons = reasons[1:]
+        if st.guard.fallback:
+            tag, score = st.guard.reason()
+            first = FeatureContribution.model_construct(feature=tag, contribution=score)
+            prio = ev.submit_time
+        else:
+            prio = model_priority
+            if prio == hint.priority:
+                return hint
+            first = FeatureContribution.model_construct(
+                feature="updated:expected_s", contribution=prio / max(ev.num_gpus, 1)
+            )
+        if prio == hint.priority and reasons and reasons[0] == first:
+            return hint
+        # values already valid (finite, non-negative): a shallow copy, no re-validation
+        return hint.model_copy(
+            update={
+                "priority": prio,
+                "reasons": (first, *reasons[:4]),
+                "created_at": self.clock(),
+            }
+        )
 
     def _reemit(self, st: VcState, ev: JobEvent) -> PriorityHint | None:
         """An already-applied event: write what the current state says about its job."""

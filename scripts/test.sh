@@ -8,9 +8,10 @@
 # 2. checks Java 17+ and Maven (they fetch and run the real Kafka broker),
 # 3. makes a virtualenv (.venv, or $GPUHINT_VENV) with gpuhint and its dev extras,
 # 4. fetches Apache Kafka's jars from Maven Central (once; cached in .cache/kafka),
-# 5. runs ruff, mypy and pytest. The tests start a real Kafka (KRaft) and a real Redis
-#    themselves, unless GPUHINT_TEST_KAFKA_BOOTSTRAP / GPUHINT_TEST_REDIS_URL point at
-#    running ones (or Docker is there for testcontainers).
+# 5. installs etcd-server and builds kube-apiserver + Kueue (scripts/k8s/build.sh; cached),
+# 6. runs ruff, mypy and pytest. The tests start a real Kafka (KRaft), a real Redis and a
+#    real Kubernetes API server with Kueue themselves, unless GPUHINT_TEST_KAFKA_BOOTSTRAP /
+#    GPUHINT_TEST_REDIS_URL / GPUHINT_TEST_KUBECONFIG point at running ones.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -97,6 +98,13 @@ fi
 
 say "Kafka jars"
 bash scripts/kafka/fetch.sh
+
+say "Kubernetes: etcd, kube-apiserver, Kueue (cold build ~25 min, cached after)"
+# Debian's etcd-server when root; kube-apiserver and Kueue built with Go into
+# ${XDG_CACHE_HOME:-$HOME/.cache}/gpuhint/k8s (skipped when GPUHINT_TEST_KUBECONFIG is set)
+if [ -z "${GPUHINT_TEST_KUBECONFIG:-}" ]; then
+  bash scripts/k8s/build.sh
+fi
 
 say "ruff"
 "$venv/bin/ruff" check .

@@ -642,6 +642,11 @@ def findings(n: Mapping[str, Any]) -> list[str]:
             f"Submissions peak at {sub['peak_hour']:02d}:00 and are fewest at "
             f"{sub['quietest_hour']:02d}:00 ({sub['clock']})."
         )
+    if not n["fields"]["user"]:
+        out.append(
+            "The trace records no users: gpuhint's predictor can tell jobs apart only by VC "
+            "and GPU count (see the last section for what that costs)."
+        )
     qs = n["gpuhint"]["qssf"]
     if qs and qs["jct_ratio_fifo_over_qssf"] and qs["jct_ratio_qssf_over_oracle"]:
         out.append(
@@ -690,7 +695,7 @@ def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
         f"{k} {'✓' if v else '✗'}" for k, v in n["fields"].items() if k != "absolute_time"
     )
     skipped = "".join(
-        f"<li>{_e(dict(SECTIONS)[k])}: {_e(why)}</li>" for k, why in n["skipped"].items()
+        f"<li>{_e(dict(SECTIONS)[k])} ({_e(why)})</li>" for k, why in n["skipped"].items()
     )
     toc = "".join(
         f'<li><a href="#{k}">{_e(t)}</a></li>' for k, t in SECTIONS if n.get(k) is not None

@@ -15,8 +15,9 @@ from gpuhint.cli.common import UserError, add_trace_args
 HELP = "characterize a cluster from its job trace: HTML report, figures, JSON"
 
 DESCRIPTION = """\
-Reads a job trace (Helios cluster_log.csv, Philly JSON, plain CSV, or any format
-`gpuhint replay` reads; gzipped or not), streaming it in chunks, and shows your
+Reads a job trace (Helios cluster_log.csv, Philly JSON, plain CSV, Slurm sacct
+--parsable2 / --json exports: any format `gpuhint replay` reads; gzipped or not),
+streaming it in chunks, and shows your
 cluster the way the Helios paper (SC '21) shows its four: how long jobs run (overall
 and by GPU count), how many GPUs they ask for (jobs and GPU time), how they end
 (completed / cancelled / failed, by count and by GPU time), how long they queue, when
@@ -45,6 +46,7 @@ examples:
   gpuhint analyze philly_sampled_jobs.json -o philly/    # Philly
   gpuhint analyze jobs.csv --series nodes.csv.gz         # plain CSV + CES on a load series
   gpuhint analyze cluster_log.csv --vc-config vc_config.csv --qssf-jobs 50000
+  gpuhint analyze history.sacct                          # Slurm: sacct -a -X --parsable2
   gpuhint analyze big.csv.gz --no-qssf --json | jq .helios_summary
 
 bad input: the first bad row stops the run with file:line and the reason (exit 2);
@@ -63,7 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("trace", metavar="TRACE", help="job trace file (Helios, Philly, plain CSV)")
+    p.add_argument(
+        "trace", metavar="TRACE", help="job trace file (Helios, Philly, plain CSV, sacct)"
+    )
     add_trace_args(p)
     p.add_argument(
         "-o", "--out", metavar="DIR", help="output folder (default: ./analyze-<trace name>)"

@@ -73,10 +73,13 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from gpuhint.contract import encode_message
     from gpuhint.core import HintEngine
     from gpuhint.store import InMemoryStore
+    from gpuhint.topics import job_key
     from gpuhint.traces import job_events
     from models.registry import make_model
+    from streams.handler import Message, MessageHandler
 
     trace = shipped_trace(args.trace) if args.trace in SHIPPED else Path(args.trace)
     read = load_trace(trace, args.format, args.on_error)
@@ -95,10 +98,16 @@ def run(args: argparse.Namespace) -> int:
     bar = tqdm(
         events, unit="ev", desc="replaying", disable=args.no_progress or args.json, leave=False
     )
+    # the worker's own message path: each event as the bytes a producer would send
+    handler = MessageHandler(engine)
+    topic = handler.topics.job_events
     for ev in bar:
         if ev.time > cut:
             break
-        engine.on_job_event(ev)
+        key = job_key(ev.cluster, ev.vc)
+        out = handler.job_event(Message(topic, 0, n, key, encode_message(ev)))
+        if out.reason is not None:
+            raise UserError(f"event {n} of {trace}: {out.reason}")
         n += 1
         if n % 1000 == 0:
             store.flush()

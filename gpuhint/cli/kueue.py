@@ -119,6 +119,8 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from redis.exceptions import RedisError
+
     from gpuhint.kueue.applier import Applier
     from gpuhint.kueue.hints import hint_reader
     from gpuhint.kueue.kube import KubeError, KubeKueue, api_client
@@ -137,9 +139,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if args.clear:
         return _clear(backend, ladder, args)
+    try:
+        hints = hint_reader(common.redis_url.get_secret_value(), common.key_prefix)
+    except ValueError as exc:
+        raise UserError(f"Redis URL: {exc}") from None
     applier = Applier(
         backend,
-        hint_reader(common.redis_url.get_secret_value(), common.key_prefix),
+        hints,
         common.cluster,
         ladder,
         rate=ks.rate,
@@ -176,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
                 "dry run" if args.dry_run else f"at most {ks.rate:g} patches/s",
             )
             while not stop.is_set():
-                _report(applier.run_pass(), args, metrics)
+                try:
+                    _report(applier.run_pass(), args, metrics)
+                except (KubeError, RedisError) as exc:  # an outage: wait, then retry
+                    log.warning("pass failed, retrying in %.3g s: %s", ks.interval_s, exc)
                 # a pass every interval; a changed Workload / Job / queue brings it
                 # forward (after 0.5 s, so a burst of changes makes one pass)
                 if backend.wait_change(ks.interval_s):
@@ -186,8 +195,8 @@ def run(args: argparse.Namespace) -> int:
                 signal.signal(s, h)
     except KubeError as exc:
         raise UserError(f"Kubernetes API: {exc}") from None
-    except OSError as exc:  # Redis unreachable and the like
-        raise UserError(f"cannot read hints: {exc}") from None
+    except (OSError, RedisError) as exc:  # Redis unreachable and the like
+        raise UserError(f"cannot read hints from Redis: {exc}") from None
     return 0
 
 

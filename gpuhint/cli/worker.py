@@ -132,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
         settings.model,
         settings.partitions,
     )
+    import aiokafka  # noqa: F401 - its loggers exist now, so they can be rate-limited
+
+    from gpuhint.logs import rate_limit
+
+    rate_limit()  # a dead broker: one line per message kind every 30 s, not ~110/s
     worker = faust.Worker(handle.app, loglevel=args.loglevel.upper(), quiet=True)
     try:
         worker.execute_from_commandline()

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gpuhint.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.store import BufferedStore, Op
 from gpuhint.traces import TraceJob
 from models.simulator import (
     PolicyKind,
@@ -187,74 +189,26 @@ def predict_online(
     )
 
 
-class _LiveVc:
-    """Stand-in for the hint core's per-VC state until it lands (predict, learn, re-rank)."""
+class _DiscardStore(BufferedStore):
+    """A sink that applies nothing: the simulator reads the engine's updates directly."""
 
-    def __init__(self, model_name: str, max_updates: int = 64, refresh: int = 4) -> None:
-        from models.fifo_guard import FifoGuard
-        from models.pending_index import PendingIndex
-        from models.registry import make_model
+    def _apply(self, ops: list[Op]) -> None:
+        return None
 
-        self.model = make_model(model_name)
-        self.index = PendingIndex()
-        self.guard = FifoGuard()
-        self.waiting: dict[str, Any] = {}
-        self.model_prio: dict[str, float] = {}
-        self.running_gpus = 0
-        self.max_updates = max_updates
-        self.refresh = refresh
-        self.scored = 0
-        self.abs_log = 0.0
-        self.pct: list[float] = []
-        self.predicted: dict[str, float] = {}
+    def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
+        return None
 
-    def submit(self, ev: Any) -> tuple[float, float]:
-        pred = self.model.predict(ev)
-        mp = max(ev.num_gpus, 1) * pred.expected_s
-        self.model_prio[ev.job_id] = mp
-        self.guard.submit(ev.job_id, mp, ev.submit_time, ev.num_gpus)
-        self.predicted[ev.job_id] = pred.duration_s
-        self.waiting[ev.job_id] = ev
-        self.index.add(ev.job_id, self.model.related_keys(ev))
-        return (ev.submit_time if self.guard.fallback else mp), pred.duration_s
+    def queue(self, cluster: str, vc: str) -> list[tuple[str, float]]:
+        return []
 
-    def start(self, ev: Any) -> None:
-        self.waiting.pop(ev.job_id, None)
-        self.index.remove(ev.job_id)
-        self.model.observe_start(ev)
-        self.running_gpus += ev.num_gpus
+    def get_advisory(self, cluster: str, node: str | None = None) -> PowerAdvisory | None:
+        return None
 
-    def finish(self, ev: Any) -> list[tuple[str, float]]:
-        self.waiting.pop(ev.job_id, None)
-        self.index.remove(ev.job_id)
-        d = ev.duration_s
-        keys = self.model.related_keys(ev)
-        pr = self.predicted.pop(ev.job_id, None)
-        if pr is not None:
-            self.scored += 1
-            self.abs_log += abs(math.log1p(pr) - math.log1p(d))
-            if d > 0:
-                self.pct.append(abs(pr - d) / d)
-        self.model.learn(ev, d)
-        self.model_prio.pop(ev.job_id, None)
-        flipped = self.guard.observe(ev.job_id, d, self.running_gpus)
-        self.running_gpus = max(0, self.running_gpus - ev.num_gpus)
-        out: list[tuple[str, float]] = []
-        ids = list(self.waiting) if flipped else self.index.related(keys, self.max_updates)
-        if not flipped:
-            seen = set(ids)
-            for key in self.index.rotate(self.refresh):
-                for jid in self.index.waiting(key, self.max_updates // 4):
-                    if jid not in seen:
-                        seen.add(jid)
-                        ids.append(jid)
-        for jid in ids:
-            w = self.waiting[jid]
-            if not flipped:
-                self.model_prio[jid] = max(w.num_gpus, 1) * self.model.expected_one(w, ev.time)
-                self.guard.reprioritize(jid, self.model_prio[jid])
-            out.append((jid, w.submit_time if self.guard.fallback else self.model_prio[jid]))
-        return out
+    def get_load(self, cluster: str) -> ClusterLoad | None:
+        return None
+
+    def counters(self) -> dict[str, int]:
+        return {}
 
 
 class ClosedLoopRanker:
@@ -273,18 +227,24 @@ class ClosedLoopRanker:
         cluster: str = "eval",
         snapshot_at: float = math.inf,
     ) -> None:
+        from gpuhint.core import HintEngine
+        from models.registry import DURATION_MODELS, make_model
+
+        make_model(model_name)  # a clear error for an unknown name
         self.jobs = jobs
+        self.store = _DiscardStore()
+        self.engine = HintEngine(DURATION_MODELS[model_name], self.store, clock=lambda: 0.0)
         self.snapshot_at = snapshot_at
         self.snapshot: list[tuple[float, int]] | None = None  # (priority, job) waiting then
         self.snapshot_t = math.nan
         self._since_snapshot = 0
         self.cluster = cluster
         self.model_name = model_name
-        self.live = _LiveVc(model_name)
         self.index_of = {j.job_id: k for k, j in enumerate(jobs)}
         self.priority: list[float] = [math.nan] * len(jobs)
         self.predicted: list[float] = [math.nan] * len(jobs)
         self.hint_updates = 0
+        self.model_version = ""
         self.events = 0
         self.seconds = 0.0
 
@@ -318,7 +278,8 @@ class ClosedLoopRanker:
     def _maybe_snapshot(self, t: float) -> None:
         """Keep the queue as it was at the last event up to ``snapshot_at`` that found
         jobs waiting (refreshed at most every 32 events: bounded cost)."""
-        if t > self.snapshot_at or not self.live.waiting:
+        waiting = self._waiting()
+        if t > self.snapshot_at or not waiting:
             return
         self._since_snapshot += 1
         if self.snapshot is not None and self._since_snapshot < 32:
@@ -326,51 +287,57 @@ class ClosedLoopRanker:
         self._since_snapshot = 0
         self.snapshot_t = t
         self.snapshot = sorted(
-            (self.priority[self.index_of[jid]], self.index_of[jid]) for jid in self.live.waiting
+            (self.priority[self.index_of[jid]], self.index_of[jid]) for jid in waiting
         )
+
+    def _waiting(self) -> dict[str, Any]:
+        if not self.jobs:
+            return {}
+        from gpuhint.core import state_key
+
+        st = self.engine.states.get(state_key(self.cluster, self.jobs[0].vc))
+        return st.pending if st is not None else {}
 
     def submit(self, i: int, t: float) -> float:
         self._maybe_snapshot(t)
         t0 = time.perf_counter()
-        prio, dur = self.live.submit(self._event(i, "submitted", t))
+        hint = self.engine.on_job_event(self._event(i, "submitted", t))
         self.seconds += time.perf_counter() - t0
-        self.priority[i] = prio
-        self.predicted[i] = dur
-        return prio
+        assert hint is not None
+        self.priority[i] = hint.priority
+        self.predicted[i] = hint.predicted_duration_s
+        self.model_version = hint.model_version
+        return hint.priority
 
     def start(self, i: int, t: float) -> None:
         t0 = time.perf_counter()
-        self.live.start(self._event(i, "started", t))
+        self.engine.on_job_event(self._event(i, "started", t))
         self.seconds += time.perf_counter() - t0
 
     def finish(self, i: int, t: float) -> list[tuple[int, float]]:
         self._maybe_snapshot(t)
         t0 = time.perf_counter()
-        updates = self.live.finish(self._event(i, "finished", t))
+        self.engine.on_job_event(self._event(i, "finished", t))
+        updates = self.engine.updates
         self.seconds += time.perf_counter() - t0
         self.hint_updates += len(updates)
-        out = [(self.index_of[jid], p) for jid, p in updates]
+        out = [(self.index_of[h.job_id], h.priority) for h in updates]
         for k, p in out:
             self.priority[k] = p
         return out
 
     def summary(self) -> OnlinePredictions:
-        lv = self.live
-        pct = sorted(lv.pct)
-        med = None
-        if pct:
-            m = len(pct) // 2
-            med = pct[m] if len(pct) % 2 else (pct[m - 1] + pct[m]) / 2
+        s = self.engine.stats
         return OnlinePredictions(
             priority=self.priority,
             predicted_duration=self.predicted,
-            model=lv.model.name,
-            model_version=lv.model.version,
+            model=self.model_name,
+            model_version=self.model_version,
             events=self.events,
             seconds=self.seconds,
-            mae_log=lv.abs_log / lv.scored if lv.scored else None,
-            median_abs_pct_error=med,
-            scored=lv.scored,
+            mae_log=s.mae_log,
+            median_abs_pct_error=s.median_abs_pct_error,
+            scored=s.scored,
             hint_updates=self.hint_updates,
         )
 

@@ -66,8 +66,8 @@ class TokenBucket:
                 now = self.clock()
                 self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
                 self.last = now
-                if self.tokens >= 1:
-                    self.tokens -= 1
+                if self.tokens >= 1 - 1e-9:  # float dust must not stall the loop
+                    self.tokens = max(0.0, self.tokens - 1)
                     return
                 wait = (1 - self.tokens) / self.rate
             self.waited_s += wait

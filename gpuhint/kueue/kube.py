@@ -155,6 +155,10 @@ class KubeApi:
         try:
             for line in iter_resp_lines(resp.response):
                 yield json.loads(line)
+        except (KubeError, _Gone):
+            raise
+        except Exception as exc:  # the connection broke (server restart, network)
+            raise KubeError(0, f"watch {path}: {exc}") from None
         finally:
             with contextlib.suppress(Exception):
                 resp.response.release_conn()
@@ -221,6 +225,8 @@ class Reflector(Generic[T]):
                 log.info("%s: resourceVersion too old, re-listing", self.path)
                 self._relist_quietly(stop)
             except KubeError as exc:
+                if stop.is_set():
+                    return
                 log.warning("%s: watch failed (%s); retrying in %.0f s", self.path, exc, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -277,6 +283,10 @@ class KubeKueue:
         self.cluster_queues: Reflector[QueuePolicy] = Reflector(
             self.api, PATHS["clusterqueues"], queue_policy
         )
+        # classes this process wrote that the Job cache has not shown yet (watch lag):
+        # without it, a pass right after a patch would patch the same Job again
+        self._written: dict[str, tuple[str, float]] = {}  # Job -> (class, when)
+        self._written_lock = threading.Lock()
         self._reflectors: list[Reflector[Any]] = [
             self.cluster_queues,
             self.local_queues,
@@ -286,7 +296,9 @@ class KubeKueue:
 
     # -- cache -------------------------------------------------------------------------
     def sync(self) -> None:
-        """List everything once (a one-shot pass)."""
+        """List everything once (a one-shot pass); a fresh list is the truth."""
+        with self._written_lock:
+            self._written.clear()
         for r in self._reflectors:
             r.relist()
 
@@ -314,16 +326,31 @@ class KubeKueue:
 
     def views(self) -> list[WorkloadView]:
         """Every Workload joined with its Job and its ClusterQueue."""
-        lq = dict(self.local_queues.items)
-        jobs = self.jobs
+        with self.local_queues._lock:
+            lq = dict(self.local_queues.items)
+        with self.jobs._lock:
+            jobs = dict(self.jobs.items)
+        with self._written_lock:
+            now = time.monotonic()
+            self._written = {k: v for k, v in self._written.items() if now - v[1] < 60.0}
+            written = {k: c for k, (c, _t) in self._written.items()}
         out = []
         for w in self.workloads.snapshot():
             job = jobs.get(f"{w.namespace}/{w.job_name}") if w.job_name else None
             if job is not None and w.job_uid and job.uid != w.job_uid:
                 job = None  # a Job of the same name, re-created
-            cq = w.admitted_queue or (
-                lq.get(f"{w.namespace}/{w.queue_name}") if w.queue_name else None
-            )
+            job_class = job.priority_class if job else w.class_name
+            if job is not None:
+                k = f"{job.namespace}/{job.name}"
+                wrote = written.get(k)
+                if wrote is not None:
+                    if wrote == job_class:  # the cache has caught up
+                        with self._written_lock:
+                            self._written.pop(k, None)
+                    job_class = wrote
+            cq = w.admitted_queue
+            if cq is None and w.queue_name:
+                cq = lq.get(f"{w.namespace}/{w.queue_name}")
             out.append(
                 WorkloadView(
                     namespace=w.namespace,
@@ -331,7 +358,7 @@ class KubeKueue:
                     job_name=job.name if job else None,
                     job_id=job.job_id if job else w.uid,
                     cluster_queue=cq,
-                    job_class=job.priority_class if job else w.class_name,
+                    job_class=job_class,
                     priority=w.priority,
                     pending=w.pending,
                     class_kind=w.class_kind,
@@ -393,6 +420,8 @@ class KubeKueue:
             if exc.status in (404, 409, 422):  # gone, or no longer suspended
                 return False
             raise
+        with self._written_lock:
+            self._written[f"{namespace}/{job}"] = (class_name, time.monotonic())
         return True
 
     def unlabel(self, namespace: str, job: str) -> bool:

@@ -84,7 +84,9 @@ class Rate:
             for (name, labels), v in cur.samples.items():
                 if name != self.metric or not _match(labels, self.where):
                     continue
-                before = prev.samples.get((name, labels), 0.0)
+                before = prev.samples.get((name, labels))
+                if before is None:  # a new series: no increase yet (as Prometheus's rate)
+                    continue
                 g = _group(labels, self.by)
                 incs[g] = incs.get(g, 0.0) + (v - before if v >= before else v)  # v<: a reset
             steps.append((prev.t, cur.t, incs))

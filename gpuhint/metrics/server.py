@@ -28,6 +28,11 @@ Health = Callable[[], tuple[bool, str]]
 """Returns (ready, one line saying why)."""
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64  # a burst of scrapers on a busy host is not turned away
+
+
 class MetricsServer:
     """Serves ``registry`` at ``/metrics`` and ``health()`` at ``/healthz`` (200 or 503)."""
 
@@ -44,7 +49,7 @@ class MetricsServer:
         self.health: Health = health or (lambda: (True, "ok"))
         self.host = host
         self.port = port
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> MetricsServer:
@@ -85,8 +90,7 @@ class MetricsServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("metrics http: " + format, *args)
 
-        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server((self.host, self.port), Handler)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="gpuhint-metrics", daemon=True

@@ -23,7 +23,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gpuhint.client import HintClient
-from gpuhint.metrics.reasons import reason_class
+from gpuhint.metrics.reasons import REASON_CLASSES, reason_class
 from gpuhint.metrics.server import MetricsServer
 from gpuhint.metrics.state import RedisStateCollector
 from gpuhint.metrics.store import MeteredRedisStore
@@ -87,6 +87,11 @@ class WorkerCollector(Collector):
         yield _counter(
             "gpuhint_model_learned", "Finished jobs the duration model learned from.", s.learned
         )
+        yield _counter(
+            "gpuhint_events_redelivered",
+            "Job events seen again (offset already applied): no state change, writes re-emitted.",
+            s.redelivered,
+        )
         err = SummaryMetricFamily(
             "gpuhint_prediction_abs_log_error",
             "|log(predicted duration) - log(actual)| of each scored finished job; "
@@ -103,7 +108,7 @@ class WorkerCollector(Collector):
             "Messages sent to the dead-letter topic, by reason class.",
             labels=["reason"],
         )
-        by_class: dict[str, int] = {}
+        by_class: dict[str, int] = dict.fromkeys(REASON_CLASSES, 0)  # all, from 0: rate() works
         for reason, n in dict(ws.reasons).items():
             cls = reason_class(reason)
             by_class[cls] = by_class.get(cls, 0) + n
@@ -161,8 +166,9 @@ class WorkerCollector(Collector):
             "Power advisories written, by action and scope (cluster summary or one node).",
             labels=["action", "scope"],
         )
-        for (action, scope), n in sorted(advisories.items()):
-            a.add_metric([action, scope], float(n))
+        for action in ("power_down", "keep", "wake"):  # every series from 0: rate() works
+            for scope in ("cluster", "node"):
+                a.add_metric([action, scope], float(advisories.get((action, scope), 0)))
         yield a
         e = CounterMetricFamily(
             "gpuhint_ces_energy_saved_kwh",
@@ -174,6 +180,13 @@ class WorkerCollector(Collector):
             e.add_metric([cluster], kwh)
         yield e
         yield _counter("gpuhint_redis_flushes", "Batches written to Redis.", batches)
+        sink = getattr(self.worker, "sink", None)
+        if sink is not None:
+            yield _counter(
+                "gpuhint_redis_rebuilds",
+                "Times Redis came back empty and the pending hints were re-written from state.",
+                sink.rebuilds,
+            )
         yield _counter("gpuhint_redis_errors", "Batches that failed with a Redis error.", errors)
         yield GaugeMetricFamily(
             "gpuhint_redis_pending_writes", "Writes buffered, not yet in Redis.", value=st.pending

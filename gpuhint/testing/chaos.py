@@ -179,6 +179,7 @@ class Chaos:
         self.redis_port = free_port()
         self.redis: LocalRedis | None = None
         self.reference = reference_hints(events, model)
+        self.maybe_resent = 0
 
     # --- servers -------------------------------------------------------------------------
     def __enter__(self) -> Chaos:
@@ -259,22 +260,27 @@ class Chaos:
     def send(self, records: list[Record], retry_s: float = 600.0, paced: bool = False) -> None:
         """Send records in order, each batch acknowledged, through any broker outage.
 
-        ``paced``: about 200 records/s, so that faults land mid-stream.
+        ``paced``: about 200 records/s, so that faults land mid-stream. Records of a
+        batch sent but not acknowledged are sent again (they may then be in the topic
+        twice): :attr:`maybe_resent` counts them.
         """
         t = self.transport()
         i, down_since = 0, None
-        batch = 20 if paced else 500
+        batch = 20 if paced else 100
         while i < len(records):
             if paced:
                 time.sleep(0.1)
+            chunk = records[i : i + batch]
             try:
-                n = t.send(records[i : i + batch], 10.0)
+                n = t.send(chunk, 60.0)
             except TransportError:
+                self.maybe_resent += len(chunk)
                 down_since = down_since or time.monotonic()
                 if time.monotonic() - down_since > retry_s:
                     raise
                 time.sleep(1.0)
                 continue
+            self.maybe_resent += len(chunk) - n
             down_since = None
             i += n
         t.close()
@@ -358,6 +364,7 @@ class Chaos:
     def scenario(self, name: str, bad: int = 0) -> Iterator[tuple[str, ScenarioResult, Workers]]:
         prefix = f"c{uuid.uuid4().hex[:8]}"
         res = ScenarioResult(name)
+        self.maybe_resent = 0
         (self.workdir / prefix).mkdir(parents=True, exist_ok=True)
         workers = Workers(self.env(prefix), self.workdir / prefix)
         t0 = time.monotonic()
@@ -369,6 +376,8 @@ class Chaos:
             res.worker_crashes += workers.crashes
             res.notes.extend(workers.crash_lines[:5])
             res.wall_s = round(time.monotonic() - t0, 1)
+            if self.maybe_resent:
+                res.notes.append(f"{self.maybe_resent} records sent again after a failed send")
         with contextlib.suppress(Exception):
             res.dead_letters = self.dead_letters(prefix)
         self.compare(prefix, res)

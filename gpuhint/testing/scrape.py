@@ -16,13 +16,22 @@ from prometheus_client.parser import text_string_to_metric_families
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    """(status, body) of a GET; a 503 is an answer, not an error."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+def get(url: str, timeout: float = 5.0, tries: int = 3) -> tuple[int, str]:
+    """(status, body) of a GET; a 503 is an answer, not an error.
+
+    A connection reset or timeout is retried (``tries`` in all): a loaded test machine.
+    """
+    for attempt in range(tries):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except (ConnectionResetError, TimeoutError):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def samples(text: str) -> Samples:

@@ -23,10 +23,6 @@ mkdir -p "$C"/kas/bin "$C"/gobin
 say() { printf 'k8s/build.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
-# one build at a time (parallel test sessions share the cache)
-exec 9>"$C/.build.lock"
-flock 9
-
 if ! command -v etcd >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing etcd-server (Debian)"
@@ -36,9 +32,21 @@ if ! command -v etcd >/dev/null 2>&1; then
     die "etcd is missing: sudo apt-get install -y etcd-server"
   fi
 fi
-for tool in openssl unshare; do
-  command -v $tool >/dev/null 2>&1 || die "$tool is missing (apt-get install -y openssl util-linux)"
+missing=()
+for pair in openssl:openssl curl:curl unshare:util-linux flock:util-linux; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    die "missing: ${missing[*]} (apt-get install -y ${missing[*]})"
+  fi
+fi
+
+# one build at a time (parallel test sessions share the cache)
+exec 9>"$C/.build.lock"
+flock 9
 
 have_crds() { compgen -G "$C/kueue-crds/*.yaml" >/dev/null; }
 if [ -x "$C/kas/bin/kube-apiserver" ] && [ -x "$C/gobin/kueue" ] && have_crds; then

@@ -116,3 +116,22 @@ def test_the_agent_publisher_logs_an_outage_once_a_minute(
     lines = [r for r in caplog.records if r.levelname == "WARNING"]
     assert 9 <= len(lines) <= 12  # the first, then one a minute, not 600
     assert "still down after" in lines[-1].getMessage()
+
+
+def test_chatty_library_logs_are_rate_limited() -> None:
+    import logging
+
+    from gpuhint.logs import RateLimitFilter
+
+    clock = Clock()
+    f = RateLimitFilter(every_s=30.0, clock=clock)
+    passed = []
+    for i in range(1200):  # 110 lines/s for ~11 s, then 2 minutes at 10/s
+        clock.now += 0.1
+        rec = logging.LogRecord(
+            "aiokafka.conn", logging.ERROR, "", 0, "Unable connect %s", (i,), None
+        )
+        if f.filter(rec):
+            passed.append(rec.getMessage())
+    assert 4 <= len(passed) <= 5  # one every 30 s instead of 1200
+    assert "similar line(s)" in passed[-1]

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from gpuhint.contract import JobEvent
+import pickle
+
+from gpuhint.contract import JobEvent, JobPhase, PriorityHint
 from gpuhint.core import HintEngine
 from gpuhint.store import InMemoryStore
+from models.base import DurationPrediction
 from models.history import HistoryEstimator
 
 
@@ -111,7 +114,8 @@ def test_redelivered_events_change_no_state_and_reemit_current_writes() -> None:
     }
     twice_store.flush()
     # the redelivered submit of "a" (since started) did not resurrect its hint
-    assert [j for j, _ in twice_store.queue("default", "v")] == ["c", "b"]
+    # "b" was re-ranked when "a" (same user and GPUs) finished: a hint update; it ties "c"
+    assert [j for j, _ in twice_store.queue("default", "v")] == ["b", "c"]
 
 
 def test_events_without_offsets_are_always_applied() -> None:
@@ -145,3 +149,158 @@ def test_vc_state_pickles_with_its_model() -> None:
     assert st.applied_offset == 4 and set(st.pending) == {"b", "c"}
     probe = ev("submitted", "p", 20)
     assert st.model.predict(probe) == engine.states["default/v"].model.predict(probe)
+
+
+# -- hint updates and the FIFO guard (QSSF semantics) -----------------------------------
+
+
+def _sweep_events(n: int, gpus: int = 4) -> list[JobEvent]:
+    base = {"cluster": "c", "vc": "v", "user": "alice", "num_gpus": gpus}
+    return [
+        JobEvent(phase="submitted", job_id=f"s{i}", time=60.0 * i, submit_time=60.0 * i, **base)
+        for i in range(n)
+    ]
+
+
+def _phase(ev: JobEvent, phase: str, t: float, **kw: object) -> JobEvent:
+    return ev.model_copy(update={"phase": JobPhase(phase), "time": t, "start_time": 1.0, **kw})
+
+
+def test_a_waiting_jobs_hint_moves_after_its_sibling_finishes() -> None:
+    from models.registry import DURATION_MODELS
+
+    store = InMemoryStore()
+    engine = HintEngine(DURATION_MODELS["history_mix"], store, clock=lambda: 0.0)
+    subs = _sweep_events(3)
+    for ev in subs:
+        engine.on_job_event(ev)
+    engine.on_job_event(_phase(subs[0], "started", 1.0))
+    store.flush()
+    before = dict(store.queue("c", "v"))
+    assert set(before) == {"s1", "s2"}
+    engine.on_job_event(_phase(subs[0], "finished", 50_001.0, duration_s=50_000.0))
+    assert {h.job_id for h in engine.updates} == {"s1", "s2"}
+    store.flush()
+    after = dict(store.queue("c", "v"))
+    assert after["s1"] > before["s1"] and after["s2"] > before["s2"]
+    moved = store.get_hint("c", "s1")
+    assert moved is not None and moved.priority == after["s1"]
+    assert moved.reasons[0].feature == "updated:expected_s"
+    assert [c.key for c in store.changes if c.type == "hint_updated"] == ["s1", "s2"]
+    assert engine.stats.hints_updated == 2
+    # the state moves with its partition: a pickled copy continues identically
+    clone = pickle.loads(pickle.dumps(engine.states))
+    assert clone.keys() == engine.states.keys()
+
+
+def test_hint_updates_are_bounded_per_event() -> None:
+    from models.registry import DURATION_MODELS
+
+    engine = HintEngine(DURATION_MODELS["history_mix"], InMemoryStore(), max_updates=16)
+    subs = _sweep_events(300)
+    for ev in subs:
+        engine.on_job_event(ev)
+    engine.on_job_event(_phase(subs[0], "started", 1.0))
+    engine.on_job_event(_phase(subs[0], "finished", 90_001.0, duration_s=90_000.0))
+    assert 0 < len(engine.updates) <= 16 + engine.refresh * 4
+
+
+class _Liar:
+    """A model whose expected durations rank jobs exactly backwards (longest first)."""
+
+    name = "liar"
+    version = "1"
+
+    def __init__(self, truth: dict[str, float]) -> None:
+        self.truth = truth
+
+    def predict(self, job: JobEvent) -> DurationPrediction:
+        return self.predict_one(job)
+
+    def predict_one(self, job: JobEvent) -> DurationPrediction:
+        d = self.truth.get(job.job_id, 1.0)
+        return DurationPrediction(d, 1.0, d, d, expected_s=1e7 / max(d, 1.0))
+
+    def learn(self, job: JobEvent, duration_s: float) -> None:
+        return None
+
+    def learn_one(self, job: JobEvent, duration_s: float) -> None:
+        return None
+
+    def expected_one(self, job: JobEvent, now: float | None = None) -> float:
+        return self.predict_one(job).expected_s
+
+    def observe_start(self, job: JobEvent) -> None:
+        return None
+
+    def related_keys(self, job: JobEvent) -> tuple[str, ...]:
+        return ()
+
+
+def test_fifo_guard_falls_back_when_hints_lose_to_arrival_order() -> None:
+    import random
+
+    from models.simulator import SimJob, simulate_vc
+
+    rnd = random.Random(0)
+    jobs = [
+        SimJob(f"j{i}", 100.0 * i, rnd.choice([10.0, 30.0, 100.0, 600.0]), 8) for i in range(2000)
+    ]
+    truth = {j.job_id: j.duration for j in jobs}
+    store = InMemoryStore()
+    engine = HintEngine(lambda: _Liar(truth), store, clock=lambda: 0.0)
+    fallback: list[PriorityHint] = []
+
+    class Ranker:
+        def submit(self, i: int, t: float) -> float:
+            j = jobs[i]
+            ev = JobEvent(
+                phase="submitted", job_id=j.job_id, num_gpus=8, time=t, submit_time=j.submit
+            )
+            hint = engine.on_job_event(ev)
+            assert hint is not None
+            if hint.reasons and hint.reasons[0].feature == "fifo_guard:fallback":
+                fallback.append(hint)
+            return hint.priority
+
+        def start(self, i: int, t: float) -> None:
+            j = jobs[i]
+            engine.on_job_event(
+                JobEvent(
+                    phase="started",
+                    job_id=j.job_id,
+                    num_gpus=8,
+                    time=t,
+                    submit_time=j.submit,
+                    start_time=t,
+                )
+            )
+
+        def finish(self, i: int, t: float) -> list[tuple[int, float]]:
+            j = jobs[i]
+            engine.on_job_event(
+                JobEvent(
+                    phase="finished",
+                    job_id=j.job_id,
+                    num_gpus=8,
+                    time=t,
+                    submit_time=j.submit,
+                    start_time=t - j.duration,
+                    duration_s=j.duration,
+                )
+            )
+            return [(int(h.job_id[1:]), h.priority) for h in engine.updates]
+
+    guarded = simulate_vc(jobs, 2, "qssf", ranker=Ranker())
+    st = engine.state("default", "default")
+    assert st.guard.fallback and st.guard.switches >= 1
+    fifo = simulate_vc(jobs, 2, "fifo")
+    liar = simulate_vc(jobs, 2, "qssf", priorities=[1e7 / j.duration for j in jobs])
+
+    def avg(out: list) -> float:  # type: ignore[type-arg]
+        return sum(o.end - j.submit for o, j in zip(out, jobs, strict=True)) / len(jobs)
+
+    assert avg(liar) > 1.5 * avg(fifo)  # the hints alone would hurt badly
+    assert avg(guarded) < 1.15 * avg(fifo)  # the guard keeps it close to FIFO
+    # hints published in fallback follow arrival order and say so
+    assert fallback and all(h.priority == h.submit_time for h in fallback)

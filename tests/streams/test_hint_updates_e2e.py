@@ -84,7 +84,7 @@ def test_a_waiting_jobs_hint_moves_after_its_sibling_finishes(
     kafka_bootstrap: str, redis_url: str, unique_prefix: str, worker: Path
 ) -> None:
     topics, keys = Topics(unique_prefix), RedisKeys(unique_prefix)
-    ensure_topics(kafka_bootstrap, topics, partitions=2)
+    ensure_topics(kafka_bootstrap, topics, partitions=4)  # GPUHINT_PARTITIONS default
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     base: dict[str, object] = {"cluster": CLUSTER, "vc": "vcA", "user": "alice", "num_gpus": 4}
 

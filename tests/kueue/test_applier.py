@@ -1,0 +1,94 @@
+"""Applier passes on the in-memory twin: changed only, rate limit, dry run, refusals."""
+
+from __future__ import annotations
+
+from gpuhint.contract import PriorityHint
+from gpuhint.kueue.applier import Applier, TokenBucket
+from gpuhint.kueue.hints import MemoryHints
+from gpuhint.kueue.memory import InMemoryKueue
+from gpuhint.kueue.policy import ClassLadder
+
+
+def _hint(job_id: str, service: float, cluster: str = "c") -> PriorityHint:
+    return PriorityHint(job_id=job_id, cluster=cluster, num_gpus=1, submit_time=0,
+                        predicted_duration_s=service, priority=service, model="m",
+                        model_version="1", created_at=0)  # fmt: skip
+
+
+def _cluster(n: int) -> InMemoryKueue:
+    k = InMemoryKueue()
+    for i in range(n):
+        k.add_job("ns", f"j{i}", job_id=f"id{i}")
+    return k
+
+
+def test_second_pass_patches_nothing_and_a_hint_change_patches_one() -> None:
+    k = _cluster(20)
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}", 100.0 * 2**i) for i in range(20)})
+    hints.hints["other"] = _hint("other", 1.0, cluster="elsewhere")
+    a = Applier(k, hints, "c", ClassLadder(), rate=0, workers=3)
+    assert a.ensure_classes() and not a.ensure_classes()  # created once
+    r1 = a.run_pass()
+    assert (r1.relabelled, r1.hints, r1.pending) == (20, 20, 20)
+    assert a.run_pass().relabelled == 0 and k.patches == 20
+    hints.hints["id19"] = _hint("id19", 1.0)  # the biggest becomes the smallest
+    r3 = a.run_pass()
+    assert r3.relabelled == 1 and k.jobs["ns/j19"].job_class == "gpuhint-09"
+    assert k.jobs["ns/j19"].view.priority == 9  # the twin copies the class value, like Kueue
+
+
+def test_dry_run_plans_without_patching() -> None:
+    k = _cluster(3)
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}", 60.0) for i in range(3)})
+    a = Applier(k, hints, "c", dry_run=True)
+    assert a.ensure_classes() and k.classes == {}
+    r = a.run_pass()
+    assert r.relabelled == 0 and k.patches == 0
+    assert [(p["job"], p["to"]) for p in r.planned] == [(f"j{i}", "gpuhint-09") for i in range(3)]
+
+
+def test_admitted_between_cache_and_patch_is_refused_not_touched() -> None:
+    class Racy(InMemoryKueue):
+        def views(self):  # type: ignore[no-untyped-def]
+            out = super().views()
+            self.admit("ns", "j0")  # admitted right after the cache was read
+            return out
+
+    k = Racy()
+    k.add_job("ns", "j0", job_id="id0")
+    r = Applier(k, MemoryHints({"id0": _hint("id0", 60.0)}), "c", rate=0).run_pass()
+    assert (r.relabelled, r.refused) == (0, 1) and k.jobs["ns/j0"].job_class is None
+
+
+def test_errors_are_counted_and_the_pass_goes_on() -> None:
+    class Flaky(InMemoryKueue):
+        def relabel(self, namespace: str, job: str, class_name: str, service_s: float) -> bool:
+            if job == "j1":
+                raise RuntimeError("HTTP 500")
+            return super().relabel(namespace, job, class_name, service_s)
+
+    k = Flaky()
+    for i in range(3):
+        k.add_job("ns", f"j{i}", job_id=f"id{i}")
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}", 60.0) for i in range(3)})
+    r = Applier(k, hints, "c", rate=0, workers=1).run_pass()
+    assert (r.relabelled, r.errors) == (2, 1)
+
+
+def test_token_bucket_spaces_patches_at_the_rate() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    b = TokenBucket(rate=10, burst=5, clock=lambda: now[0], sleep=sleep)
+    for _ in range(25):
+        b.take()
+    assert abs(now[0] - 2.0) < 1e-6  # 5 at once, then 20 at 10/s
+    assert abs(b.waited_s - 2.0) < 1e-6
+    unlimited = TokenBucket(rate=0, burst=1, clock=lambda: 0.0, sleep=sleep)
+    for _ in range(100):
+        unlimited.take()
+    assert len(slept) == 20

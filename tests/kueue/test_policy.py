@@ -1,0 +1,92 @@
+"""The class ladder, the plan and the preemption guard (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuhint.kueue.policy import ClassLadder, QueuePolicy, WorkloadView, plan, priority_ceilings
+
+LADDER = ClassLadder(classes=10, base=0, min_service_s=600, max_service_s=5_529_600)
+
+
+def _wl(
+    name: str,
+    job_id: str,
+    *,
+    cq: str = "cq",
+    cls: str | None = None,
+    prio: int = 0,
+    pending: bool = True,
+    job: bool = True,
+    kind: str | None = None,
+) -> WorkloadView:
+    return WorkloadView("ns", f"wl-{name}", name if job else None, job_id, cq, cls, prio,
+                        pending, kind)  # fmt: skip
+
+
+def test_ladder_is_monotone_and_bounded() -> None:
+    services = [1, 600, 601, 5_000, 50_000, 500_000, 5_529_599, 5_529_600, 1e12]
+    values = [LADDER.class_for(s).value for s in services]
+    assert values == sorted(values, reverse=True)  # smaller service, higher priority
+    assert values[0] == values[1] == 9 and values[-1] == values[-2] == 0
+    assert {c.name for c in LADDER.all()} == {f"gpuhint-{k:02d}" for k in range(10)}
+    assert LADDER.owns("gpuhint-03") and not LADDER.owns("gpuhint-10")
+    assert not LADDER.owns(None) and not LADDER.owns("high")
+
+
+@pytest.mark.parametrize(
+    "kw", [{"classes": 1}, {"classes": 101}, {"min_service_s": 0}, {"base": 10**9}]
+)
+def test_ladder_rejects_bad_settings(kw: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        ClassLadder(**kw)  # type: ignore[arg-type]
+
+
+def test_plan_relabels_only_what_changes_and_never_admitted_or_foreign() -> None:
+    small, big = 60.0, 1e6
+    top, low = LADDER.class_for(small), LADDER.class_for(big)
+    views = [
+        _wl("a", "ja"),  # no class yet -> top
+        _wl("b", "jb", cls=low.name, prio=low.value),  # already right -> unchanged
+        _wl("c", "jc", cls=low.name),  # hint moved -> relabel
+        _wl("d", "jd", pending=False),  # admitted -> never
+        _wl("e", "je", cls="high"),  # the owner's class -> never
+        _wl("f", "jf", kind="PriorityClass"),  # pod priority -> never
+        _wl("g", "jg"),  # no hint
+        _wl("h", "jh", job=False),  # not a Job's Workload
+    ]
+    services = {"ja": small, "jb": big, "jc": small, "jd": small, "je": small, "jf": small,
+                "jh": small}  # fmt: skip
+    p = plan(views, services, LADDER)
+    assert [(r.job_name, r.old_class, r.new_class.name) for r in p.relabel] == [
+        ("a", None, top.name),
+        ("c", low.name, top.name),
+    ]
+    assert p.unchanged == 1
+    assert p.skipped == {"admitted": 1, "foreign-class": 2, "no-hint": 1, "not-a-job": 1}
+
+
+def test_guard_keeps_waiting_workloads_below_admitted_ones_when_the_queue_may_preempt() -> None:
+    lower = QueuePolicy("cq", within_cluster_queue="LowerPriority")
+    admitted = _wl("run", "jr", prio=5, pending=False)
+    waiting = _wl("w", "jw")
+    assert priority_ceilings([lower], [admitted, waiting]) == {"cq": 4}
+    p = plan([admitted, waiting], {"jw": 1.0}, LADDER, [lower])
+    assert [r.new_class.value for r in p.relabel] == [4]  # not 9: it would preempt "run"
+    # nothing admitted below the lowest class: left alone
+    p = plan([_wl("run", "jr", prio=0, pending=False), waiting], {"jw": 1.0}, LADDER, [lower])
+    assert p.relabel == [] and p.skipped["preemption-guard"] == 1
+    # Kueue's default (Never everywhere): the full ladder
+    p = plan([admitted, waiting], {"jw": 1.0}, LADDER, [QueuePolicy("cq")])
+    assert [r.new_class.value for r in p.relabel] == [9]
+
+
+def test_guard_spans_the_cohort() -> None:
+    queues = [
+        QueuePolicy("a", cohort="co", reclaim_within_cohort="Any"),
+        QueuePolicy("b", cohort="co"),
+        QueuePolicy("c"),
+    ]
+    views = [_wl("x", "jx", cq="b", prio=3, pending=False), _wl("y", "jy", cq="c", prio=1,
+             pending=False)]  # fmt: skip
+    assert priority_ceilings(queues, views) == {"a": 2, "b": None, "c": None}

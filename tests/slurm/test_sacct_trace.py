@@ -29,8 +29,21 @@ def test_real_sacct_exports_read_as_traces(slurm_conf: str, tmp_path: Path) -> N
     while cli.run(["squeue", "-h", "-j", ",".join([*ids, arr]), "-o", "%i"]).strip():
         assert time.monotonic() < deadline, "jobs did not finish"
         time.sleep(0.5)
-    time.sleep(1)  # accounting lands in slurmdbd shortly after
     sel = ["-j", ",".join([*ids, arr])]
+    want = {*ids, f"{arr}_0", f"{arr}_1"}
+    while True:  # accounting lands in slurmdbd a moment after the jobs end
+        doc = json.loads(cli.run(["sacct", "-a", "-X", "--json", *sel]))
+        done = {
+            f"{j['array']['job_id']}_{j['array']['task_id']}"
+            if j["array"]["job_id"] and j["array"]["task_id"] is not None
+            else str(j["job_id"])
+            for j in doc["jobs"]
+            if j["state"]["current"] == "COMPLETED"
+        }
+        if want <= done:
+            break
+        assert time.monotonic() < deadline, f"accounting has {sorted(done)}"
+        time.sleep(0.5)
     parsable = tmp_path / "history.sacct"
     parsable.write_text(cli.run(["sacct", "-a", "--parsable2", f"--format={SACCT_FIELDS}", *sel]))
     assert ".batch" in parsable.read_text()  # steps are there (no -X) and must be folded

@@ -326,7 +326,8 @@ def _wait_for_hint_change(
     return last, False
 
 
-def _report_priorities(result: Any, args: argparse.Namespace) -> None:
+def _print_pass(result: Any, args: argparse.Namespace) -> None:
+    """One applier pass: JSON (with the scontrol lines in a dry run), or the lines alone."""
     if args.json:
         doc = result.as_dict()
         if args.dry_run:
@@ -337,6 +338,10 @@ def _report_priorities(result: Any, args: argparse.Namespace) -> None:
             print(f"scontrol {ln}", flush=True)
     for err in result.errors[:5]:
         log.warning("Slurm refused: %s", err)
+
+
+def _report_priorities(result: Any, args: argparse.Namespace) -> None:
+    _print_pass(result, args)
     log.info(
         "pass: %d pending with a hint, %d %s, %d unchanged, %d pinned, %d held, %d refused, %.2f s",
         result.pending_hinted,
@@ -396,16 +401,7 @@ def run_power(args: argparse.Namespace) -> int:
                 continue
             failures = 0
             metrics.observe_slurm_power(result, time.monotonic() - t0, args.dry_run)
-            if args.json:
-                doc = result.as_dict()
-                if args.dry_run:
-                    doc["lines"] = [f"scontrol {ln}" for ln in result.lines]
-                print(json.dumps(doc, sort_keys=True), flush=True)
-            elif args.dry_run:
-                for ln in result.lines:
-                    print(f"scontrol {ln}", flush=True)
-            for err in result.errors[:5]:
-                log.warning("Slurm refused: %s", err)
+            _print_pass(result, args)
             log.info(
                 "power pass: %d on (%d busy), target %d, down %s, up %s, %d refused (total %d)",
                 result.on,

@@ -345,12 +345,32 @@ def _read_philly(path: Path, on_error: OnError) -> TraceRead:
     with open_text(path) as fh:
         text = fh.read()
     out = TraceRead(jobs=[])
+    collect_jobs(
+        path,
+        _iter_json_array(text),
+        lambda rec, line: dataclasses.replace(_philly_record(rec), line=line),
+        on_error,
+        out,
+    )
+    return out
+
+
+def collect_jobs(
+    path: Path,
+    records: Iterable[tuple[int, Any]],
+    parse: Callable[[Any, int], TraceJob | None],
+    on_error: OnError,
+    out: TraceRead,
+) -> None:
+    """Parse ``(line, record)`` pairs into ``out``: a bad record raises or is collected as
+    ``path:line: reason``; a syntax error of the document itself names ``path`` too."""
     try:
-        for line, rec in _iter_json_array(text):
+        for line, rec in records:
             try:
-                job = _philly_record(rec)
-                out.jobs.append(dataclasses.replace(job, line=line))
-            except ValueError as exc:
+                job = parse(rec, line)
+                if job is not None:
+                    out.jobs.append(job)
+            except (ValueError, TypeError) as exc:
                 err = TraceError(str(path), line, str(exc))
                 if on_error == "stop":
                     raise err from None
@@ -359,7 +379,6 @@ def _read_philly(path: Path, on_error: OnError) -> TraceRead:
         if exc.path:
             raise
         raise TraceError(str(path), exc.line, exc.reason) from None
-    return out
 
 
 def read_trace(

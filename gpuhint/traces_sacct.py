@@ -35,7 +35,7 @@ from typing import Any
 
 from gpuhint.contract import JobState
 from gpuhint.slurm.fields import gpus_from_tres, map_state, parse_timelimit, vc_name
-from gpuhint.traces import OnError, TraceError, TraceJob, TraceRead, open_text
+from gpuhint.traces import OnError, TraceError, TraceJob, TraceRead, collect_jobs, open_text
 
 SACCT_FIELDS = (
     "JobID,JobName,User,Account,Partition,Submit,Start,End,Elapsed,Timelimit,State,"
@@ -242,21 +242,7 @@ def read_sacct_json(path: Path, on_error: OnError = "stop") -> TraceRead:
     with open_text(path) as fh:
         text = fh.read()
     out = TraceRead(jobs=[], fmt="sacct-json")
-    try:
-        for line, obj in _jobs_array(text):
-            try:
-                job = _json_job(obj, line)
-                if job is not None:
-                    out.jobs.append(job)
-            except (ValueError, TypeError) as exc:
-                err = TraceError(str(path), line, str(exc))
-                if on_error == "stop":
-                    raise err from None
-                out.errors.append(err)
-    except TraceError as exc:
-        if exc.path:
-            raise
-        raise TraceError(str(path), exc.line, exc.reason) from None
+    collect_jobs(path, _jobs_array(text), _json_job, on_error, out)
     if not out.jobs and not out.errors:
         try:
             doc = json.loads(text)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import pickle
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -243,7 +244,8 @@ class _Node:
 class _Tracked:
     """One cluster's nodes as columns (node number -> value) and its slot clock.
 
-    Persistent: ``names``/``index``, the per-node columns, ``jobs`` (node number -> job
+    Persistent (pickled as the columns' buffers, the name list as one cached blob):
+    ``names``/``index``, the per-node columns, ``jobs`` (node number -> job
     ids placed on it, only non-empty sets), ``slot`` and ``peak_used``. Derived (rebuilt
     on unpickling, not saved): the used-node counters. Used nodes whose count depends on
     the time (``_FRESH``: used per their NodeStatus, no placed job) sit in two lazy heaps
@@ -257,9 +259,9 @@ class _Tracked:
     def __init__(self) -> None:
         self.names: list[str] = []
         self.index: dict[str, int] = {}
-        self.num_gpus = _col("q")
-        self.busy_gpus = _col("q")
-        self.status_jobs = _col("q")
+        self.num_gpus = _col("i")
+        self.busy_gpus = _col("i")
+        self.status_jobs = _col("i")
         self.powered_on = _col("b")
         self.healthy = _col("b")
         self.idle_since = _col("d")
@@ -267,6 +269,7 @@ class _Tracked:
         self.jobs: dict[int, set[str]] = {}
         self.slot: int | None = None
         self.peak_used = 0
+        self._names_blob: tuple[int, bytes] | None = None
         self._derive()
 
     # -- persistence: columns only; the counters are rebuilt ------------------------
@@ -286,7 +289,13 @@ class _Tracked:
     )
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self._SAVED}
+        state = {k: getattr(self, k) for k in self._SAVED}
+        # names only ever get appended: pickle the list again only when it grew
+        cached: tuple[int, bytes] | None = self.__dict__.get("_names_blob")
+        if cached is None or cached[0] != len(self.names):
+            cached = self._names_blob = (len(self.names), pickle.dumps(self.names, protocol=5))
+        state["names"] = cached[1]
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if "nodes" in state:  # a checkpoint of the per-node-object tracker (v1)
@@ -303,6 +312,7 @@ class _Tracked:
             self.slot, self.peak_used = state["slot"], state["peak_used"]
         else:
             self.__dict__.update(state)
+            self.names = pickle.loads(state["names"])
             self.index = {name: i for i, name in enumerate(self.names)}
         self._derive()
 

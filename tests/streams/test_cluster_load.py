@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 import random
+import sys
+from pathlib import Path
 
 from gpuhint.ces_core import CesEngine, ClusterLoadTracker
 from gpuhint.contract import NodeStatus, PowerAction
@@ -139,3 +142,28 @@ def test_a_crash_mid_batch_resumes_identically() -> None:
     assert pickle.dumps(restarted.engine.clusters["c"].policy) == pickle.dumps(
         whole.engine.clusters["c"].policy
     )
+
+
+def test_a_version_1_checkpoint_is_read_and_migrated() -> None:
+    """A checkpoint written before the columnar tracker (per-node objects) still restores."""
+    if "ces_reference_v1" not in sys.modules:  # the tracker before, as v1 pickled it
+        path = Path(__file__).resolve().parents[2] / "bench" / "bench_ces_reference.py"
+        spec = importlib.util.spec_from_file_location("ces_reference_v1", path)
+        assert spec is not None and spec.loader is not None
+        sys.modules["ces_reference_v1"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["ces_reference_v1"])
+    ref = sys.modules["ces_reference_v1"]
+    msgs = _telemetry(5)
+    old = ClusterLoadProcessor(ref.ReferenceTracker(slot_s=SLOT), CesEngine(), {})
+    want_new = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), {})
+    for m in msgs[:300]:
+        old.on_message(m)
+        want_new.on_message(m)
+    v1 = (1, old.tracker.clusters["c"], old.engine.clusters["c"])
+    blob = pickle.dumps(v1, protocol=0)  # text opcodes: rename the classes as v1 had them
+    blob = blob.replace(b"cces_reference_v1\n_RefTracked\n", b"cgpuhint.ces_core\n_Tracked\n")
+    blob = blob.replace(b"cces_reference_v1\n_RefNode\n", b"cgpuhint.ces_core\n_Node\n")
+    assert b"ces_reference_v1" not in blob
+    restored = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), {"c": blob})
+    got = _run(restored, msgs[300:], 25)
+    assert got == _run(want_new, msgs[300:], 25) and got

@@ -98,9 +98,9 @@ def imports(module: str, path: Path) -> list[tuple[str, bool]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     top_level = {id(node) for node in tree.body}
     # ``if TYPE_CHECKING:`` / try blocks at module scope still run (or type-check) at import
-    for node in tree.body:
-        if isinstance(node, ast.If | ast.Try):
-            top_level.update(id(child) for child in ast.walk(node))
+    for statement in tree.body:
+        if isinstance(statement, ast.If | ast.Try):
+            top_level.update(id(child) for child in ast.walk(statement))
     found: list[tuple[str, bool]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

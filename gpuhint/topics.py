@@ -81,15 +81,17 @@ def cluster_key(cluster: str) -> bytes:
     return cluster.encode()
 
 
-def spread_vc(vc: str, user: str | None, n: int) -> str:
+def spread_vc(vc: str, user: str | None, n: int, job_id: str | None = None) -> str:
     """The sub-VC of ``vc`` that ``user``'s jobs go to when a VC is spread over ``n`` keys.
 
     ``n <= 1`` keeps ``vc``. The hash is CRC-32 of the user name (stable across processes
-    and languages, unlike Python's ``hash``); a job without a user goes to sub-VC 0.
+    and languages, unlike Python's ``hash``); a job without a user is hashed by its
+    ``job_id`` (traces without users, e.g. ITP), else it goes to sub-VC 0.
     """
     if n <= 1:
         return vc
-    k = zlib.crc32(user.encode()) % n if user else 0
+    by = user or job_id
+    k = zlib.crc32(by.encode()) % n if by else 0
     return f"{vc}{SUB_VC}{k}"
 
 

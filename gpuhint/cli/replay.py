@@ -36,7 +36,8 @@ examples:
   gpuhint replay itp_01.csv --spread-vcs 8   # a trace without VCs over 8 keys, by user
 
 A trace without VCs puts every job on VC "default": one key, one partition, one worker.
---spread-vcs N hashes each job's user (CRC-32) into N sub-VCs "<vc>~0".."<vc>~N-1":
+--spread-vcs N hashes each job's user (CRC-32; the job id if it has no user) into N
+sub-VCs "<vc>~0".."<vc>~N-1":
 a user's jobs stay on one key (one model, one queue), the sub-VCs spread over the
 partitions; HintClient.merged_queue reads them back as one queue ordered by priority
 (docs/architecture.md, "Traces without VCs").
@@ -99,7 +100,7 @@ def spread_events(events: list[JobEvent], n: int) -> list[JobEvent]:
         return events
     from gpuhint.topics import spread_vc
 
-    return [e.model_copy(update={"vc": spread_vc(e.vc, e.user, n)}) for e in events]
+    return [e.model_copy(update={"vc": spread_vc(e.vc, e.user, n, e.job_id)}) for e in events]
 
 
 def run(args: argparse.Namespace) -> int:

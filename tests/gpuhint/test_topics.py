@@ -21,6 +21,13 @@ def test_spread_vc_is_stable_per_user_and_spreads_users() -> None:
     assert spread_vc("vcA", "u", 1) == "vcA" and spread_vc("vcA", None, 4) == "vcA~0"
 
 
+def test_jobs_without_a_user_spread_by_job_id() -> None:
+    """ITP traces have no user: the job id spreads them (else all would share sub-VC 0)."""
+    subs = Counter(spread_vc("default", None, 4, f"job-{i}") for i in range(200))
+    assert len(subs) == 4
+    assert spread_vc("default", "alice", 4, "x") == spread_vc("default", "alice", 4, "y")
+
+
 def test_spread_sub_vcs_reach_every_partition() -> None:
     keys = {job_key("itp", spread_vc("default", f"u{i}", 8)) for i in range(100)}
     assert len(keys) == 8

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpuhint.contract import ClusterLoad, PowerAdvisory, PriorityHint
 from gpuhint.keys import RedisKeys
+from gpuhint.topics import SUB_VC
 
 __all__ = [
     "CHANGE_TYPES",
@@ -176,6 +177,20 @@ class HintClient:
         match = prefix.translate(_GLOB_SPECIAL) + "*"
         found = {_s(k)[len(prefix) :] for k in self.r.scan_iter(match=match, count=500)}
         return sorted(vc for vc in found if vc and ":" not in vc)
+
+    def merged_queue(self, cluster: str, vc: str, limit: int | None = None) -> list[QueueEntry]:
+        """One queue over ``vc`` and its spread sub-VCs ``<vc>~k`` (``gpuhint replay
+        --spread-vcs``), smallest priority first (ties by job id); at most ``limit``.
+
+        Priorities are expected GPU-seconds, comparable across the sub-VCs' models, so
+        the merge is the queue a scheduler with one real queue ranks.
+        """
+        if limit is not None and limit <= 0:
+            return []
+        parts = [v for v in self.vcs(cluster) if v == vc or v.startswith(vc + SUB_VC)]
+        rows = [e for v in parts for e in self.queue(cluster, v, limit)]
+        rows.sort(key=lambda e: (e.priority, e.job_id))
+        return rows if limit is None else rows[:limit]
 
     def pending_hints(self, cluster: str, vc: str | None = None) -> list[PriorityHint]:
         """The hints of every queued job (of ``vc``, or of all VCs), each VC in queue order.

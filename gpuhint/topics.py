@@ -6,11 +6,27 @@ keyed by ``cluster/node``.
 
 >>> job_key("venus", "vcvGl")
 b'venus/vcvGl'
+
+A trace or scheduler without VCs puts every job on VC ``default``: one key, one
+partition. :func:`spread_vc` is the documented key choice that spreads it: the user is
+hashed into one of ``n`` sub-VCs ``<vc>~<k>``, so a user's jobs (and the state their
+hints learn from) stay on one key, and sub-VCs spread over partitions; a reader merges
+them back into one queue (``HintClient.merged_queue``).
+
+>>> spread_vc("default", "alice", 8)
+'default~7'
+>>> spread_vc("default", "alice", 1), spread_vc("default", None, 8)
+('default', 'default~0')
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+
+SUB_VC = "~"
+"""Separator of a spread VC's sub-VC index (``default~3``); not allowed in a real VC name
+that is spread."""
 
 
 @dataclass(frozen=True)
@@ -63,3 +79,22 @@ def node_key(cluster: str, node: str) -> bytes:
 def cluster_key(cluster: str) -> bytes:
     """Partition key of the internal cluster-telemetry topic: one cluster, one partition."""
     return cluster.encode()
+
+
+def spread_vc(vc: str, user: str | None, n: int, job_id: str | None = None) -> str:
+    """The sub-VC of ``vc`` that ``user``'s jobs go to when a VC is spread over ``n`` keys.
+
+    ``n <= 1`` keeps ``vc``. The hash is CRC-32 of the user name (stable across processes
+    and languages, unlike Python's ``hash``); a job without a user is hashed by its
+    ``job_id`` (traces without users, e.g. ITP), else it goes to sub-VC 0.
+    """
+    if n <= 1:
+        return vc
+    by = user or job_id
+    k = zlib.crc32(by.encode()) % n if by else 0
+    return f"{vc}{SUB_VC}{k}"
+
+
+def base_vc(vc: str) -> str:
+    """The VC a (possibly spread) VC name belongs to: ``default~3`` -> ``default``."""
+    return vc.split(SUB_VC, 1)[0]

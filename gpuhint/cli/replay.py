@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from gpuhint.cli.common import (
     UserError,
@@ -14,6 +15,9 @@ from gpuhint.cli.common import (
     report_skipped,
     settings_from,
 )
+
+if TYPE_CHECKING:
+    from gpuhint.contract import JobEvent
 
 DESCRIPTION = """\
 Reads a job trace (Helios cluster_log.csv, Philly cluster_job_log JSON, or a plain
@@ -29,6 +33,14 @@ examples:
   gpuhint replay philly.json --bootstrap localhost:9092 --speed 3600 --cluster philly
   gpuhint replay jobs.csv --until "2017-10-20 00:00:00"   # stop there: leaves jobs pending
   gpuhint replay venus.csv --resume   # after a failed run: continue where Kafka's acks ended
+  gpuhint replay itp_01.csv --spread-vcs 8   # a trace without VCs over 8 keys, by user
+
+A trace without VCs puts every job on VC "default": one key, one partition, one worker.
+--spread-vcs N hashes each job's user (CRC-32; the job id if it has no user) into N
+sub-VCs "<vc>~0".."<vc>~N-1":
+a user's jobs stay on one key (one model, one queue), the sub-VCs spread over the
+partitions; HintClient.merged_queue reads them back as one queue ordered by priority
+(docs/architecture.md, "Traces without VCs").
 
 Each batch is acknowledged by Kafka (acks=all) before the next is sent, and the count
 of acknowledged events is kept in a state file. If the broker goes away, replay retries
@@ -55,6 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--limit", type=int, metavar="N", help="send at most N events")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument(
+        "--spread-vcs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="hash users into N sub-VCs <vc>~k per VC (for traces without VCs; default 1: off)",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="continue after the last event Kafka acknowledged in an earlier run of this replay",
@@ -67,6 +86,21 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     add_trace_args(p)
     add_config_args(p)
     p.set_defaults(handler=run)
+
+
+def spread_events(events: list[JobEvent], n: int) -> list[JobEvent]:
+    """Each event with its VC replaced by the user's sub-VC (:func:`gpuhint.topics.spread_vc`).
+
+    >>> from gpuhint.contract import JobEvent, JobPhase
+    >>> ev = JobEvent(phase=JobPhase.SUBMITTED, job_id="j", user="alice", time=0, submit_time=0)
+    >>> [e.vc for e in spread_events([ev], 8)], [e.vc for e in spread_events([ev], 1)]
+    (['default~7'], ['default'])
+    """
+    if n <= 1:
+        return events
+    from gpuhint.topics import spread_vc
+
+    return [e.model_copy(update={"vc": spread_vc(e.vc, e.user, n, e.job_id)}) for e in events]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--speed must be > 0")
     if args.limit is not None and args.limit < 0:
         raise UserError("--limit must be >= 0")
+    if args.spread_vcs < 1:
+        raise UserError("--spread-vcs must be >= 1")
     settings = settings_from(args, kafka_bootstrap=args.bootstrap, cluster=args.cluster)
     until = None
     if args.until:
@@ -94,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
     read = load_trace(args.trace, args.format, args.on_error)
     report_skipped(read)
-    events = job_events(read.jobs, cluster=settings.cluster)
+    events = spread_events(job_events(read.jobs, cluster=settings.cluster), args.spread_vcs)
     if until is not None:
         events = [e for e in events if e.time <= until]
     if args.limit is not None:
@@ -103,9 +139,10 @@ def run(args: argparse.Namespace) -> int:
     trace = Path(args.trace).resolve()
     topic = settings.topics.job_events
     stat = trace.stat()
-    fp = fingerprint(
-        trace, stat.st_size, stat.st_mtime_ns, topic, settings.cluster, until, args.limit
-    )
+    cluster_id = settings.cluster
+    if args.spread_vcs > 1:  # another key layout is another replay (resume state)
+        cluster_id = f"{cluster_id}~{args.spread_vcs}"
+    fp = fingerprint(trace, stat.st_size, stat.st_mtime_ns, topic, cluster_id, until, args.limit)
     state_path = Path(args.state) if args.state else settings.state_dir / "replay" / f"{fp}.json"
     state = ResumeState(state_path, fp)
     start = 0

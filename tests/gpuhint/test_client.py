@@ -164,3 +164,24 @@ def test_docs_lua_example_reads_the_queue_head(pair: tuple[RedisStore, HintClien
     assert [(r[0], float(r[1])) for r in rows] == [(b"small", 30.0), (b"mid", 300.0)]
     assert PriorityHint.model_validate_json(rows[0][2]).job_id == "small"
     assert rows[1][2] is None  # the hint of "mid" expired: a nil in the reply
+
+
+def test_merged_queue_reads_spread_sub_vcs_as_one(pair: tuple[RedisStore, HintClient]) -> None:
+    """``replay --spread-vcs`` sub-VCs ``<vc>~k`` merge back into one queue by priority."""
+    store, c = pair
+    for job, prio, vc in [
+        ("a1", 50, "default~0"),
+        ("b1", 10, "default~3"),
+        ("a2", 70, "default~0"),
+    ]:
+        store.put_hint(hint(job, prio, vc))
+    store.put_hint(hint("plain", 30, "default"))
+    store.put_hint(hint("other", 1, "defaultx"))  # another VC whose name only starts alike
+    store.flush()
+    assert [e.job_id for e in c.merged_queue("c", "default")] == ["b1", "plain", "a1", "a2"]
+    assert c.merged_queue("c", "default", limit=2) == [
+        QueueEntry("b1", 10.0),
+        QueueEntry("plain", 30.0),
+    ]
+    assert c.merged_queue("c", "default", limit=0) == [] and c.merged_queue("c", "none") == []
+    assert c.queue("c", "default~0") == [QueueEntry("a1", 50.0), QueueEntry("a2", 70.0)]

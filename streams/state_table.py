@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 import zlib
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import Generic, TypeVar
 
 from gpuhint.core import VcState
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAGIC = b"GHVS1"
 """Format tag of an encoded VcState: magic, one byte (0 raw, 1 zlib), the pickle."""
@@ -135,3 +139,68 @@ class TableStates(MutableMapping[str, VcState]):
         """Drop live objects and unsaved changes (a rebalance): re-read from the table."""
         self._cache.clear()
         self._dirty.clear()
+
+
+class SaveCadence(Generic[T]):
+    """Acknowledgements held back until the state they changed is saved.
+
+    The worker handles a batch, flushes its Redis writes, then holds (:meth:`hold`) the
+    batch's events instead of acknowledging them. :meth:`save` (called when
+    :meth:`due`: the oldest held event has waited ``interval_s``) saves the dirty state
+    and only then acknowledges every held event, so no offset is committed whose state
+    is not in the changelog. A crash before the save redelivers the held events; they
+    are re-applied to the older saved state and re-emit the same (idempotent) writes.
+
+    >>> saved, acked = [], []
+    >>> now = [0.0]
+    >>> c = SaveCadence(lambda: saved.append(1) or 1, acked.append, 1.0, clock=lambda: now[0])
+    >>> c.hold(["e1", "e2"]); c.due()
+    False
+    >>> now[0] = 1.0; c.due(), c.save(), acked, c.held
+    (True, 1, ['e1', 'e2'], 0)
+    """
+
+    def __init__(
+        self,
+        save: Callable[[], int],
+        ack: Callable[[T], None],
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._save = save
+        self._ack = ack
+        self.interval_s = interval_s
+        self.clock = clock
+        self._held: list[T] = []
+        self._since: float | None = None
+        self.saves = 0
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def hold(self, items: Iterable[T]) -> None:
+        """Hold these (handled, flushed) items' acknowledgements until the next save."""
+        before = len(self._held)
+        self._held.extend(items)
+        if self._since is None and len(self._held) > before:
+            self._since = self.clock()
+
+    def due(self) -> bool:
+        """True when the oldest held item has waited ``interval_s``."""
+        return self._since is not None and self.clock() - self._since >= self.interval_s
+
+    def save(self) -> int:
+        """Save the dirty state, then acknowledge every held item; return the save's count."""
+        n = self._save()
+        held, self._held, self._since = self._held, [], None
+        for item in held:
+            self._ack(item)
+        self.saves += 1
+        return n
+
+    def drop(self) -> int:
+        """Forget the held items without acknowledging them (their state was dropped)."""
+        n = len(self._held)
+        self._held, self._since = [], None
+        return n

@@ -271,15 +271,20 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             m = event.message
             app.sensors.on_message_out(m.tp, m.offset, m)
 
-    cadence: SaveCadence[Any] = SaveCadence(
-        states.save_dirty, ack_event, settings.state_save_interval_s
-    )
+    cadence: SaveCadence[Any] = SaveCadence(ack_event, settings.state_save_interval_s)
     batch_lock = asyncio.Lock()  # handle + flush of a batch, or a save: never both
+
+    async def save_held() -> None:
+        """Encode the dirty VC states off the loop (nothing mutates them: the caller
+        holds ``batch_lock``), produce their changelog records, then acknowledge."""
+        encoded = await asyncio.to_thread(states.encode_dirty)
+        states.store_encoded(encoded)
+        cadence.saved()
 
     async def save_state() -> None:
         async with batch_lock:
             if cadence.held:
-                cadence.save()
+                await save_held()
 
     def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         # a rebalance: re-read each VC's and cluster's newest state from the tables.
@@ -317,14 +322,20 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 await sink.flush()
                 cadence.hold(batch)
                 if cadence.due():
-                    cadence.save()
+                    await save_held()
 
-    @app.timer(interval=max(0.05, min(0.25, settings.state_save_interval_s / 4)))
+    tick_s = max(0.05, min(0.25, settings.state_save_interval_s / 4))
+
+    @app.task
     async def save_state_on_cadence() -> None:
-        """Save held state when due, or at once when a rebalance starts (Faust waits
-        for every event to be acked before it revokes partitions)."""
-        if cadence.held and (cadence.due() or app.rebalancing):
-            await save_state()
+        """Save held state when due, and at once when a rebalance starts or the worker
+        stops: Faust waits for every event to be acked before it revokes partitions or
+        stops the consumer. (A task, not a timer: a timer ends when the app stops,
+        before that wait.)"""
+        while True:
+            await asyncio.sleep(tick_s)
+            if cadence.held and (cadence.due() or app.rebalancing or app.should_stop):
+                await save_state()
 
     if settings.ces_enabled:
 

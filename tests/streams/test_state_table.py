@@ -64,25 +64,19 @@ def test_partitioner_matches_kafka_clients() -> None:
     assert {partition_for(f"c/vc{i}".encode(), 8) for i in range(64)} == set(range(8))
 
 
-def test_save_cadence_holds_acks_until_the_save() -> None:
-    order: list[str] = []
+def test_save_cadence_holds_acks_until_saved() -> None:
+    acked: list[str] = []
     now = [0.0]
-
-    def save() -> int:
-        order.append("save")
-        return 2
-
-    c: SaveCadence[str] = SaveCadence(save, order.append, 1.0, clock=lambda: now[0])
+    c: SaveCadence[str] = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
     assert not c.due()  # nothing held
     c.hold(["a"])
     now[0] = 0.5
     c.hold(["b"])
-    assert not c.due() and order == []  # oldest held 0.5 s < 1 s
+    assert not c.due() and acked == []  # oldest held 0.5 s < 1 s
     now[0] = 1.0
     assert c.due()
-    assert c.save() == 2
-    assert order == ["save", "a", "b"]  # acknowledged only after the save
-    assert c.held == 0 and not c.due()
+    assert c.saved() == 2
+    assert acked == ["a", "b"] and c.held == 0 and not c.due()
     c.hold([])  # an empty batch starts no clock
     now[0] = 5.0
     assert not c.due()
@@ -90,8 +84,20 @@ def test_save_cadence_holds_acks_until_the_save() -> None:
 
 def test_save_cadence_drop_never_acks() -> None:
     acked: list[str] = []
-    c: SaveCadence[str] = SaveCadence(lambda: 0, acked.append, 0.0)
+    c: SaveCadence[str] = SaveCadence(acked.append, 0.0)
     c.hold(["a", "b"])
     assert c.due()  # interval 0: every batch
     assert c.drop() == 2
-    assert c.save() == 0 and acked == []
+    assert c.saved() == 0 and acked == []
+
+
+def test_encode_then_store_is_save_dirty() -> None:
+    table: dict[str, bytes] = {}
+    states = TableStates(table)
+    for i in range(3):
+        states[f"c/v{i}"] = VcState(model=HistoryEstimator(), applied_offset=i)
+    encoded = states.encode_dirty()
+    assert table == {} and len(states.dirty) == 3  # encoding alone writes nothing
+    assert states.store_encoded(encoded) == 3
+    assert states.dirty == frozenset() and sorted(table) == ["c/v0", "c/v1", "c/v2"]
+    assert TableStates(table)["c/v2"].applied_offset == 2

@@ -87,6 +87,12 @@ class Settings(BaseSettings):
     )
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
     batch_within_s: float = Field(0.05, gt=0, description="max wait to fill a batch")
+    state_save_interval_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="worker: save touched VC state at most this often (0: every batch)",
+    )
     ces_enabled: bool = Field(True, description="worker: derive cluster load, advise power")
     ces_slot_s: int = Field(600, ge=1, le=86400, description="CES slot length (10 min)")
     ces_watts_per_node: float = Field(700.0, gt=0, description="idle node draw, for kWh")

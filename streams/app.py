@@ -14,11 +14,18 @@ State (see docs/architecture.md):
 Delivery, per batch (``stream.take_events``: up to ``batch_max`` events or
 ``batch_within_s`` seconds): handle every event; await the Redis flush in a worker
 thread (retried with backoff while Redis is down: consumption pauses, nothing is
-dead-lettered because the sink failed); write the changelog records of the VCs the
-batch touched; only then does the batch get acknowledged, so Faust never commits an
-offset whose writes and state are not out. A crash redelivers uncommitted events;
-the offset watermark in each VcState makes them change nothing, and their Redis
-writes are re-emitted (idempotent). Redis coming back empty is detected by a marker
+dead-lettered because the sink failed). The batch's acknowledgements are then held
+(each event's message reference count is raised, so ``take_events``'s own ack does
+not release it) until the VC state is saved: at most every ``state_save_interval_s``
+(and at once when a rebalance starts) the changelog records of every VC touched since
+the last save are written and only then are the held events acknowledged, so Faust
+never commits an offset whose writes and state are not out (its commit flushes the
+producer, changelog records included, before committing offsets). A crash
+redelivers uncommitted events: those whose state was saved change nothing (the offset
+watermark in each VcState), the others are re-applied to the older saved state; in
+both cases their Redis writes are re-emitted (idempotent). Handling + flush and the
+save exclude each other (one lock), so a saved state never holds an event whose
+Redis writes are not out. Redis coming back empty is detected by a marker
 key; the worker then rewrites every pending hint from the VcStates it owns and adds
 a ``rebuilt`` entry to the change stream.
 
@@ -49,7 +56,7 @@ from models.registry import make_model
 from streams.cluster_load import ClusterLoadProcessor
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
 from streams.partitioning import partition_for
-from streams.state_table import TableStates
+from streams.state_table import SaveCadence, TableStates
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +165,7 @@ class Worker:
     handler: MessageHandler
     states: TableStates
     sink: Sink
+    cadence: SaveCadence[Any]
 
 
 def _message(event: Any) -> Message:
@@ -251,14 +259,41 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         """VC keys on the job-event partitions this worker holds now (the table also
         keeps revoked partitions' last state, which another worker may have moved on)."""
         mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == job_topic.topics[0]}
-        # only VCs with saved state: one first seen in the current batch has every
-        # pending job of its own in this very flush
-        return [k for k in states.backing if partition_for(k.encode(), settings.partitions) in mine]
+        # saved and live (not yet saved) VCs: a VC first seen since the last save has
+        # pending jobs from earlier, already flushed batches too
+        return [k for k in list(states) if partition_for(k.encode(), settings.partitions) in mine]
 
     sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
 
+    def ack_event(event: Any) -> None:
+        """The ack ``take_events`` would have done, once the event's state is saved."""
+        if event.ack():
+            m = event.message
+            app.sensors.on_message_out(m.tp, m.offset, m)
+
+    cadence: SaveCadence[Any] = SaveCadence(ack_event, settings.state_save_interval_s)
+    batch_lock = asyncio.Lock()  # handle + flush of a batch, or a save: never both
+
+    async def save_held() -> None:
+        """Encode the dirty VC states off the loop (nothing mutates them: the caller
+        holds ``batch_lock``), produce their changelog records, then acknowledge."""
+        encoded = await asyncio.to_thread(states.encode_dirty)
+        states.store_encoded(encoded)
+        cadence.saved()
+
+    async def save_state() -> None:
+        async with batch_lock:
+            if cadence.held:
+                await save_held()
+
     def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        # a rebalance: re-read each VC's and cluster's newest state from the tables
+        # a rebalance: re-read each VC's and cluster's newest state from the tables.
+        # Faust waited for every event to be acked first (the save timer saw the
+        # rebalance and saved); whatever is still held now (a stop) had its state
+        # dropped: it must never be acknowledged, it is redelivered.
+        if cadence.held:
+            log.warning("rebalance: %d events with unsaved state will be redelivered", cadence.held)
+        cadence.drop()
         states.forget()
         ces.forget()
 
@@ -276,14 +311,31 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     @app.agent(job_topic, concurrency=1, name="job-events")
     async def process_job_events(stream: Any) -> None:
         async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
-            for event in batch:
-                msg = _message(event)
-                outcome = handler.job_event(msg)
-                if outcome.state_key is not None:
-                    vc_partition[outcome.state_key] = msg.partition
-                await emit(outcome)
-            await sink.flush()
-            states.save_dirty()
+            async with batch_lock:
+                for event in batch:
+                    event.message.incref()  # held: acked by the cadence after the save
+                    msg = _message(event)
+                    outcome = handler.job_event(msg)
+                    if outcome.state_key is not None:
+                        vc_partition[outcome.state_key] = msg.partition
+                    await emit(outcome)
+                await sink.flush()
+                cadence.hold(batch)
+                if cadence.due():
+                    await save_held()
+
+    tick_s = max(0.05, min(0.25, settings.state_save_interval_s / 4))
+
+    @app.task
+    async def save_state_on_cadence() -> None:
+        """Save held state when due, and at once when a rebalance starts or the worker
+        stops: Faust waits for every event to be acked before it revokes partitions or
+        stops the consumer. (A task, not a timer: a timer ends when the app stops,
+        before that wait.)"""
+        while True:
+            await asyncio.sleep(tick_s)
+            if cadence.held and (cadence.due() or app.rebalancing or app.should_stop):
+                await save_state()
 
     if settings.ces_enabled:
 
@@ -315,7 +367,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         s, w = engine.stats, handler.stats
         log.info(
             "events %d (dead-letter %d, redelivered %d), hints written %d removed %d, "
-            "learned %d, MAE(log) %s, state saves %d (%d bytes)",
+            "learned %d, MAE(log) %s, state records %d (%d bytes) in %d saves",
             w.processed,
             w.dead_letter,
             s.redelivered,
@@ -325,6 +377,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             f"{s.mae_log:.3f}" if s.mae_log is not None else "n/a",
             states.saves,
             states.bytes_saved,
+            cadence.saves,
         )
 
     sweep = getattr(store, "sweep_stale", None)
@@ -335,4 +388,4 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             await asyncio.to_thread(sweep)
 
     app.gpuhint_ces = ces  # type: ignore[attr-defined]
-    return Worker(app, handler.stats, engine, handler, states, sink)
+    return Worker(app, handler.stats, engine, handler, states, sink, cadence)

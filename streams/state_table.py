@@ -3,8 +3,9 @@
 The Faust table holds each VC's :class:`~gpuhint.core.VcState` as bytes (a versioned,
 zlib-compressed pickle). The engine works on live objects in :class:`TableStates`'s
 cache; every assignment marks a key dirty, and :meth:`TableStates.save_dirty` encodes
-the dirty keys once per batch, just before the batch's offsets may be committed. So the
-changelog gets one record per VC touched per batch, not one per event.
+the dirty keys once per save (the worker saves at most every ``state_save_interval_s``
+and holds the acknowledgements of the events in between, :class:`SaveCadence`). So the
+changelog gets one record per VC touched per save, not one per event or batch.
 
 This module is pure: ``backing`` is any ``MutableMapping[str, bytes]`` and ``on_save`` an
 optional callback (the worker's writes the changelog record on the VC's partition).
@@ -24,12 +25,16 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 import zlib
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import Generic, TypeVar
 
 from gpuhint.core import VcState
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAGIC = b"GHVS1"
 """Format tag of an encoded VcState: magic, one byte (0 raw, 1 zlib), the pickle."""
@@ -118,20 +123,88 @@ class TableStates(MutableMapping[str, VcState]):
 
     def save_dirty(self) -> int:
         """Encode every dirty key into the backing table; return how many."""
-        n = 0
-        for key in sorted(self._dirty):
-            blob = encode_state(self._cache[key], self.compress)
+        return self.store_encoded(self.encode_dirty())
+
+    def encode_dirty(self) -> list[tuple[str, bytes]]:
+        """Encode the dirty keys (no side effect: may run in a thread while nothing
+        mutates the states); pass the result to :meth:`store_encoded`."""
+        return [(key, encode_state(self._cache[key], self.compress)) for key in sorted(self._dirty)]
+
+    def store_encoded(self, encoded: list[tuple[str, bytes]]) -> int:
+        """Write :meth:`encode_dirty`'s records (``on_save`` or the table); mark them clean."""
+        for key, blob in encoded:
             if self.on_save is not None:
                 self.on_save(key, blob)
             else:
                 self.backing[key] = blob
             self.bytes_saved += len(blob)
-            n += 1
-        self._dirty.clear()
-        self.saves += n
-        return n
+            self._dirty.discard(key)
+        self.saves += len(encoded)
+        return len(encoded)
 
     def forget(self) -> None:
         """Drop live objects and unsaved changes (a rebalance): re-read from the table."""
         self._cache.clear()
         self._dirty.clear()
+
+
+class SaveCadence(Generic[T]):
+    """Acknowledgements held back until the state they changed is saved.
+
+    The worker handles a batch, flushes its Redis writes, then holds (:meth:`hold`) the
+    batch's events instead of acknowledging them. When :meth:`due` (the oldest held
+    event has waited ``interval_s``) it saves the dirty state and only then calls
+    :meth:`saved`, which acknowledges every held event: no offset is committed whose
+    state is not in the changelog. A crash before the save redelivers the held events;
+    they are re-applied to the older saved state and re-emit the same (idempotent)
+    writes.
+
+    >>> acked, now = [], [0.0]
+    >>> c = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
+    >>> c.hold(["e1", "e2"]); c.due()
+    False
+    >>> now[0] = 1.0; c.due(), c.saved(), acked, c.held
+    (True, 2, ['e1', 'e2'], 0)
+    """
+
+    def __init__(
+        self,
+        ack: Callable[[T], None],
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ack = ack
+        self.interval_s = interval_s
+        self.clock = clock
+        self._held: list[T] = []
+        self._since: float | None = None
+        self.saves = 0
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def hold(self, items: Iterable[T]) -> None:
+        """Hold these (handled, flushed) items' acknowledgements until the next save."""
+        before = len(self._held)
+        self._held.extend(items)
+        if self._since is None and len(self._held) > before:
+            self._since = self.clock()
+
+    def due(self) -> bool:
+        """True when the oldest held item has waited ``interval_s``."""
+        return self._since is not None and self.clock() - self._since >= self.interval_s
+
+    def saved(self) -> int:
+        """The state of every held item is saved: acknowledge them; return how many."""
+        held, self._held, self._since = self._held, [], None
+        for item in held:
+            self._ack(item)
+        self.saves += 1
+        return len(held)
+
+    def drop(self) -> int:
+        """Forget the held items without acknowledging them (their state was dropped)."""
+        n = len(self._held)
+        self._held, self._since = [], None
+        return n

@@ -75,8 +75,8 @@ def workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-untyped
     procs: list[subprocess.Popen[bytes]] = []
     log = tmp_path / "workers.log"
 
-    def start(n: int) -> subprocess.Popen[bytes]:
-        e = dict(env, GPUHINT_STATE_DIR=str(tmp_path / f"state{len(procs)}"))
+    def start(n: int, **extra: str) -> subprocess.Popen[bytes]:
+        e = dict(env, GPUHINT_STATE_DIR=str(tmp_path / f"state{len(procs)}"), **extra)
         with open(log, "ab") as fh:
             p = subprocess.Popen(
                 [sys.executable, "-m", "gpuhint", "worker"], env=e, stdout=fh, stderr=fh
@@ -95,7 +95,15 @@ def workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-untyped
             p.kill()
 
 
-@pytest.mark.parametrize("scenario", ["one", "two", "sigkill", "rebalance"])
+# *_unsaved: state saved only every 30 s, so every kill lands between a Redis flush and
+# the state save of the events flushed, and the rebalance moves VCs with unsaved state
+# (the worker must save them before Faust commits and revokes)
+UNSAVED = {"GPUHINT_STATE_SAVE_INTERVAL_S": "30"}
+
+
+@pytest.mark.parametrize(
+    "scenario", ["one", "two", "sigkill", "rebalance", "sigkill_unsaved", "rebalance_unsaved"]
+)
 def test_final_redis_state_is_identical(
     scenario: str,
     expected,  # type: ignore[no-untyped-def]
@@ -130,17 +138,19 @@ def test_final_redis_state_is_identical(
     elif scenario == "two":
         start(1)
         start(2)
-    elif scenario == "sigkill":
+    elif scenario in ("sigkill", "sigkill_unsaved"):
+        extra = UNSAVED if scenario == "sigkill_unsaved" else {}
         for at in (1, 300, 900):  # killed at several points of the replay
-            p = start(1)
+            p = start(1, **extra)
             wait_changes(at)
             p.kill()
             p.wait(30)
-        start(1)
-    elif scenario == "rebalance":
-        start(1)
+        start(1, **extra)
+    elif scenario in ("rebalance", "rebalance_unsaved"):
+        extra = UNSAVED if scenario == "rebalance_unsaved" else {}
+        start(1, **extra)
         wait_changes(600)
-        start(2)  # joins mid-replay: partitions and their VC state move to it
+        start(2, **extra)  # joins mid-replay: partitions and their VC state move to it
 
     deadline = time.monotonic() + 240
     got: tuple[dict, dict] = ({}, {})  # type: ignore[type-arg]

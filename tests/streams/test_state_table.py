@@ -7,7 +7,13 @@ import pytest
 from gpuhint.core import VcState
 from models.history import HistoryEstimator
 from streams.partitioning import murmur2, partition_for
-from streams.state_table import StateCodecError, TableStates, decode_state, encode_state
+from streams.state_table import (
+    SaveCadence,
+    StateCodecError,
+    TableStates,
+    decode_state,
+    encode_state,
+)
 
 
 def test_codec_round_trip_and_compression() -> None:
@@ -56,3 +62,42 @@ def test_partitioner_matches_kafka_clients() -> None:
     for key in [b"", b"a", b"ab", b"abc", b"philly/vcA", "venus/vcé".encode()]:
         assert murmur2(key) == kafka_murmur2(key)
     assert {partition_for(f"c/vc{i}".encode(), 8) for i in range(64)} == set(range(8))
+
+
+def test_save_cadence_holds_acks_until_saved() -> None:
+    acked: list[str] = []
+    now = [0.0]
+    c: SaveCadence[str] = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
+    assert not c.due()  # nothing held
+    c.hold(["a"])
+    now[0] = 0.5
+    c.hold(["b"])
+    assert not c.due() and acked == []  # oldest held 0.5 s < 1 s
+    now[0] = 1.0
+    assert c.due()
+    assert c.saved() == 2
+    assert acked == ["a", "b"] and c.held == 0 and not c.due()
+    c.hold([])  # an empty batch starts no clock
+    now[0] = 5.0
+    assert not c.due()
+
+
+def test_save_cadence_drop_never_acks() -> None:
+    acked: list[str] = []
+    c: SaveCadence[str] = SaveCadence(acked.append, 0.0)
+    c.hold(["a", "b"])
+    assert c.due()  # interval 0: every batch
+    assert c.drop() == 2
+    assert c.saved() == 0 and acked == []
+
+
+def test_encode_then_store_is_save_dirty() -> None:
+    table: dict[str, bytes] = {}
+    states = TableStates(table)
+    for i in range(3):
+        states[f"c/v{i}"] = VcState(model=HistoryEstimator(), applied_offset=i)
+    encoded = states.encode_dirty()
+    assert table == {} and len(states.dirty) == 3  # encoding alone writes nothing
+    assert states.store_encoded(encoded) == 3
+    assert states.dirty == frozenset() and sorted(table) == ["c/v0", "c/v1", "c/v2"]
+    assert TableStates(table)["c/v2"].applied_offset == 2

@@ -35,7 +35,7 @@ import math
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
-from river import forest, linear_model, optim, preprocessing, tree
+from river import base, ensemble, forest, linear_model, optim, preprocessing, tree
 
 from gpuhint.contract import JobEvent
 from models.base import DurationPrediction
@@ -63,6 +63,8 @@ class _Submitted(NamedTuple):
     log_pred: float
     top: tuple[tuple[str, float], ...]
     expected_s: float
+    mean_x: dict[str, float]
+    mean_ctx: str
 
 
 class Hedge:
@@ -113,6 +115,94 @@ class Hedge:
             loss[n] = d * loss.get(n, mean) + abs(v - y)
 
 
+class GammaDeviance(optim.losses.RegressionLoss):
+    """``y/p - log(y/p) - 1``: the Bregman loss of ``-log``, minimized in expectation by
+    ``p = E[y]`` (it elicits the *mean*, what QSSF ranks by) and scale-free (a ratio), so
+    heavy-tailed durations do not swamp it as squared seconds would. Durations below
+    1 s count as 1 s; the loss is capped at ``cap`` so one job cannot zero every weight.
+
+    >>> loss = GammaDeviance()
+    >>> loss(100.0, 100.0), round(loss(200.0, 100.0), 4), loss(1e9, 1.0)
+    (0.0, 0.3069, 10.0)
+    """
+
+    def __init__(self, cap: float = 10.0) -> None:
+        self.cap = cap
+
+    def __call__(self, y_true: Any, y_pred: Any) -> Any:
+        r = max(1.0, float(y_true)) / max(1.0, float(y_pred))
+        return min(self.cap, r - math.log(r) - 1.0)
+
+    def gradient(self, y_true: Any, y_pred: Any) -> Any:
+        p = max(1.0, float(y_pred))
+        return (p - max(1.0, float(y_true))) / (p * p)
+
+
+class _Expert(base.Regressor):
+    """One candidate mean estimate, read from the feature dict (learns nothing itself)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def learn_one(self, x: dict[Any, Any], y: Any) -> None:
+        return None
+
+    def predict_one(self, x: dict[Any, Any]) -> float:
+        return float(x[self.key])
+
+
+BURST_KS = (0.25, 1.0, 4.0)
+"""Prior weights (in jobs) of the mean estimates mixed for the rank: the burst
+posterior ``(k * prior + evidence) / (k + finished)`` trusting the burst's own evidence
+more (0.25), as before (1) or less (4); the mix learns which holds."""
+MEAN_EXPERTS = tuple(f"k{k:g}" for k in BURST_KS)
+"""Mean estimates (seconds) mixed for the rank; the River models add ``learner`` (the
+``k1`` estimate times ``exp`` of their gated log correction)."""
+
+
+class MeanMix:
+    """The expected duration (what QSSF ranks by) as River's ``EWARegressor`` over mean
+    estimates in seconds, one per context (the most specific level with history),
+    weights learned online with the mean-eliciting :class:`GammaDeviance`.
+
+    >>> mm = MeanMix(("cred", "vc"))
+    >>> for _ in range(30):
+    ...     mm.learn("c", {"cred": 100.0, "vc": 1000.0}, 100.0)
+    >>> round(mm.predict("c", {"cred": 100.0, "vc": 1000.0}))
+    100
+    """
+
+    def __init__(self, experts: tuple[str, ...], learning_rate: float = 0.5) -> None:
+        self.experts = experts
+        self.learning_rate = learning_rate
+        self.loss = GammaDeviance()
+        self.mix: dict[str, ensemble.EWARegressor] = {}
+
+    def _get(self, ctx: str) -> ensemble.EWARegressor:
+        m = self.mix.get(ctx)
+        if m is None:
+            m = ensemble.EWARegressor(
+                [_Expert(k) for k in self.experts], loss=self.loss, learning_rate=self.learning_rate
+            )
+            m.weights = [1.0 / len(self.experts)] * len(self.experts)  # River starts at 1 each
+            self.mix[ctx] = m
+        return m
+
+    def predict(self, ctx: str, x: dict[str, float]) -> float:
+        """Pure: the mix of a context not seen yet is the plain average."""
+        m = self.mix.get(ctx)
+        if m is None:
+            return sum(x[k] for k in self.experts) / len(self.experts)
+        return float(m.predict_one(x))
+
+    def weights(self, ctx: str) -> list[float]:
+        m = self.mix.get(ctx)
+        return list(m.weights) if m is not None else [1.0 / len(self.experts)] * len(self.experts)
+
+    def learn(self, ctx: str, x: dict[str, float], y: float) -> None:
+        self._get(ctx).learn_one(x, y)
+
+
 _RELATED = frozenset(("burst", "name", "user+gpus"))
 
 _DELTAS = (*(f"{lv}:med" for lv in (*LEVELS, "global")), "user+gpus:fast", "gpus:fast")
@@ -128,7 +218,7 @@ class KeyedDurationModel:
     """
 
     name = "history_mix"
-    version = "3"
+    version = "4"
 
     def __init__(
         self,
@@ -144,6 +234,9 @@ class KeyedDurationModel:
         self.use_learner = type(self)._correct is not KeyedDurationModel._correct
         self.prior_log_std = prior_log_std
         self.max_pending = max_pending
+        # the rank: a learned mix of mean estimates (seconds)
+        experts = (*MEAN_EXPERTS, "learner") if self.use_learner else MEAN_EXPERTS
+        self.mean_mix = MeanMix(experts)
         # job key -> what was known at submit, for learning at finish
         self._pending: OrderedDict[str, _Submitted] = OrderedDict()
 
@@ -175,8 +268,26 @@ class KeyedDurationModel:
         if job.time_limit_s is not None and job.time_limit_s > 0:
             cap = min(cap, math.log1p(job.time_limit_s))  # it cannot outrun its limit
         log_pred = min(cap, max(0.0, base + gate_w * corr))
-        expected = min(MAX_EXPECTED_S, expected)
-        return _Submitted(x, experts, level, base, corr, gate_w, log_pred, top, expected)
+        mean_x = self._mean_x(job, self.hist.expected_parts(job), gate_w * corr)
+        expected = self._rank(job, level, mean_x)
+        return _Submitted(
+            x, experts, level, base, corr, gate_w, log_pred, top, expected, mean_x, level
+        )
+
+    def _mean_x(
+        self, job: JobEvent, parts: tuple[str, float, float, float], corr: float
+    ) -> dict[str, float]:
+        """The mean estimates the rank mixes (seconds, each capped like the result)."""
+        _, prior, total, n = parts
+        lim = job.time_limit_s
+        cap = min(MAX_EXPECTED_S, lim) if lim is not None and lim > 0 else MAX_EXPECTED_S
+        mx: dict[str, float] = {}
+        for k, name in zip(BURST_KS, MEAN_EXPERTS, strict=True):
+            est = prior if n == 0 and total == 0.0 else (k * prior + total) / (k + n)
+            mx[name] = min(cap, est)
+        if self.use_learner:
+            mx["learner"] = min(cap, mx["k1"] * math.exp(corr))
+        return mx
 
     def predict(self, job: JobEvent) -> DurationPrediction:
         """Predict at submit and remember what was known then (for :meth:`learn`)."""
@@ -200,10 +311,30 @@ class KeyedDurationModel:
     def expected_one(self, job: JobEvent, now: float | None = None) -> float:
         """The job's expected duration from what the model knows at ``now`` (pure,
         cheap): what a waiting job is re-ranked by when a job it bears on finishes."""
-        return min(MAX_EXPECTED_S, self.hist.expected_duration(job, now))
+        parts = self.hist.expected_parts(job, now)
+        corr = 0.0
+        if self.use_learner:
+            sub = self._pending.get(self.hist.job_key(job))
+            if sub is not None:  # the learner's correction as it was at submit
+                corr = sub.gate_weight * sub.correction
+        return self._rank(job, parts[0], self._mean_x(job, parts, corr))
+
+    def _rank(self, job: JobEvent, level: str, mean_x: dict[str, float]) -> float:
+        """The learned mix of the mean estimates, capped by the time limit and a year."""
+        est = min(MAX_EXPECTED_S, self.mean_mix.predict(level, mean_x))
+        lim = job.time_limit_s
+        return min(est, lim) if lim is not None and lim > 0 else est
 
     def observe_start(self, job: JobEvent) -> None:
-        """A job started: its burst's running time counts from now on."""
+        """A job started: its burst's running time counts from now on, and the rank's
+        mix will learn from the mean estimates as they were now (when it was picked)."""
+        jk = self.hist.job_key(job)
+        sub = self._pending.get(jk)
+        if sub is not None:
+            t = job.start_time if job.start_time is not None else job.time
+            parts = self.hist.expected_parts(job, t)
+            mx = self._mean_x(job, parts, sub.gate_weight * sub.correction)
+            self._pending[jk] = sub._replace(mean_x=mx, mean_ctx=parts[0])
         self.hist.observe_start(job)
 
     def related_keys(self, job: JobEvent) -> tuple[str, ...]:
@@ -238,6 +369,7 @@ class KeyedDurationModel:
             self._learn_correction(sub.x, lg - sub.base)
             self.gate.learn(sub.level, {"mix": sub.base, "learner": sub.base + sub.correction}, lg)
         self.hedge.learn(sub.level, sub.experts, lg)
+        self.mean_mix.learn(sub.mean_ctx, sub.mean_x, max(0.0, duration_s))
         self.hist.update(job, lg, abs(lg - sub.log_pred))
 
 
@@ -248,7 +380,7 @@ class LinearDurationModel(KeyedDurationModel):
     """
 
     name = "river_linear"
-    version = "3"
+    version = "4"
 
     def __init__(
         self,
@@ -291,7 +423,7 @@ class TreeDurationModel(KeyedDurationModel):
     """Hoeffding tree regressor of the residual (adaptive leaves: mean or linear)."""
 
     name = "river_tree"
-    version = "3"
+    version = "4"
 
     def __init__(
         self, grace_period: int = 100, max_depth: int = 10, leaf: str = "mean", **kw: Any
@@ -312,7 +444,7 @@ class ForestDurationModel(KeyedDurationModel):
     """Adaptive random forest regressor of the residual (accurate, slow)."""
 
     name = "river_arf"
-    version = "3"
+    version = "4"
 
     def __init__(
         self, n_models: int = 10, max_depth: int = 8, grace_period: int = 200, **kw: Any

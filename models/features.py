@@ -441,7 +441,45 @@ class HistoryFeatures:
                 found[lv] = s
         return self._expected(job, found, job.submit_time if now is None else now)
 
+    def expected_parts(
+        self, job: JobEvent, now: float | None = None
+    ) -> tuple[str, float, float, float]:
+        """``(level, prior, evidence_s, finished)``: the most specific level with
+        history, the credibility estimate above the burst (seconds), and the burst's
+        evidence (its finished siblings' durations plus its running siblings' time so
+        far, up to ``now``) over its ``finished`` siblings, so that a learned mix can
+        weigh the burst's own evidence against the prior
+        (``(k * prior + evidence_s) / (k + finished)`` for any ``k``). Pure."""
+        found: dict[str, KeyStats] = {}
+        level = "global" if self.global_stats.count else "prior"
+        for lv, key in self.job_keys(job):
+            s = self.stats.get(key)
+            if s is not None and s.count > 0:
+                if not found:
+                    level = lv
+                found[lv] = s
+        t = job.submit_time if now is None else now
+        prior = self._chain(job, found)
+        total, n = self._burst_evidence(job, found.get("burst"), t)
+        return level, prior, total, n
+
+    def _burst_evidence(self, job: JobEvent, s: KeyStats | None, now: float) -> tuple[float, float]:
+        run = self.running.get(self.burst(job))
+        exposure = 0.0
+        if run is not None and run[0] > 0:
+            exposure = max(0.0, run[0] * now - run[1])
+        n = s.count if s is not None else 0
+        return (s.sum_dur if s is not None else 0.0) + exposure, float(n)
+
     def _expected(self, job: JobEvent, found: dict[str, KeyStats], now: float) -> float:
+        est = self._burst_posterior(job, found.get("burst"), self._chain(job, found), now)
+        lim = job.time_limit_s
+        if lim is not None and lim > 0:  # a job cannot outrun its time limit
+            est = min(est, lim)
+        return est
+
+    def _chain(self, job: JobEvent, found: dict[str, KeyStats]) -> float:
+        """The credibility estimate down ``vc -> user -> user+gpus -> name``."""
         vc = found.get("vc")
         if vc is not None:
             est = vc.mean_s
@@ -458,10 +496,6 @@ class HistoryFeatures:
             if math.isfinite(k):
                 z = s.count / (s.count + k)
                 est = z * s.mean_s + (1.0 - z) * est
-        est = self._burst_posterior(job, found.get("burst"), est, now)
-        lim = job.time_limit_s
-        if lim is not None and lim > 0:  # a job cannot outrun its time limit
-            est = min(est, lim)
         return est
 
     def _burst_posterior(
@@ -471,14 +505,9 @@ class HistoryFeatures:
         plus the burst's finished siblings and the time its running siblings have run so
         far (an exposure without a finish: evidence that they are long), as the
         exponential-gamma posterior ``(k * prior + sum of time) / (k + finished)``."""
-        run = self.running.get(self.burst(job))
-        exposure = 0.0
-        if run is not None and run[0] > 0:
-            exposure = max(0.0, run[0] * now - run[1])
-        n = s.count if s is not None else 0
-        if n == 0 and exposure == 0.0:
+        total, n = self._burst_evidence(job, s, now)
+        if n == 0 and total == 0.0:
             return prior
-        total = (s.sum_dur if s is not None else 0.0) + exposure
         k = self.burst_k
         return (k * prior + total) / (k + n)
 

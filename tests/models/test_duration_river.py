@@ -3,8 +3,17 @@ from __future__ import annotations
 import math
 import random
 
+from river import ensemble
+
 from gpuhint.contract import JobEvent, JobPhase
-from models.duration_river import Hedge, KeyedDurationModel, LinearDurationModel
+from models.duration_river import (
+    MEAN_EXPERTS,
+    GammaDeviance,
+    Hedge,
+    KeyedDurationModel,
+    LinearDurationModel,
+    MeanMix,
+)
 from models.history import HistoryEstimator
 
 
@@ -110,3 +119,59 @@ def test_uncertainty_widens_for_noisy_users() -> None:
         return m.predict(job).log_std
 
     assert std("erratic") > 5 * std("steady")
+
+
+def test_gamma_deviance_elicits_the_mean() -> None:
+    loss = GammaDeviance()
+    ys = [10.0, 10.0, 10.0, 1000.0]  # mean 257.5, median 10
+    mean = sum(ys) / len(ys)
+
+    def risk(p: float) -> float:
+        return sum(loss(y, p) for y in ys)
+
+    assert risk(mean) < risk(10.0) and risk(mean) < risk(0.5 * mean) and risk(mean) < risk(2 * mean)
+    assert loss(5.0, 5.0) == 0.0 and loss(1e12, 1.0) == loss.cap
+
+
+def test_mean_mix_is_rivers_ewa_and_learns_which_estimate_holds() -> None:
+    mm = MeanMix(("short", "long"))
+    x = {"short": 100.0, "long": 10_000.0}
+    assert mm.predict("c", x) == 5050.0 and mm.weights("c") == [0.5, 0.5]
+    for _ in range(50):
+        mm.learn("c", x, 9_000.0)
+    assert isinstance(mm.mix["c"], ensemble.EWARegressor)
+    w = mm.weights("c")
+    assert w[1] > 0.99 and math.isclose(sum(w), 1.0)
+    assert mm.predict("c", x) > 9_000.0
+    assert mm.predict("other", x) == 5050.0  # contexts are separate
+
+
+def test_the_rank_comes_from_the_learned_mix() -> None:
+    """The expected duration is the mix's prediction, and learning moves the mix."""
+    m = KeyedDurationModel()
+    job = JobEvent(phase="submitted", job_id="w", user="u", num_gpus=1, time=0, submit_time=0)
+    for job_i, dur in _stream(300):
+        m.predict(job_i)
+        m.learn(job_i, dur)
+    pred = m.predict_one(job)
+    parts = m.hist.expected_parts(job)
+    assert math.isclose(pred.expected_s, m.mean_mix.predict(parts[0], m._mean_x(job, parts, 0.0)))
+    uniform = [1.0 / len(MEAN_EXPERTS)] * len(MEAN_EXPERTS)
+    # where the estimates disagree (bursts with evidence) the weights have moved
+    assert any(m.mean_mix.weights(c) != uniform for c in m.mean_mix.mix)
+
+
+def test_each_river_learner_has_its_own_rank_expert() -> None:
+    lin = LinearDurationModel()
+    assert "learner" in lin.mean_mix.experts
+    assert "learner" not in KeyedDurationModel().mean_mix.experts
+    stream = _stream(400)
+    base = KeyedDurationModel()
+    for job, dur in stream:
+        for m in (lin, base):
+            m.predict(job)
+            m.learn(job, dur)
+    probe = [j for j, _ in _stream(50, seed=9)]
+    ranks_lin = [lin.predict_one(j).expected_s for j in probe]
+    ranks_base = [base.predict_one(j).expected_s for j in probe]
+    assert ranks_lin != ranks_base

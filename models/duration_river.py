@@ -253,7 +253,7 @@ class KeyedDurationModel:
 
     # -- DurationModel ----------------------------------------------------------------
     def _submit(self, job: JobEvent) -> _Submitted:
-        x, experts, level, expected = self.hist.features_expected(job)
+        x, experts, level, parts = self.hist.features_parts(job)
         base, top = self.hedge.predict(level, experts)
         for name in _DELTAS:
             x[f"d:{name}"] = experts.get(name, base) - base
@@ -268,7 +268,7 @@ class KeyedDurationModel:
         if job.time_limit_s is not None and job.time_limit_s > 0:
             cap = min(cap, math.log1p(job.time_limit_s))  # it cannot outrun its limit
         log_pred = min(cap, max(0.0, base + gate_w * corr))
-        mean_x = self._mean_x(job, self.hist.expected_parts(job), gate_w * corr)
+        mean_x = self._mean_x(job, parts, gate_w * corr)
         expected = self._rank(job, level, mean_x)
         return _Submitted(
             x, experts, level, base, corr, gate_w, log_pred, top, expected, mean_x, level

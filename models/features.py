@@ -328,14 +328,14 @@ class HistoryFeatures:
 
     # -- features ---------------------------------------------------------------------
     def features(self, job: JobEvent) -> tuple[dict[str, float], dict[str, float], str]:
-        """``(context, experts, level)``: :meth:`features_expected` without the last."""
-        x, experts, level, _ = self.features_expected(job)
+        """``(context, experts, level)``: :meth:`features_parts` without the last."""
+        x, experts, level, _ = self.features_parts(job)
         return x, experts, level
 
-    def features_expected(
+    def features_parts(
         self, job: JobEvent
-    ) -> tuple[dict[str, float], dict[str, float], str, float]:
-        """``(context, experts, level, expected)`` for a job about to be submitted.
+    ) -> tuple[dict[str, float], dict[str, float], str, tuple[str, float, float, float]]:
+        """``(context, experts, level, parts)`` for a job about to be submitted.
 
         ``context``: numeric features (size, time, queue state, history counts and
         spreads). ``experts``: candidate estimates of ``log1p(duration)``, per level
@@ -343,8 +343,8 @@ class HistoryFeatures:
         ``amean`` log of the all-time mean duration), for every level with history and
         for ``global`` (the prior before any job); a level without history has no
         experts and ``level:n`` = 0. ``level``: the most specific level with history.
-        ``expected``: :meth:`expected_duration` (seconds). Pure with respect to the
-        state: calling it twice gives the same answer.
+        ``parts``: :meth:`expected_parts` at submit time, from the same key lookups.
+        Pure with respect to the state: calling it twice gives the same answer.
         """
         x: dict[str, float] = {}
         g = job.num_gpus
@@ -409,7 +409,7 @@ class HistoryFeatures:
                         recent += 1
             x[f"{tag}:submits_1h"] = math.log1p(recent)
             x[f"{tag}:inflight"] = math.log1p(max(0, self.inflight.get(skey, 0) - known))
-        return x, experts, level, self._expected(job, found, job.submit_time)
+        return x, experts, level, self._parts(job, found, level, job.submit_time)
 
     def credibility_k(self, vc_level: str) -> float:
         """Bühlmann's ``k`` (within-key variance / between-key variance of means) for a
@@ -458,10 +458,13 @@ class HistoryFeatures:
                 if not found:
                     level = lv
                 found[lv] = s
-        t = job.submit_time if now is None else now
-        prior = self._chain(job, found)
-        total, n = self._burst_evidence(job, found.get("burst"), t)
-        return level, prior, total, n
+        return self._parts(job, found, level, job.submit_time if now is None else now)
+
+    def _parts(
+        self, job: JobEvent, found: dict[str, KeyStats], level: str, now: float
+    ) -> tuple[str, float, float, float]:
+        total, n = self._burst_evidence(job, found.get("burst"), now)
+        return level, self._chain(job, found), total, n
 
     def _burst_evidence(self, job: JobEvent, s: KeyStats | None, now: float) -> tuple[float, float]:
         run = self.running.get(self.burst(job))

@@ -375,6 +375,6 @@ class HintEngine:
             if st is None:
                 continue
             for job in st.pending.values():
-                self.store.put_hint(job.hint)
+                self.store.put_hint(job.hint, rebuilt=True)
                 n += 1
         return n

@@ -32,6 +32,8 @@ from gpuhint.contract import ClusterLoad, PowerAdvisory, PriorityHint
 @dataclass(frozen=True)
 class PutHint:
     hint: PriorityHint
+    rebuilt: bool = False
+    """Re-written from state after the sink came back empty (not a new event's hint)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | Count | MarkReb
 class HintStore(Protocol):
     """What the core needs from a store (write side) and what readers use (read side)."""
 
-    def put_hint(self, hint: PriorityHint) -> None: ...
+    def put_hint(self, hint: PriorityHint, *, rebuilt: bool = False) -> None: ...
     def update_hint(self, hint: PriorityHint) -> None: ...
     def remove_hint(self, cluster: str, vc: str, job_id: str) -> None: ...
     def put_advisory(self, advisory: PowerAdvisory) -> None: ...
@@ -139,8 +141,10 @@ class BufferedStore(abc.ABC):
         if full:
             self.flush()
 
-    def put_hint(self, hint: PriorityHint) -> None:
-        self._add(PutHint(hint))
+    def put_hint(self, hint: PriorityHint, *, rebuilt: bool = False) -> None:
+        """Write a waiting job's hint; ``rebuilt``: re-written from state after the sink
+        came back empty (same write, counted apart)."""
+        self._add(PutHint(hint, rebuilt))
 
     def update_hint(self, hint: PriorityHint) -> None:
         """Re-rank a waiting job (a ``hint_updated`` change); a no-op once it is gone."""

@@ -60,7 +60,7 @@ class MeteredRedisStore(RedisStore):
             self.failing_since = None
             for op in ops:
                 if isinstance(op, PutHint):
-                    self.writes["hint"] += 1
+                    self.writes["hint_rebuild" if op.rebuilt else "hint"] += 1
                 elif isinstance(op, UpdateHint):
                     self.writes["hint_update"] += 1
                 elif isinstance(op, RemoveHint):

@@ -152,7 +152,8 @@ class WorkerCollector(Collector):
         w = CounterMetricFamily(
             "gpuhint_redis_writes", "Write operations applied to Redis, by kind.", labels=["op"]
         )
-        for op in ("hint", "hint_update", "hint_remove", "advice", "load", "counter"):
+        ops = ("hint", "hint_rebuild", "hint_update", "hint_remove", "advice", "load", "counter")
+        for op in ops:
             w.add_metric([op], float(writes.get(op, 0)))
         yield w
         yield _counter(

@@ -31,6 +31,7 @@ def test_counts_writes_energy_and_state(redis_url: str, unique_prefix: str) -> N
         store.put_hint(_hint(job, vc))
     store.remove_hint("c", "v1", "a")
     store.update_hint(_hint("b", "v1"))  # a waiting job re-ranked
+    store.put_hint(_hint("c", "v2"), rebuilt=True)  # re-written from state: counted apart
     store.put_advisory(
         PowerAdvisory(
             cluster="c", time=0, action=PowerAction.POWER_DOWN, count=2, nodes=("n3", "n4"),
@@ -45,6 +46,7 @@ def test_counts_writes_energy_and_state(redis_url: str, unique_prefix: str) -> N
     store.flush()
     assert dict(store.writes) == {
         "hint": 3,
+        "hint_rebuild": 1,
         "hint_update": 1,
         "hint_remove": 1,
         "advice": 2,

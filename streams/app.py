@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -145,7 +145,11 @@ class Sink:
         take_empty = getattr(self.store, "take_empty", None)
         if take_empty is not None and take_empty():  # Redis was empty: rewrite from state
             self.rebuilds += 1
-            n = self.rebuild()
+            try:
+                n = self.rebuild()
+            except BaseException:
+                self.store.empty_detected = True  # type: ignore[attr-defined]  # retried
+                raise
             reason = getattr(self.store, "empty_reason", "")
             log.log(
                 logging.WARNING if reason == "redis_empty" else logging.INFO,
@@ -166,6 +170,8 @@ class Worker:
     states: TableStates
     sink: Sink
     cadence: SaveCadence[Any]
+    save_state: Callable[[], Awaitable[None]]
+    """Save the held VC state now and acknowledge its events (what the cadence does)."""
 
 
 def _message(event: Any) -> Message:
@@ -388,4 +394,4 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             await asyncio.to_thread(sweep)
 
     app.gpuhint_ces = ces  # type: ignore[attr-defined]
-    return Worker(app, handler.stats, engine, handler, states, sink, cadence)
+    return Worker(app, handler.stats, engine, handler, states, sink, cadence, save_state)

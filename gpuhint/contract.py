@@ -26,6 +26,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -98,6 +99,13 @@ class _Wire(BaseModel):
         frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False
     )
     schema_version: Literal[1] = SCHEMA_VERSION
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _version_is_an_int(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # Literal[1] alone takes true == 1
+            raise ValueError(f"schema_version must be the integer {SCHEMA_VERSION}")
+        return v
 
 
 class _Part(BaseModel):
@@ -361,6 +369,15 @@ def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_L
         if len(data) > limits.max_bytes:
             raise InvalidMessage(f"message of {len(data)} bytes exceeds {limits.max_bytes}")
         _check_depth(data, limits.max_depth)
+        # the common case, a valid message: one parse. Anything else takes the checks
+        # below, which say what is wrong (and agree with this on what is valid).
+        try:
+            msg = _MESSAGE.validate_json(data, strict=True, context={"limits": limits})
+        except ValidationError:
+            pass
+        else:
+            if "schema_version" in msg.model_fields_set:
+                return msg  # type: ignore[no-any-return]
         try:
             obj = json.loads(data, parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

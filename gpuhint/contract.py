@@ -377,7 +377,7 @@ def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_L
             pass
         else:
             if "schema_version" in msg.model_fields_set:
-                return msg  # type: ignore[no-any-return]
+                return msg
         try:
             obj = json.loads(data, parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

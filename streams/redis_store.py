@@ -80,6 +80,7 @@ class RedisStore(BufferedStore):
         self.changes_maxlen = changes_maxlen
         self._remove = self.r.register_script(_REMOVE_HINT)
         self._update = self.r.register_script(_UPDATE_HINT)
+        self._scripts_loaded = False
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisStore:
@@ -90,6 +91,25 @@ class RedisStore(BufferedStore):
         pipe.xadd(self.k.changes, fields, maxlen=self.changes_maxlen, approximate=True)
 
     def _apply(self, ops: list[Op]) -> None:
+        if not self._scripts_loaded:
+            self._load_scripts()
+        try:
+            results = self._send(ops)
+        except redis.exceptions.NoScriptError:
+            # Redis lost its script cache (restarted, SCRIPT FLUSH): load the scripts and
+            # send the batch again, as any failed flush is (its writes are idempotent)
+            self._load_scripts()
+            results = self._send(ops)
+        self._saw_epoch(bool(results[0]), bytes(results[1]).decode())
+
+    def _load_scripts(self) -> None:
+        """Load the Lua scripts once (``SCRIPT LOAD``), not one ``SCRIPT EXISTS`` per flush."""
+        for script in (self._remove, self._update):
+            self.r.script_load(script.script)
+        self._scripts_loaded = True
+
+    def _send(self, ops: list[Op]) -> list[Any]:
+        """One pipeline: the epoch marker, then every op in order."""
         pipe = self.r.pipeline(transaction=False)
         pipe.set(self.k.epoch, uuid.uuid4().hex, nx=True)  # True: Redis had lost it
         pipe.get(self.k.epoch)
@@ -112,32 +132,31 @@ class RedisStore(BufferedStore):
                 )
             elif isinstance(op, UpdateHint):
                 h = op.hint
-                self._update(
-                    keys=[
-                        self.k.hint(h.cluster, h.job_id),
-                        self.k.queue(h.cluster, h.vc),
-                        self.k.changes,
-                    ],
-                    args=[
-                        h.job_id,
-                        h.model_dump_json(),
-                        repr(h.priority),
-                        self.hint_ttl_s,
-                        h.cluster,
-                        h.vc,
-                        self.changes_maxlen,
-                    ],
-                    client=pipe,
+                pipe.evalsha(
+                    self._update.sha,
+                    3,
+                    self.k.hint(h.cluster, h.job_id),
+                    self.k.queue(h.cluster, h.vc),
+                    self.k.changes,
+                    h.job_id,
+                    h.model_dump_json(),
+                    repr(h.priority),
+                    self.hint_ttl_s,
+                    h.cluster,
+                    h.vc,
+                    self.changes_maxlen,
                 )
             elif isinstance(op, RemoveHint):
-                self._remove(
-                    keys=[
-                        self.k.hint(op.cluster, op.job_id),
-                        self.k.queue(op.cluster, op.vc),
-                        self.k.changes,
-                    ],
-                    args=[op.job_id, op.cluster, op.vc, self.changes_maxlen],
-                    client=pipe,
+                pipe.evalsha(
+                    self._remove.sha,
+                    3,
+                    self.k.hint(op.cluster, op.job_id),
+                    self.k.queue(op.cluster, op.vc),
+                    self.k.changes,
+                    op.job_id,
+                    op.cluster,
+                    op.vc,
+                    self.changes_maxlen,
                 )
             elif isinstance(op, PutAdvisory):
                 a = op.advisory
@@ -167,8 +186,7 @@ class RedisStore(BufferedStore):
                 self._xadd(
                     pipe, {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
                 )
-        results = pipe.execute()
-        self._saw_epoch(bool(results[0]), bytes(results[1]).decode())
+        return list(pipe.execute())
 
     def sweep_stale(self) -> int:
         """Drop queue members whose hint key has expired; return how many were dropped."""

@@ -150,3 +150,17 @@ def test_update_hint_moves_a_waiting_job_and_announces_it(
         }
     ]
     assert [c.type for c in twin.changes] == ["hint", "hint", "hint_updated"]
+
+
+def test_scripts_lost_by_redis_are_loaded_again_and_the_batch_applied(store: RedisStore) -> None:
+    store.put_hint(hint("a1", 5))
+    store.put_hint(hint("a2", 6))
+    store.flush()  # loads the scripts once
+    store.r.script_flush()  # as a Redis restart does: EVALSHA now answers NOSCRIPT
+    store.remove_hint("default", "a", "a1")
+    store.update_hint(hint("a2", 1))
+    store.put_hint(hint("a3", 3))
+    assert store.flush() == 3
+    assert store.queue("default", "a") == [("a2", 1.0), ("a3", 3.0)]
+    assert store.get_hint("default", "a1") is None
+    assert store.r.script_exists(store._remove.sha, store._update.sha) == [True, True]

@@ -184,10 +184,31 @@ class KeyStats:
         self.win_sum = 0.0
         self.win_sq = 0.0
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a flat tuple, and no derived fields (``values``, ``std``: recomputed on load
+        # by the same arithmetic): VC state is pickled on every save, ~300 of these each
+        r = self.recent
+        return (
+            _keystats,
+            (
+                tuple(r),
+                r.maxlen,
+                self.ewm,
+                self.ewm_slow,
+                self.count,
+                self.sum_dur,
+                self.sum_sq,
+                self.agg,
+                self.last,
+                self.abs_res,
+                self.n_res,
+                self.win_sum,
+                self.win_sq,
+            ),
+        )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """Pickles of before :meth:`__reduce__` (a dict of every slot)."""
         for k, v in state.items():
             setattr(self, k, v)
 
@@ -216,13 +237,21 @@ class KeyStats:
         self.sum_dur += d
         self.sum_sq += d * d
         self.last = lg
+        self._derive()
+
+    def _derive(self) -> None:
+        """The cached ``values`` and ``std`` from the state (after each add, on load)."""
         n = self.count
+        if n == 0:
+            self.values, self.std = (), 0.0
+            return
         self.values = (
             self.median(),
             self.ewm,
             self.ewm_slow,
             math.log1p(self.sum_dur / n),
         )
+        r = self.recent
         k = len(r)
         var = (self.win_sq - self.win_sum * self.win_sum / k) / (k - 1) if k > 1 else 0.0
         self.std = math.sqrt(max(0.0, var))
@@ -238,6 +267,31 @@ class KeyStats:
         n = len(xs)
         mid = n // 2
         return xs[mid] if n % 2 else 0.5 * (xs[mid - 1] + xs[mid])
+
+
+def _keystats(
+    recent: tuple[float, ...],
+    window: int | None,
+    ewm: float,
+    ewm_slow: float,
+    count: int,
+    sum_dur: float,
+    sum_sq: float,
+    agg: str | None,
+    last: float,
+    abs_res: float,
+    n_res: int,
+    win_sum: float,
+    win_sq: float,
+) -> KeyStats:
+    """Rebuild a :class:`KeyStats` from :meth:`KeyStats.__reduce__`'s tuple."""
+    s = KeyStats.__new__(KeyStats)
+    s.recent = deque(recent, maxlen=window)
+    s.ewm, s.ewm_slow, s.count, s.sum_dur, s.sum_sq = ewm, ewm_slow, count, sum_dur, sum_sq
+    s.agg, s.last, s.abs_res, s.n_res = agg, last, abs_res, n_res
+    s.win_sum, s.win_sq = win_sum, win_sq
+    s._derive()
+    return s
 
 
 class HistoryFeatures:

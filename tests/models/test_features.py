@@ -236,3 +236,32 @@ def test_running_siblings_raise_the_burst_expectation_and_time_limit_caps_it() -
     assert hf.expected_duration(capped, now=50_000.0) == 7200.0
     hf.update(_job(0, user=None, gpus=1, t=0.0), math.log1p(60.0))  # it ended after all
     assert not hf.running and hf.expected_duration(waiting, now=50_000.0) < later
+
+
+def _slots(s: KeyStats) -> dict[str, object]:
+    return {k: getattr(s, k) for k in KeyStats.__slots__}
+
+
+def test_keystats_pickle_keeps_every_field_and_derives_the_caches_exactly() -> None:
+    s = KeyStats(window=4)
+    for v in [1.0, 2.5, 3.0, 4.25, 5.0, 6.5]:
+        s.add(v, 0.5, 0.1)
+        s.add_residual(v / 10, 0.2)
+    s.agg = "c|v|user"
+    clone = pickle.loads(pickle.dumps(s))
+    assert _slots(clone) == _slots(s)  # values and std recomputed bit for bit
+    assert clone.recent.maxlen == 4
+    clone.add(7.0, 0.5, 0.1)
+    s.add(7.0, 0.5, 0.1)
+    assert _slots(clone) == _slots(s)
+    empty = pickle.loads(pickle.dumps(KeyStats(window=3)))
+    assert _slots(empty) == _slots(KeyStats(window=3))
+
+
+def test_keystats_pickled_by_an_older_build_still_load() -> None:
+    s = KeyStats(window=4)
+    for v in [1.0, 2.0, 3.0]:
+        s.add(v, 0.5, 0.1)
+    old = KeyStats.__new__(KeyStats)
+    old.__setstate__(_slots(s))  # what the dict-of-slots pickles of before restore
+    assert _slots(old) == _slots(s)

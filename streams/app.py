@@ -14,13 +14,16 @@ State (see docs/architecture.md):
 Delivery, per batch (``stream.take_events``: up to ``batch_max`` events or
 ``batch_within_s`` seconds): handle every event; await the Redis flush in a worker
 thread (retried with backoff while Redis is down: consumption pauses, nothing is
-dead-lettered because the sink failed). The batch's acknowledgements are then held
-(each event's message reference count is raised, so ``take_events``'s own ack does
-not release it) until the VC state is saved: at most every ``state_save_interval_s``
-(and at once when a rebalance starts) the changelog records of every VC touched since
-the last save are written and only then are the held events acknowledged, so Faust
-never commits an offset whose writes and state are not out (its commit flushes the
-producer, changelog records included, before committing offsets). A crash
+dead-lettered because the sink failed). Each event's acknowledgement is then held
+(its message reference count is raised, so ``take_events``'s own ack does not
+release it) under the VC it changed, until that VC's state is saved: once a VC's
+oldest held event is ``state_save_interval_s`` old (and for every VC at once when a
+rebalance starts), its changelog record is written and only then are its held events
+acknowledged, one VC at a time so that batches run between two VCs' saves. Faust
+never commits an offset whose writes and state are not out (it commits a partition
+up to its lowest unacknowledged offset, and flushes the producer, changelog records
+included, before committing). Dead-lettered events change no state: they are
+acknowledged after the flush. A crash
 redelivers uncommitted events: those whose state was saved change nothing (the offset
 watermark in each VcState), the others are re-applied to the older saved state; in
 both cases their Redis writes are re-emitted (idempotent). Handling + flush and the
@@ -278,27 +281,36 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             app.sensors.on_message_out(m.tp, m.offset, m)
 
     cadence: SaveCadence[Any] = SaveCadence(ack_event, settings.state_save_interval_s)
-    batch_lock = asyncio.Lock()  # handle + flush of a batch, or a save: never both
+    batch_lock = asyncio.Lock()  # handle + flush of a batch, or one VC's save: never both
+    generation = [0]  # bumped by a rebalance: a save begun before it is dropped
 
-    async def save_held() -> None:
-        """Encode the dirty VC states off the loop (nothing mutates them: the caller
-        holds ``batch_lock``), produce their changelog records, then acknowledge."""
-        encoded = await asyncio.to_thread(states.encode_dirty)
-        states.store_encoded(encoded)
-        cadence.saved()
+    async def save_keys(keys: list[str]) -> None:
+        """Save these VCs one at a time, then acknowledge each one's held events.
+
+        Each VC is encoded off the loop under ``batch_lock`` (nothing mutates it
+        meanwhile), so a batch waits for one VC's encode at most, not for all of them;
+        its changelog record is produced before its events are acknowledged."""
+        for key in keys:
+            async with batch_lock:
+                gen = generation[0]
+                encoded = await asyncio.to_thread(states.encode_dirty, (key,))
+                if gen != generation[0]:  # the partition was revoked meanwhile
+                    return
+                states.store_encoded(encoded)
+                cadence.saved((key,))
 
     async def save_state() -> None:
-        async with batch_lock:
-            if cadence.held:
-                await save_held()
+        """Save every VC with held events now."""
+        await save_keys(cadence.keys())
 
     def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         # a rebalance: re-read each VC's and cluster's newest state from the tables.
-        # Faust waited for every event to be acked first (the save timer saw the
+        # Faust waited for every event to be acked first (the save task saw the
         # rebalance and saved); whatever is still held now (a stop) had its state
         # dropped: it must never be acknowledged, it is redelivered.
         if cadence.held:
             log.warning("rebalance: %d events with unsaved state will be redelivered", cadence.held)
+        generation[0] += 1
         cadence.drop()
         states.forget()
         ces.forget()
@@ -318,30 +330,41 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     async def process_job_events(stream: Any) -> None:
         async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
             async with batch_lock:
+                by_vc: dict[str | None, list[Any]] = {}
                 for event in batch:
                     event.message.incref()  # held: acked by the cadence after the save
                     msg = _message(event)
                     outcome = handler.job_event(msg)
                     if outcome.state_key is not None:
                         vc_partition[outcome.state_key] = msg.partition
+                    by_vc.setdefault(outcome.state_key, []).append(event)
                     await emit(outcome)
                 await sink.flush()
-                cadence.hold(batch)
-                if cadence.due():
-                    await save_held()
+                for key, events in by_vc.items():
+                    if key is None:  # dead-lettered: no state to save
+                        for event in events:
+                            ack_event(event)
+                    else:
+                        cadence.hold(events, key)
+            if settings.state_save_interval_s == 0:
+                await save_keys(cadence.keys())
 
     tick_s = max(0.05, min(0.25, settings.state_save_interval_s / 4))
 
     @app.task
     async def save_state_on_cadence() -> None:
-        """Save held state when due, and at once when a rebalance starts or the worker
-        stops: Faust waits for every event to be acked before it revokes partitions or
-        stops the consumer. (A task, not a timer: a timer ends when the app stops,
-        before that wait.)"""
+        """Save each VC's held state when due, and everything at once when a rebalance
+        starts or the worker stops: Faust waits for every event to be acked before it
+        revokes partitions or stops the consumer. (A task, not a timer: a timer ends
+        when the app stops, before that wait.)"""
         while True:
             await asyncio.sleep(tick_s)
-            if cadence.held and (cadence.due() or app.rebalancing or app.should_stop):
+            if not cadence.held:
+                continue
+            if app.rebalancing or app.should_stop:
                 await save_state()
+            elif cadence.due():
+                await save_keys(cadence.due_keys())
 
     if settings.ces_enabled:
 

@@ -125,10 +125,12 @@ class TableStates(MutableMapping[str, VcState]):
         """Encode every dirty key into the backing table; return how many."""
         return self.store_encoded(self.encode_dirty())
 
-    def encode_dirty(self) -> list[tuple[str, bytes]]:
-        """Encode the dirty keys (no side effect: may run in a thread while nothing
-        mutates the states); pass the result to :meth:`store_encoded`."""
-        return [(key, encode_state(self._cache[key], self.compress)) for key in sorted(self._dirty)]
+    def encode_dirty(self, keys: Iterable[str] | None = None) -> list[tuple[str, bytes]]:
+        """Encode the dirty keys (of ``keys``, default all; no side effect: may run in a
+        thread while nothing mutates the states); pass the result to
+        :meth:`store_encoded`."""
+        todo = self._dirty if keys is None else self._dirty.intersection(keys)
+        return [(key, encode_state(self._cache[key], self.compress)) for key in sorted(todo)]
 
     def store_encoded(self, encoded: list[tuple[str, bytes]]) -> int:
         """Write :meth:`encode_dirty`'s records (``on_save`` or the table); mark them clean."""
@@ -149,22 +151,26 @@ class TableStates(MutableMapping[str, VcState]):
 
 
 class SaveCadence(Generic[T]):
-    """Acknowledgements held back until the state they changed is saved.
+    """Acknowledgements held back until the state they changed is saved, per VC.
 
-    The worker handles a batch, flushes its Redis writes, then holds (:meth:`hold`) the
-    batch's events instead of acknowledging them. When :meth:`due` (the oldest held
-    event has waited ``interval_s``) it saves the dirty state and only then calls
-    :meth:`saved`, which acknowledges every held event: no offset is committed whose
-    state is not in the changelog. A crash before the save redelivers the held events;
-    they are re-applied to the older saved state and re-emit the same (idempotent)
-    writes.
+    The worker handles a batch, flushes its Redis writes, then holds (:meth:`hold`) each
+    event under the key of the VC state it changed instead of acknowledging it. A key is
+    :meth:`due` once its oldest held event has waited ``interval_s``; the worker saves
+    the due VCs one at a time (a deep VC's encode stalls one VC's worth, not all) and
+    after each calls :meth:`saved` for that key, which acknowledges its events: no
+    offset is committed whose state is not in the changelog (Faust commits a partition
+    up to its lowest unacknowledged offset). A crash before the save redelivers the
+    held events; they are re-applied to the older saved state and re-emit the same
+    (idempotent) writes.
 
     >>> acked, now = [], [0.0]
     >>> c = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
-    >>> c.hold(["e1", "e2"]); c.due()
+    >>> c.hold(["e1", "e2"], "c/a"); now[0] = 0.5; c.hold(["e3"], "c/b"); c.due()
     False
-    >>> now[0] = 1.0; c.due(), c.saved(), acked, c.held
-    (True, 2, ['e1', 'e2'], 0)
+    >>> now[0] = 1.0; c.due(), c.due_keys()
+    (True, ['c/a'])
+    >>> c.saved(["c/a"]), acked, c.held
+    (2, ['e1', 'e2'], 1)
     """
 
     def __init__(
@@ -176,35 +182,52 @@ class SaveCadence(Generic[T]):
         self._ack = ack
         self.interval_s = interval_s
         self.clock = clock
-        self._held: list[T] = []
-        self._since: float | None = None
+        self._held: dict[str, list[T]] = {}
+        self._since: dict[str, float] = {}  # insertion order: oldest first
         self.saves = 0
 
     @property
     def held(self) -> int:
-        return len(self._held)
+        return sum(len(v) for v in self._held.values())
 
-    def hold(self, items: Iterable[T]) -> None:
-        """Hold these (handled, flushed) items' acknowledgements until the next save."""
-        before = len(self._held)
-        self._held.extend(items)
-        if self._since is None and len(self._held) > before:
-            self._since = self.clock()
+    def keys(self) -> list[str]:
+        """Every key with held events, oldest first."""
+        return list(self._since)
+
+    def hold(self, items: Iterable[T], key: str) -> None:
+        """Hold these (handled, flushed) items' acknowledgements until ``key`` is saved."""
+        got = list(items)
+        if not got:
+            return
+        self._held.setdefault(key, []).extend(got)
+        if key not in self._since:
+            self._since[key] = self.clock()
+
+    def due_keys(self) -> list[str]:
+        """Keys whose oldest held item has waited ``interval_s``, oldest first."""
+        now = self.clock()
+        return [k for k, t in self._since.items() if now - t >= self.interval_s]
 
     def due(self) -> bool:
-        """True when the oldest held item has waited ``interval_s``."""
-        return self._since is not None and self.clock() - self._since >= self.interval_s
+        """True when some key's oldest held item has waited ``interval_s``."""
+        now = self.clock()
+        return any(now - t >= self.interval_s for t in self._since.values())
 
-    def saved(self) -> int:
-        """The state of every held item is saved: acknowledge them; return how many."""
-        held, self._held, self._since = self._held, [], None
-        for item in held:
-            self._ack(item)
+    def saved(self, keys: Iterable[str] | None = None) -> int:
+        """The state of ``keys`` (default: every held key) is saved: acknowledge their
+        items; return how many."""
+        n = 0
+        for key in list(self._since) if keys is None else list(keys):
+            items = self._held.pop(key, [])
+            self._since.pop(key, None)
+            for item in items:
+                self._ack(item)
+            n += len(items)
         self.saves += 1
-        return len(held)
+        return n
 
     def drop(self) -> int:
         """Forget the held items without acknowledging them (their state was dropped)."""
-        n = len(self._held)
-        self._held, self._since = [], None
+        n = self.held
+        self._held, self._since = {}, {}
         return n

@@ -193,7 +193,9 @@ class MeanMix:
         m = self.mix.get(ctx)
         if m is None:
             return sum(x[k] for k in self.experts) / len(self.experts)
-        return float(m.predict_one(x))
+        # EWARegressor.predict_one's own sum (same terms, same order: the same float),
+        # without a method call per expert through the ensemble's UserList iterator
+        return float(sum(x[k] * w for k, w in zip(self.experts, m.weights, strict=True)))
 
     def weights(self, ctx: str) -> list[float]:
         m = self.mix.get(ctx)

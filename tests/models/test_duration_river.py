@@ -175,3 +175,14 @@ def test_each_river_learner_has_its_own_rank_expert() -> None:
     ranks_lin = [lin.predict_one(j).expected_s for j in probe]
     ranks_base = [base.predict_one(j).expected_s for j in probe]
     assert ranks_lin != ranks_base
+
+
+def test_mean_mix_prediction_is_ewa_predict_one_exactly() -> None:
+    """MeanMix.predict sums the EWARegressor's weights itself: the same float."""
+    mm = MeanMix(("a", "b", "c"))
+    rng = random.Random(3)
+    for _ in range(200):
+        x = {k: rng.lognormvariate(7.0, 2.0) for k in mm.experts}
+        mm.learn("c", x, rng.lognormvariate(7.0, 2.0))
+        probe = {k: rng.lognormvariate(7.0, 2.0) for k in mm.experts}
+        assert mm.predict("c", probe) == mm.mix["c"].predict_one(probe)

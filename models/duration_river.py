@@ -160,23 +160,40 @@ MEAN_EXPERTS = tuple(f"k{k:g}" for k in BURST_KS)
 ``k1`` estimate times ``exp`` of their gated log correction)."""
 
 
+SHARE = 0.01
+"""Fixed share of the rank's mix: after each update every expert gets back this share
+of the weight, spread evenly (Herbster & Warmuth, "Tracking the best expert", 1998), so
+no expert's weight falls below ``SHARE / n`` and the mix can move to another expert
+within about a hundred jobs. Plain multiplicative weights (River's ``EWARegressor``
+alone) locked each context onto one extreme estimate (weight 1.000 on ``k0.25`` or
+``k4``); measured in docs/qssf.md ("Fixed share")."""
+
+
 class MeanMix:
     """The expected duration (what QSSF ranks by) as River's ``EWARegressor`` over mean
     estimates in seconds, one per context (the most specific level with history),
-    weights learned online with the mean-eliciting :class:`GammaDeviance`.
+    weights learned online with the mean-eliciting :class:`GammaDeviance`, plus a
+    fixed share (:data:`SHARE`) after each update.
 
     >>> mm = MeanMix(("cred", "vc"))
     >>> for _ in range(30):
     ...     mm.learn("c", {"cred": 100.0, "vc": 1000.0}, 100.0)
-    >>> round(mm.predict("c", {"cred": 100.0, "vc": 1000.0}))
-    100
+    >>> round(mm.predict("c", {"cred": 100.0, "vc": 1000.0})), min(mm.weights("c")) >= 0.005
+    (109, True)
     """
 
-    def __init__(self, experts: tuple[str, ...], learning_rate: float = 0.5) -> None:
+    def __init__(
+        self, experts: tuple[str, ...], learning_rate: float = 0.5, share: float = SHARE
+    ) -> None:
         self.experts = experts
         self.learning_rate = learning_rate
+        self.share = share
         self.loss = GammaDeviance()
         self.mix: dict[str, ensemble.EWARegressor] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("share", SHARE)  # a version-4 mix goes on with the share
 
     def _get(self, ctx: str) -> ensemble.EWARegressor:
         m = self.mix.get(ctx)
@@ -193,14 +210,21 @@ class MeanMix:
         m = self.mix.get(ctx)
         if m is None:
             return sum(x[k] for k in self.experts) / len(self.experts)
-        return float(m.predict_one(x))
+        # EWARegressor.predict_one's own sum (same terms, same order: the same float),
+        # without a method call per expert through the ensemble's UserList iterator
+        return float(sum(x[k] * w for k, w in zip(self.experts, m.weights, strict=True)))
 
     def weights(self, ctx: str) -> list[float]:
         m = self.mix.get(ctx)
         return list(m.weights) if m is not None else [1.0 / len(self.experts)] * len(self.experts)
 
     def learn(self, ctx: str, x: dict[str, float], y: float) -> None:
-        self._get(ctx).learn_one(x, y)
+        m = self._get(ctx)
+        m.learn_one(x, y)
+        a = self.share
+        if a > 0.0:
+            n = len(m.weights)
+            m.weights = [(1.0 - a) * w + a / n for w in m.weights]
 
 
 _RELATED = frozenset(("burst", "name", "user+gpus"))
@@ -218,7 +242,7 @@ class KeyedDurationModel:
     """
 
     name = "history_mix"
-    version = "4"
+    version = "5"
 
     def __init__(
         self,
@@ -380,7 +404,7 @@ class LinearDurationModel(KeyedDurationModel):
     """
 
     name = "river_linear"
-    version = "4"
+    version = "5"
 
     def __init__(
         self,
@@ -423,7 +447,7 @@ class TreeDurationModel(KeyedDurationModel):
     """Hoeffding tree regressor of the residual (adaptive leaves: mean or linear)."""
 
     name = "river_tree"
-    version = "4"
+    version = "5"
 
     def __init__(
         self, grace_period: int = 100, max_depth: int = 10, leaf: str = "mean", **kw: Any
@@ -444,7 +468,7 @@ class ForestDurationModel(KeyedDurationModel):
     """Adaptive random forest regressor of the residual (accurate, slow)."""
 
     name = "river_arf"
-    version = "4"
+    version = "5"
 
     def __init__(
         self, n_models: int = 10, max_depth: int = 8, grace_period: int = 200, **kw: Any

@@ -86,6 +86,11 @@ EXPERT_STATS = ("med", "fast", "slow", "amean")
 and log1p of the all-time mean duration (the paper's rule)."""
 
 
+_EXPERT_NAMES = {lv: tuple(f"{lv}:{st}" for st in EXPERT_STATS) for lv in (*LEVELS, "global")}
+"""Expert names per level (built once, not per job)."""
+_COUNT_NAMES = {lv: f"{lv}:n" for lv in LEVELS}
+
+
 BURST_GAP_S = 900.0
 """Default gap between consecutive submits of one shape that still continues a burst;
 chosen on the shared traces (docs/qssf.md, "Bursts")."""
@@ -329,19 +334,41 @@ class HistoryFeatures:
         self.cred: dict[str, list[float]] = {}
         self.bursts = BurstTracker(BURST_GAP_S if burst_gap_s is None else burst_gap_s, max_keys)
         self.burst_of: dict[str, str] = {}  # pending job key -> its burst key
+        # pending job key -> (its submitted event, burst, keys): the key walk of a
+        # waiting job is done once, not at each re-rank. A cache only: not pickled, and
+        # used only for that very event object (a later event of the job, or one after
+        # a restore, walks its keys as before)
+        self._keys: dict[str, tuple[JobEvent, str, list[tuple[str, str]]]] = {}
         self.burst_k = BURST_K if burst_k is None else burst_k
         # running jobs per burst: [count, sum of start times]; job key -> (burst, start)
         self.running: dict[str, list[float]] = {}
         self.run_of: dict[str, tuple[str, float]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_keys", None)  # a cache (of event objects): rebuilt as jobs come
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._keys = {}
+
     # -- keys -------------------------------------------------------------------------
     def burst(self, job: JobEvent) -> str:
         """The job's burst key: the one given at its submit, else what it would get now."""
-        b = self.burst_of.get(self.job_key(job))
+        jk = self.job_key(job)
+        c = self._keys.get(jk)
+        if c is not None and c[0] is job:
+            return c[1]
+        b = self.burst_of.get(jk)
         return b if b is not None else self.bursts.peek(job)
 
     def job_keys(self, job: JobEvent) -> list[tuple[str, str]]:
-        """:meth:`keys` with the job's burst."""
+        """:meth:`keys` with the job's burst (cached for a submitted event while it waits:
+        the same list each time, not to be modified)."""
+        c = self._keys.get(self.job_key(job))
+        if c is not None and c[0] is job:
+            return c[2]
         return self.keys(job, self.burst(job))
 
     @staticmethod
@@ -431,17 +458,17 @@ class HistoryFeatures:
         else:
             fill = (self.prior_log,) * len(EXPERT_STATS)
             fill_std = 0.0
-        for st, v in zip(EXPERT_STATS, fill, strict=True):
-            experts[f"global:{st}"] = v
+        for name, v in zip(_EXPERT_NAMES["global"], fill, strict=True):
+            experts[name] = v
         for lv in reversed(LEVELS):
             s = found.get(lv)
             if s is not None:
                 fill_std = s.std
-                x[f"{lv}:n"] = math.log1p(s.count)
-                for st, v in zip(EXPERT_STATS, s.values, strict=True):
-                    experts[f"{lv}:{st}"] = v
+                x[_COUNT_NAMES[lv]] = math.log1p(s.count)
+                for name, v in zip(_EXPERT_NAMES[lv], s.values, strict=True):
+                    experts[name] = v
             else:
-                x[f"{lv}:n"] = 0.0
+                x[_COUNT_NAMES[lv]] = 0.0
         x["hist_std"] = fill_std  # spread of the most specific level's window
 
         # queue state: recent submissions and jobs in flight, per user and per VC
@@ -641,7 +668,8 @@ class HistoryFeatures:
         jk = self.job_key(job)
         if jk in self.pending:
             return
-        self.burst_of[jk] = self.bursts.assign(job)
+        b = self.burst_of[jk] = self.bursts.assign(job)
+        self._keys[jk] = (job, b, self.keys(job, b))
         subs = self._submitters(job)
         self.pending[jk] = subs
         for skey in subs:
@@ -655,6 +683,7 @@ class HistoryFeatures:
         while len(self.pending) > self.max_pending:
             old_jk, old = self.pending.popitem(last=False)
             self.burst_of.pop(old_jk, None)
+            self._keys.pop(old_jk, None)
             self._release(old)
         while len(self.submits) > self.max_keys:
             skey, _ = self.submits.popitem(last=False)
@@ -676,6 +705,7 @@ class HistoryFeatures:
         keys = self.job_keys(job)
         self._end_run(jk)
         self.burst_of.pop(jk, None)
+        self._keys.pop(jk, None)
         subs = self.pending.pop(jk, None)
         if subs is not None:
             self._release(subs)

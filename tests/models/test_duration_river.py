@@ -175,3 +175,43 @@ def test_each_river_learner_has_its_own_rank_expert() -> None:
     ranks_lin = [lin.predict_one(j).expected_s for j in probe]
     ranks_base = [base.predict_one(j).expected_s for j in probe]
     assert ranks_lin != ranks_base
+
+
+def test_mean_mix_prediction_is_ewa_predict_one_exactly() -> None:
+    """MeanMix.predict sums the EWARegressor's weights itself: the same float."""
+    mm = MeanMix(("a", "b", "c"))
+    rng = random.Random(3)
+    for _ in range(200):
+        x = {k: rng.lognormvariate(7.0, 2.0) for k in mm.experts}
+        mm.learn("c", x, rng.lognormvariate(7.0, 2.0))
+        probe = {k: rng.lognormvariate(7.0, 2.0) for k in mm.experts}
+        assert mm.predict("c", probe) == mm.mix["c"].predict_one(probe)
+
+
+def test_mean_mix_fixed_share_keeps_every_expert_and_can_switch() -> None:
+    """Plain multiplicative weights lock onto one expert; the fixed share keeps each
+    expert at or above share / n, so the mix follows when the better expert changes."""
+    x = {"short": 100.0, "long": 10_000.0}
+    plain, shared = MeanMix(("short", "long"), share=0.0), MeanMix(("short", "long"))
+    for mm in (plain, shared):
+        for _ in range(300):
+            mm.learn("c", x, 100.0)
+    assert min(plain.weights("c")) < 1e-12
+    assert min(shared.weights("c")) >= shared.share / 2 - 1e-12
+    for mm in (plain, shared):
+        for _ in range(60):
+            mm.learn("c", x, 10_000.0)
+    assert shared.weights("c")[1] > 0.9 > plain.weights("c")[1]
+
+
+def test_a_version_4_mean_mix_restores_with_the_share() -> None:
+    import pickle
+
+    mm = MeanMix(("a", "b"))
+    mm.learn("c", {"a": 1.0, "b": 2.0}, 1.0)
+    state = dict(mm.__dict__)
+    del state["share"]  # what a version-4 pickle holds
+    old = MeanMix.__new__(MeanMix)
+    old.__setstate__(state)
+    back = pickle.loads(pickle.dumps(old))
+    assert back.share == mm.share and back.weights("c") == mm.weights("c")

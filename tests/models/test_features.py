@@ -265,3 +265,31 @@ def test_keystats_pickled_by_an_older_build_still_load() -> None:
     old = KeyStats.__new__(KeyStats)
     old.__setstate__(_slots(s))  # what the dict-of-slots pickles of before restore
     assert _slots(old) == _slots(s)
+
+
+def test_key_walk_cache_gives_the_same_keys_and_is_not_pickled() -> None:
+    """A waiting job's keys are walked once at submit; any other event object of the
+    job (its finish, a copy after a restore) walks them again, with the same answer."""
+    hf = HistoryFeatures()
+    jobs = [_job(i, user=f"u{i % 3}", gpus=1 + i % 2, name=f"run_{i}") for i in range(40)]
+    for j in jobs[:30]:
+        hf.observe_submit(j)
+    for j in jobs[:20]:
+        hf.update(j, math.log1p(60.0 * (1 + int(j.job_id) % 5)))
+    for j in jobs[20:30]:
+        cached = hf.job_keys(j)
+        assert cached is hf.job_keys(j)  # the cached list
+        twin = j.model_copy()
+        walked = hf.keys(j, hf.burst_of["default|" + j.job_id])
+        assert twin is not j and hf.job_keys(twin) == cached == walked
+        assert hf.expected_parts(j, 5000.0) == hf.expected_parts(twin, 5000.0)
+        assert hf.features_parts(j) == hf.features_parts(twin)
+    blob = pickle.dumps(hf)
+    back = pickle.loads(blob)
+    assert back._keys == {} and "_keys" not in hf.__getstate__() and hf._keys
+    for j in jobs[20:30]:
+        assert back.job_keys(j) == hf.job_keys(j)
+        assert back.expected_parts(j, 5000.0) == hf.expected_parts(j, 5000.0)
+    for j in jobs[20:30]:  # finished: the entry goes
+        hf.update(j, math.log1p(60.0))
+    assert not any(k.endswith(f"|{i}") for k in hf._keys for i in range(20, 30))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pickle
 
 from gpuhint.contract import JobEvent, JobPhase, PriorityHint
-from gpuhint.core import HintEngine
+from gpuhint.core import HintEngine, PendingJob
 from gpuhint.store import InMemoryStore
 from models.base import DurationPrediction
 from models.history import HistoryEstimator
@@ -304,3 +304,19 @@ def test_fifo_guard_falls_back_when_hints_lose_to_arrival_order() -> None:
     assert avg(guarded) < 1.15 * avg(fifo)  # the guard keeps it close to FIFO
     # hints published in fallback follow arrival order and say so
     assert fallback and all(h.priority == h.submit_time for h in fallback)
+
+
+def test_pending_job_pickles_as_json_and_reads_the_old_dataclass_form() -> None:
+    ev = JobEvent(phase="submitted", job_id="1", num_gpus=2, time=0, submit_time=0, user="u")
+    h = PriorityHint(
+        job_id="1", num_gpus=2, submit_time=0, predicted_duration_s=5.123456789,
+        priority=10.246913578, model="m", model_version="1", created_at=0.5,
+    )  # fmt: skip
+    job = PendingJob(ev, h)
+    clone = pickle.loads(pickle.dumps(job))
+    assert clone == job and clone.hint.priority == h.priority  # floats exact
+    job.hint = h.model_copy(update={"priority": 3.0})  # a hint update: pickled anew
+    assert pickle.loads(pickle.dumps(job)).priority == 3.0
+    old = PendingJob.__new__(PendingJob)
+    old.__setstate__({"event": ev, "hint": h})  # how a dataclass pickle of before loads
+    assert old == PendingJob(ev, h)

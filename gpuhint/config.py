@@ -86,7 +86,7 @@ class Settings(BaseSettings):
         description="worker: static group membership id (stable per replica, e.g. pod name)",
     )
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
-    batch_within_s: float = Field(0.05, gt=0, description="max wait to fill a batch")
+    batch_within_s: float = Field(0.01, gt=0, description="max wait to fill a batch")
     state_save_interval_s: float = Field(
         1.0,
         ge=0,

@@ -51,6 +51,10 @@ ABS_TO_STD = math.sqrt(math.pi / 2.0)
 """E|e| = sigma * sqrt(2/pi) for normal errors."""
 
 
+_NO_FEATURES: dict[str, float] = {}
+"""What a model without a learner keeps of a waiting job's features (never written)."""
+
+
 class _Submitted(NamedTuple):
     """What a model knew about a job at submit (kept until it finishes)."""
 
@@ -294,8 +298,11 @@ class KeyedDurationModel:
         log_pred = min(cap, max(0.0, base + gate_w * corr))
         mean_x = self._mean_x(job, parts, gate_w * corr)
         expected = self._rank(job, level, mean_x)
+        # without a learner nothing reads ``x`` again: keep none of it per waiting job (a
+        # waiting job's memo is pickled with the VC state at every save)
+        kept_x = x if self.use_learner else _NO_FEATURES
         return _Submitted(
-            x, experts, level, base, corr, gate_w, log_pred, top, expected, mean_x, level
+            kept_x, experts, level, base, corr, gate_w, log_pred, top, expected, mean_x, level
         )
 
     def _mean_x(

@@ -89,10 +89,15 @@ class Hedge:
         loss = self.loss.get(ctx)
         if not loss:
             return [1.0 / len(names)] * len(names)
-        mean = sum(loss.values()) / len(loss)
-        ls = [loss.get(n, mean) for n in names]  # a newcomer starts as an average expert
-        lo = min(ls)
-        w = [math.exp(-self.eta * (v - lo)) for v in ls]
+        get = loss.get
+        ls = [get(n) for n in names]
+        if None in ls:  # a newcomer starts as an average expert
+            mean = sum(loss.values()) / len(loss)
+            ls = [mean if v is None else v for v in ls]
+        lo = min(ls)  # type: ignore[type-var]
+        eta = self.eta
+        exp = math.exp
+        w = [exp(-eta * (v - lo)) for v in ls]  # type: ignore[operator]
         tot = sum(w)
         return [v / tot for v in w]
 
@@ -103,9 +108,9 @@ class Hedge:
         (their share of the forecast)."""
         names = list(experts)
         w = self.weights(ctx, names)
-        terms = [(n, wi * experts[n]) for wi, n in zip(w, names, strict=True)]
+        prod = [wi * v for wi, v in zip(w, experts.values(), strict=True)]
         best = heapq.nlargest(top, range(len(names)), key=w.__getitem__)
-        return sum(t for _, t in terms), tuple(terms[i] for i in best)
+        return sum(prod), tuple((names[i], prod[i]) for i in best)
 
     def learn(self, ctx: str, experts: dict[str, float], y: float) -> None:
         loss = self.loss.setdefault(ctx, {})
@@ -231,6 +236,7 @@ _RELATED = frozenset(("burst", "name", "user+gpus"))
 
 _DELTAS = (*(f"{lv}:med" for lv in (*LEVELS, "global")), "user+gpus:fast", "gpus:fast")
 """Experts whose difference from the mix is a feature of the River learner."""
+_DELTA_FEATURES = tuple((name, f"d:{name}") for name in _DELTAS)
 
 
 class KeyedDurationModel:
@@ -279,8 +285,9 @@ class KeyedDurationModel:
     def _submit(self, job: JobEvent) -> _Submitted:
         x, experts, level, parts = self.hist.features_parts(job)
         base, top = self.hedge.predict(level, experts)
-        for name in _DELTAS:
-            x[f"d:{name}"] = experts.get(name, base) - base
+        get = experts.get
+        for name, feature in _DELTA_FEATURES:
+            x[feature] = get(name, base) - base
         corr = 0.0
         gate_w = 0.0
         if self.use_learner:

@@ -166,15 +166,12 @@ MEAN_EXPERTS = tuple(f"k{k:g}" for k in BURST_KS)
 
 
 SHARE = 0.01
-"""Fixed share of the rank's mix: after each update the experts that are mean estimates
-by construction (the burst posteriors, not a River learner's corrected estimate) get
-back this share of the weight, spread evenly (Herbster & Warmuth, "Tracking the best
-expert", 1998), so none of them falls below ``SHARE / n`` and the mix can move to
-another within about a hundred jobs. Plain multiplicative weights (River's
-``EWARegressor`` alone) locked each context onto one extreme estimate (weight 1.000 on
-``k0.25`` or ``k4``). A learner's expert gets no share: it must earn its weight (a floor
-on it kept ``river_linear``'s up to x400 corrections in Venus's rank). Measured in
-docs/qssf.md ("Fixed share")."""
+"""Fixed share of the rank's mix: after each update every expert gets back this share
+of the weight, spread evenly (Herbster & Warmuth, "Tracking the best expert", 1998), so
+no expert's weight falls below ``SHARE / n`` and the mix can move to another expert
+within about a hundred jobs. Plain multiplicative weights (River's ``EWARegressor``
+alone) locked each context onto one extreme estimate (weight 1.000 on ``k0.25`` or
+``k4``); measured in docs/qssf.md ("Fixed share")."""
 
 
 class MeanMix:
@@ -191,26 +188,17 @@ class MeanMix:
     """
 
     def __init__(
-        self,
-        experts: tuple[str, ...],
-        learning_rate: float = 0.5,
-        share: float = SHARE,
-        share_to: tuple[str, ...] | None = None,
+        self, experts: tuple[str, ...], learning_rate: float = 0.5, share: float = SHARE
     ) -> None:
         self.experts = experts
         self.learning_rate = learning_rate
         self.share = share
-        # who gets the share back, evenly: ``share_to`` (default: every expert)
-        to = experts if share_to is None else share_to
-        self.share_mask = [k in to for k in experts]
         self.loss = GammaDeviance()
         self.mix: dict[str, ensemble.EWARegressor] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        if "share" not in self.__dict__:  # a version-4 mix goes on with the share
-            self.share = SHARE
-            self.share_mask = [k != "learner" for k in self.experts]
+        self.__dict__.setdefault("share", SHARE)  # a version-4 mix goes on with the share
 
     def _get(self, ctx: str) -> ensemble.EWARegressor:
         m = self.mix.get(ctx)
@@ -240,10 +228,8 @@ class MeanMix:
         m.learn_one(x, y)
         a = self.share
         if a > 0.0:
-            mask = self.share_mask
-            each = a / sum(mask)
-            ws = zip(m.weights, mask, strict=True)
-            m.weights = [(1.0 - a) * w + (each if s else 0.0) for w, s in ws]
+            n = len(m.weights)
+            m.weights = [(1.0 - a) * w + a / n for w in m.weights]
 
 
 _RELATED = frozenset(("burst", "name", "user+gpus"))
@@ -280,7 +266,7 @@ class KeyedDurationModel:
         self.max_pending = max_pending
         # the rank: a learned mix of mean estimates (seconds)
         experts = (*MEAN_EXPERTS, "learner") if self.use_learner else MEAN_EXPERTS
-        self.mean_mix = MeanMix(experts, share_to=MEAN_EXPERTS)
+        self.mean_mix = MeanMix(experts)
         # job key -> what was known at submit, for learning at finish
         self._pending: OrderedDict[str, _Submitted] = OrderedDict()
 

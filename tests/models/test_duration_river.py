@@ -215,18 +215,3 @@ def test_a_version_4_mean_mix_restores_with_the_share() -> None:
     old.__setstate__(state)
     back = pickle.loads(pickle.dumps(old))
     assert back.share == mm.share and back.weights("c") == mm.weights("c")
-    assert back.share_mask == mm.share_mask == [True, True]
-
-
-def test_a_learners_expert_gets_no_share() -> None:
-    """The share goes back to the burst-posterior experts only: a learner's corrected
-    estimate that keeps losing can fade out of the rank."""
-    mm = MeanMix(("k1", "learner"), share_to=("k1",))
-    x = {"k1": 100.0, "learner": 40_000.0}
-    for _ in range(300):
-        mm.learn("c", x, 100.0)
-    w = mm.weights("c")
-    assert w[1] < 1e-9 and math.isclose(sum(w), 1.0)
-    lin = LinearDurationModel()
-    assert lin.mean_mix.share_mask == [True, True, True, False]
-    assert KeyedDurationModel().mean_mix.share_mask == [True, True, True]

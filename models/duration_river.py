@@ -171,7 +171,10 @@ of the weight, spread evenly (Herbster & Warmuth, "Tracking the best expert", 19
 no expert's weight falls below ``SHARE / n`` and the mix can move to another expert
 within about a hundred jobs. Plain multiplicative weights (River's ``EWARegressor``
 alone) locked each context onto one extreme estimate (weight 1.000 on ``k0.25`` or
-``k4``); measured in docs/qssf.md ("Fixed share")."""
+``k4``); measured in docs/qssf.md ("Fixed share"). Only for the mix of the burst
+posteriors (``history_mix``): with a River learner's expert in the mix, a share (to
+every expert, or to the posteriors only) put ``river_linear``'s Venus rank at 3.9x the
+oracle, worse than FIFO, so the ``river_*`` models keep River's plain weights."""
 
 
 class MeanMix:
@@ -198,7 +201,8 @@ class MeanMix:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("share", SHARE)  # a version-4 mix goes on with the share
+        if "share" not in self.__dict__:  # version 4: history_mix's mix goes on with it
+            self.share = 0.0 if "learner" in self.experts else SHARE
 
     def _get(self, ctx: str) -> ensemble.EWARegressor:
         m = self.mix.get(ctx)
@@ -266,7 +270,9 @@ class KeyedDurationModel:
         self.max_pending = max_pending
         # the rank: a learned mix of mean estimates (seconds)
         experts = (*MEAN_EXPERTS, "learner") if self.use_learner else MEAN_EXPERTS
-        self.mean_mix = MeanMix(experts)
+        # the fixed share for the burst posteriors alone; with a learner's expert in
+        # the mix the share broke river_linear's Venus rank (docs/qssf.md, "Fixed share")
+        self.mean_mix = MeanMix(experts, share=0.0 if self.use_learner else SHARE)
         # job key -> what was known at submit, for learning at finish
         self._pending: OrderedDict[str, _Submitted] = OrderedDict()
 

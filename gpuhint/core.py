@@ -252,24 +252,25 @@ class HintEngine:
     @staticmethod
     def make_hint(model: DurationModel, ev: JobEvent, created_at: float) -> PriorityHint:
         pred = model.predict(ev)
-        return PriorityHint(
-            job_id=ev.job_id,
-            cluster=ev.cluster,
-            vc=ev.vc,
-            user=ev.user,
-            num_gpus=ev.num_gpus,
-            submit_time=ev.submit_time,
-            predicted_duration_s=pred.duration_s,
-            priority=max(ev.num_gpus, 1) * pred.expected_s,
-            duration_p10_s=pred.p10_s,
-            duration_p90_s=pred.p90_s,
-            log_duration_std=pred.log_std,
-            model=model.name,
-            model_version=model.version,
-            reasons=tuple(
-                FeatureContribution(feature=f, contribution=c) for f, c in pred.reasons[:5]
-            ),
-            created_at=created_at,
+        # one validation of the whole hint, reasons included (not one per reason)
+        return PriorityHint.model_validate(
+            {
+                "job_id": ev.job_id,
+                "cluster": ev.cluster,
+                "vc": ev.vc,
+                "user": ev.user,
+                "num_gpus": ev.num_gpus,
+                "submit_time": ev.submit_time,
+                "predicted_duration_s": pred.duration_s,
+                "priority": max(ev.num_gpus, 1) * pred.expected_s,
+                "duration_p10_s": pred.p10_s,
+                "duration_p90_s": pred.p90_s,
+                "log_duration_std": pred.log_std,
+                "model": model.name,
+                "model_version": model.version,
+                "reasons": tuple({"feature": f, "contribution": c} for f, c in pred.reasons[:5]),
+                "created_at": created_at,
+            }
         )
 
     def on_job_event(self, ev: JobEvent, offset: int | None = None) -> PriorityHint | None:

@@ -93,10 +93,15 @@ class Hedge:
         loss = self.loss.get(ctx)
         if not loss:
             return [1.0 / len(names)] * len(names)
-        mean = sum(loss.values()) / len(loss)
-        ls = [loss.get(n, mean) for n in names]  # a newcomer starts as an average expert
-        lo = min(ls)
-        w = [math.exp(-self.eta * (v - lo)) for v in ls]
+        get = loss.get
+        ls = [get(n) for n in names]
+        if None in ls:  # a newcomer starts as an average expert
+            mean = sum(loss.values()) / len(loss)
+            ls = [mean if v is None else v for v in ls]
+        lo = min(ls)  # type: ignore[type-var]
+        eta = self.eta
+        exp = math.exp
+        w = [exp(-eta * (v - lo)) for v in ls]  # type: ignore[operator]
         tot = sum(w)
         return [v / tot for v in w]
 
@@ -107,9 +112,9 @@ class Hedge:
         (their share of the forecast)."""
         names = list(experts)
         w = self.weights(ctx, names)
-        terms = [(n, wi * experts[n]) for wi, n in zip(w, names, strict=True)]
+        prod = [wi * v for wi, v in zip(w, experts.values(), strict=True)]
         best = heapq.nlargest(top, range(len(names)), key=w.__getitem__)
-        return sum(t for _, t in terms), tuple(terms[i] for i in best)
+        return sum(prod), tuple((names[i], prod[i]) for i in best)
 
     def learn(self, ctx: str, experts: dict[str, float], y: float) -> None:
         loss = self.loss.setdefault(ctx, {})
@@ -170,7 +175,10 @@ of the weight, spread evenly (Herbster & Warmuth, "Tracking the best expert", 19
 no expert's weight falls below ``SHARE / n`` and the mix can move to another expert
 within about a hundred jobs. Plain multiplicative weights (River's ``EWARegressor``
 alone) locked each context onto one extreme estimate (weight 1.000 on ``k0.25`` or
-``k4``); measured in docs/qssf.md ("Fixed share")."""
+``k4``); measured in docs/qssf.md ("Fixed share"). Only for the mix of the burst
+posteriors (``history_mix``): with a River learner's expert in the mix, a share (to
+every expert, or to the posteriors only) put ``river_linear``'s Venus rank at 3.9x the
+oracle, worse than FIFO, so the ``river_*`` models keep River's plain weights."""
 
 
 class MeanMix:
@@ -197,7 +205,8 @@ class MeanMix:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("share", SHARE)  # a version-4 mix goes on with the share
+        if "share" not in self.__dict__:  # version 4: history_mix's mix goes on with it
+            self.share = 0.0 if "learner" in self.experts else SHARE
 
     def _get(self, ctx: str) -> ensemble.EWARegressor:
         m = self.mix.get(ctx)
@@ -235,6 +244,7 @@ _RELATED = frozenset(("burst", "name", "user+gpus"))
 
 _DELTAS = (*(f"{lv}:med" for lv in (*LEVELS, "global")), "user+gpus:fast", "gpus:fast")
 """Experts whose difference from the mix is a feature of the River learner."""
+_DELTA_FEATURES = tuple((name, f"d:{name}") for name in _DELTAS)
 
 
 class KeyedDurationModel:
@@ -264,7 +274,9 @@ class KeyedDurationModel:
         self.max_pending = max_pending
         # the rank: a learned mix of mean estimates (seconds)
         experts = (*MEAN_EXPERTS, "learner") if self.use_learner else MEAN_EXPERTS
-        self.mean_mix = MeanMix(experts)
+        # the fixed share for the burst posteriors alone; with a learner's expert in
+        # the mix the share broke river_linear's Venus rank (docs/qssf.md, "Fixed share")
+        self.mean_mix = MeanMix(experts, share=0.0 if self.use_learner else SHARE)
         # job key -> what was known at submit, for learning at finish
         self._pending: OrderedDict[str, _Submitted] = OrderedDict()
 
@@ -283,8 +295,9 @@ class KeyedDurationModel:
     def _submit(self, job: JobEvent) -> _Submitted:
         x, experts, level, parts = self.hist.features_parts(job)
         base, top = self.hedge.predict(level, experts)
-        for name in _DELTAS:
-            x[f"d:{name}"] = experts.get(name, base) - base
+        get = experts.get
+        for name, feature in _DELTA_FEATURES:
+            x[feature] = get(name, base) - base
         corr = 0.0
         gate_w = 0.0
         if self.use_learner:

@@ -215,3 +215,13 @@ def test_a_version_4_mean_mix_restores_with_the_share() -> None:
     old.__setstate__(state)
     back = pickle.loads(pickle.dumps(old))
     assert back.share == mm.share and back.weights("c") == mm.weights("c")
+
+
+def test_only_history_mix_has_the_share() -> None:
+    assert KeyedDurationModel().mean_mix.share > 0.0
+    assert LinearDurationModel().mean_mix.share == 0.0
+    old = MeanMix.__new__(MeanMix)
+    state = dict(LinearDurationModel().mean_mix.__dict__)
+    del state["share"]  # a version-4 river_linear mix
+    old.__setstate__(state)
+    assert old.share == 0.0

@@ -34,3 +34,17 @@ def test_no_fifo_queue_means_qssf_gives_the_same_schedule() -> None:
         else:
             full += 1
     assert skipped > 30 and full > 30  # both branches exercised
+
+
+def test_a_guard_pickled_before_the_skip_counter_restores() -> None:
+    import pickle
+
+    from models.fifo_guard import FifoGuard
+
+    g = FifoGuard()
+    state = dict(g.__dict__)
+    del state["skipped"]  # what a guard of an older VcState holds
+    old = FifoGuard.__new__(FifoGuard)
+    old.__setstate__(state)
+    back = pickle.loads(pickle.dumps(old))
+    assert back.skipped == 0 and back.window == g.window

@@ -34,6 +34,17 @@ from gpuhint.store import (
 
 log = logging.getLogger(__name__)
 
+# KEYS: hint key, queue key, changes stream; ARGV: job_id, hint JSON, priority, ttl,
+# cluster, vc, maxlen. One command per new hint instead of SET + ZADD + EXPIRE + XADD.
+_PUT_HINT = """
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint',
+           'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
+return 1
+"""
+
 # KEYS: hint key, queue key, changes stream; ARGV: job_id, cluster, vc, maxlen
 _REMOVE_HINT = """
 if redis.call('DEL', KEYS[1]) == 1 then
@@ -80,6 +91,7 @@ class RedisStore(BufferedStore):
         self.changes_maxlen = changes_maxlen
         self._remove = self.r.register_script(_REMOVE_HINT)
         self._update = self.r.register_script(_UPDATE_HINT)
+        self._put = self.r.register_script(_PUT_HINT)
         self._scripts_loaded = False
 
     @classmethod
@@ -104,7 +116,7 @@ class RedisStore(BufferedStore):
 
     def _load_scripts(self) -> None:
         """Load the Lua scripts once (``SCRIPT LOAD``), not one ``SCRIPT EXISTS`` per flush."""
-        for script in (self._remove, self._update):
+        for script in (self._remove, self._update, self._put):
             self.r.script_load(script.script)
         self._scripts_loaded = True
 
@@ -116,19 +128,19 @@ class RedisStore(BufferedStore):
         for op in ops:
             if isinstance(op, PutHint):
                 h = op.hint
-                qkey = self.k.queue(h.cluster, h.vc)
-                pipe.set(self.k.hint(h.cluster, h.job_id), h.model_dump_json(), ex=self.hint_ttl_s)
-                pipe.zadd(qkey, {h.job_id: h.priority})
-                pipe.expire(qkey, self.hint_ttl_s)
-                self._xadd(
-                    pipe,
-                    {
-                        "type": K.CHANGE_HINT,
-                        "cluster": h.cluster,
-                        "vc": h.vc,
-                        "job_id": h.job_id,
-                        "priority": repr(h.priority),
-                    },
+                pipe.evalsha(
+                    self._put.sha,
+                    3,
+                    self.k.hint(h.cluster, h.job_id),
+                    self.k.queue(h.cluster, h.vc),
+                    self.k.changes,
+                    h.job_id,
+                    h.model_dump_json(),
+                    repr(h.priority),
+                    self.hint_ttl_s,
+                    h.cluster,
+                    h.vc,
+                    self.changes_maxlen,
                 )
             elif isinstance(op, UpdateHint):
                 h = op.hint

@@ -114,6 +114,23 @@ class RedisStore(BufferedStore):
             results = self._send(ops)
         self._saw_epoch(bool(results[0]), bytes(results[1]).decode())
 
+    def _hint_script(self, pipe: Any, script: Any, h: PriorityHint) -> None:
+        """Queue ``_PUT_HINT`` or ``_UPDATE_HINT`` (same keys and arguments) for a hint."""
+        pipe.evalsha(
+            script.sha,
+            3,
+            self.k.hint(h.cluster, h.job_id),
+            self.k.queue(h.cluster, h.vc),
+            self.k.changes,
+            h.job_id,
+            h.model_dump_json(),
+            repr(h.priority),
+            self.hint_ttl_s,
+            h.cluster,
+            h.vc,
+            self.changes_maxlen,
+        )
+
     def _load_scripts(self) -> None:
         """Load the Lua scripts once (``SCRIPT LOAD``), not one ``SCRIPT EXISTS`` per flush."""
         for script in (self._remove, self._update, self._put):
@@ -127,37 +144,9 @@ class RedisStore(BufferedStore):
         pipe.get(self.k.epoch)
         for op in ops:
             if isinstance(op, PutHint):
-                h = op.hint
-                pipe.evalsha(
-                    self._put.sha,
-                    3,
-                    self.k.hint(h.cluster, h.job_id),
-                    self.k.queue(h.cluster, h.vc),
-                    self.k.changes,
-                    h.job_id,
-                    h.model_dump_json(),
-                    repr(h.priority),
-                    self.hint_ttl_s,
-                    h.cluster,
-                    h.vc,
-                    self.changes_maxlen,
-                )
+                self._hint_script(pipe, self._put, op.hint)
             elif isinstance(op, UpdateHint):
-                h = op.hint
-                pipe.evalsha(
-                    self._update.sha,
-                    3,
-                    self.k.hint(h.cluster, h.job_id),
-                    self.k.queue(h.cluster, h.vc),
-                    self.k.changes,
-                    h.job_id,
-                    h.model_dump_json(),
-                    repr(h.priority),
-                    self.hint_ttl_s,
-                    h.cluster,
-                    h.vc,
-                    self.changes_maxlen,
-                )
+                self._hint_script(pipe, self._update, op.hint)
             elif isinstance(op, RemoveHint):
                 pipe.evalsha(
                     self._remove.sha,

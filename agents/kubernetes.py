@@ -43,7 +43,7 @@ from typing import Any
 
 from agents.node_agent import SchedulerFeed
 from agents.scheduler import JobTracker, SchedJob, SchedulerError
-from gpuhint.contract import JobEvent, JobState
+from gpuhint.contract import MAX_DURATION_S, JobEvent, JobState
 
 log = logging.getLogger("gpuhint.agent")
 
@@ -87,6 +87,23 @@ def pod_gpus(spec: dict[str, Any], resource: str = GPU_RESOURCE) -> int:
     main = sum(one(c) for c in spec.get("containers") or [])
     init = max((one(c) for c in spec.get("initContainers") or []), default=0)
     return max(main, init)
+
+
+def time_limit(spec: dict[str, Any]) -> float | None:
+    """``activeDeadlineSeconds`` of a Job or pod spec as a time limit in seconds: the
+    run time the API server allows before it fails the job (``DeadlineExceeded``, a
+    ``TIMEOUT``). None when absent, not a positive integer, or over the contract's
+    one-year bound (no limit worth using).
+
+    >>> time_limit({"activeDeadlineSeconds": 3600}), time_limit({})
+    (3600.0, None)
+    >>> time_limit({"activeDeadlineSeconds": "3600"}) is None  # not an integer
+    True
+    """
+    v = spec.get("activeDeadlineSeconds")
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > MAX_DURATION_S:
+        return None
+    return float(v)
 
 
 def _container_times(status: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
@@ -151,6 +168,7 @@ def pod_job(pod: dict[str, Any], resource: str = GPU_RESOURCE) -> SchedJob | Non
         num_gpus=gpus,
         num_nodes=1,
         nodes=(node,) if node and st != "pending" else (),
+        time_limit_s=time_limit(spec),
     )
 
 
@@ -238,6 +256,8 @@ def kueue_job(
         name=labels.get("gpuhint.io/name") or meta.get("generateName") or meta["name"],
         num_gpus=gpus,
         num_nodes=max(1, _qty(spec.get("parallelism") or 1)),
+        # the Job's deadline; else its pods' (the pod template's), which bounds each pod
+        time_limit_s=time_limit(spec) or time_limit(pod_spec),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,14 @@ def test_not_a_pod_list() -> None:
         parse_pods('{"kind": "Pod"}')
     with pytest.raises(SchedulerError, match="does not parse"):
         parse_pods("nope")
+
+
+def test_a_pods_active_deadline_is_its_time_limit() -> None:
+    doc = json.loads((DATA / "pods_2.json").read_text())
+    for pod in doc["items"]:
+        if pod["metadata"]["name"] == "batch-x":  # failed with DeadlineExceeded
+            pod["spec"]["activeDeadlineSeconds"] = 300
+    jobs = {j.job_id: j for j in parse_pods(doc)}
+    assert jobs["team-b/batch-x"].time_limit_s == 300.0
+    assert jobs["team-b/batch-x"].final is JobState.TIMEOUT
+    assert jobs["team-a/oom"].time_limit_s is None

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agents.kubernetes import parse_kueue
-from agents.scheduler import SchedulerError
+from agents.scheduler import JobTracker, SchedulerError
 from gpuhint.contract import JobState
 
 
@@ -70,6 +70,24 @@ def test_snapshot_to_jobs() -> None:
     assert (jobs["u3"].status, jobs["u3"].final) == ("finished", JobState.COMPLETED)
     assert jobs["u3"].end_time - r.start_time == 3000  # type: ignore[operator]
     assert (jobs["u4"].final, jobs["u4"].vc) == (JobState.TIMEOUT, "cq")
+    assert w.time_limit_s is None  # no deadline asked
+
+
+def test_active_deadline_is_the_time_limit() -> None:
+    snap = {"localqueues": [], "workloads": [_wl("u1"), _wl("u2"), _wl("u3"), _wl("u4")],
+            "jobs": [_job("job", "u1"), _job("pod", "u2"), _job("both", "u3"),
+                     _job("silly", "u4")]}  # fmt: skip
+    snap["jobs"][0]["spec"]["activeDeadlineSeconds"] = 7200
+    snap["jobs"][1]["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    snap["jobs"][2]["spec"]["activeDeadlineSeconds"] = 900
+    snap["jobs"][2]["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 60
+    snap["jobs"][3]["spec"]["activeDeadlineSeconds"] = 10**9  # beyond a year: no limit
+    jobs = {j.job_id: j for j in parse_kueue(snap)}
+    got = {k: jobs[k].time_limit_s for k in ("u1", "u2", "u3", "u4")}
+    assert got == {"u1": 7200.0, "u2": 600.0, "u3": 900.0, "u4": None}
+    tracker = JobTracker(cluster="k8s")
+    (ev,) = tracker.update([jobs["u1"]], now=1.8e9)
+    assert ev.phase.value == "submitted" and ev.time_limit_s == 7200.0
 
 
 def test_not_a_snapshot() -> None:

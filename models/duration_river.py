@@ -293,11 +293,13 @@ class KeyedDurationModel:
 
     # -- DurationModel ----------------------------------------------------------------
     def _submit(self, job: JobEvent) -> _Submitted:
-        x, experts, level, parts = self.hist.features_parts(job)
+        # the context features feed only the learner: a model without one skips them
+        x, experts, level, parts = self.hist.features_parts(job, context=self.use_learner)
         base, top = self.hedge.predict(level, experts)
-        get = experts.get
-        for name, feature in _DELTA_FEATURES:
-            x[feature] = get(name, base) - base
+        if self.use_learner:
+            get = experts.get
+            for name, feature in _DELTA_FEATURES:
+                x[feature] = get(name, base) - base
         corr = 0.0
         gate_w = 0.0
         if self.use_learner:

@@ -414,7 +414,7 @@ class HistoryFeatures:
         return x, experts, level
 
     def features_parts(
-        self, job: JobEvent
+        self, job: JobEvent, context: bool = True
     ) -> tuple[dict[str, float], dict[str, float], str, tuple[str, float, float, float]]:
         """``(context, experts, level, parts)`` for a job about to be submitted.
 
@@ -426,24 +426,12 @@ class HistoryFeatures:
         experts and ``level:n`` = 0. ``level``: the most specific level with history.
         ``parts``: :meth:`expected_parts` at submit time, from the same key lookups.
         Pure with respect to the state: calling it twice gives the same answer.
+        ``context=False`` leaves ``context`` empty (a model without a learner reads only
+        the experts, the level and the parts).
         """
         x: dict[str, float] = {}
-        g = job.num_gpus
-        x["log_gpus"] = math.log1p(g)
-        x["log_cpus"] = math.log1p(job.num_cpus) if job.num_cpus is not None else 0.0
-        x["has_cpus"] = 1.0 if job.num_cpus is not None else 0.0
-        nodes = job.num_nodes if job.num_nodes else max(1, math.ceil(g / 8))
-        x["log_nodes"] = math.log1p(nodes)
-        x["gpus_per_node"] = g / nodes / 8.0
-        t = job.submit_time
-        x["hour_sin"] = math.sin(_TWO_PI * (t % _DAY) / _DAY)
-        x["hour_cos"] = math.cos(_TWO_PI * (t % _DAY) / _DAY)
-        x["week_sin"] = math.sin(_TWO_PI * (t % _WEEK) / _WEEK)
-        x["week_cos"] = math.cos(_TWO_PI * (t % _WEEK) / _WEEK)
-        lim = job.time_limit_s
-        x["log_time_limit"] = math.log1p(lim) if lim is not None else 0.0
-        x["has_time_limit"] = 1.0 if lim is not None else 0.0
-
+        if context:
+            self._job_context(job, x)
         found: dict[str, KeyStats] = {}
         level = "global" if self.global_stats.count else "prior"
         for lv, key in reversed(self.job_keys(job)):
@@ -464,14 +452,38 @@ class HistoryFeatures:
             s = found.get(lv)
             if s is not None:
                 fill_std = s.std
-                x[_COUNT_NAMES[lv]] = math.log1p(s.count)
+                if context:
+                    x[_COUNT_NAMES[lv]] = math.log1p(s.count)
                 for name, v in zip(_EXPERT_NAMES[lv], s.values, strict=True):
                     experts[name] = v
-            else:
+            elif context:
                 x[_COUNT_NAMES[lv]] = 0.0
-        x["hist_std"] = fill_std  # spread of the most specific level's window
+        if context:
+            x["hist_std"] = fill_std  # spread of the most specific level's window
+            self._queue_context(job, x)
+        return x, experts, level, self._parts(job, found, level, job.submit_time)
 
-        # queue state: recent submissions and jobs in flight, per user and per VC
+    def _job_context(self, job: JobEvent, x: dict[str, float]) -> None:
+        """Size, time of day and week, and time-limit features of a job."""
+        g = job.num_gpus
+        x["log_gpus"] = math.log1p(g)
+        x["log_cpus"] = math.log1p(job.num_cpus) if job.num_cpus is not None else 0.0
+        x["has_cpus"] = 1.0 if job.num_cpus is not None else 0.0
+        nodes = job.num_nodes if job.num_nodes else max(1, math.ceil(g / 8))
+        x["log_nodes"] = math.log1p(nodes)
+        x["gpus_per_node"] = g / nodes / 8.0
+        t = job.submit_time
+        x["hour_sin"] = math.sin(_TWO_PI * (t % _DAY) / _DAY)
+        x["hour_cos"] = math.cos(_TWO_PI * (t % _DAY) / _DAY)
+        x["week_sin"] = math.sin(_TWO_PI * (t % _WEEK) / _WEEK)
+        x["week_cos"] = math.cos(_TWO_PI * (t % _WEEK) / _WEEK)
+        lim = job.time_limit_s
+        x["log_time_limit"] = math.log1p(lim) if lim is not None else 0.0
+        x["has_time_limit"] = 1.0 if lim is not None else 0.0
+
+    def _queue_context(self, job: JobEvent, x: dict[str, float]) -> None:
+        """Queue state: recent submissions and jobs in flight, per user and per VC."""
+        t = job.submit_time
         known = self.job_key(job) in self.pending
         if not job.user:
             x["user:submits_1h"] = 0.0
@@ -490,7 +502,6 @@ class HistoryFeatures:
                         recent += 1
             x[f"{tag}:submits_1h"] = math.log1p(recent)
             x[f"{tag}:inflight"] = math.log1p(max(0, self.inflight.get(skey, 0) - known))
-        return x, experts, level, self._parts(job, found, level, job.submit_time)
 
     def credibility_k(self, vc_level: str) -> float:
         """Bühlmann's ``k`` (within-key variance / between-key variance of means) for a

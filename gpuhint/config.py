@@ -93,6 +93,18 @@ class Settings(BaseSettings):
         le=60,
         description="worker: save touched VC state at most this often (0: every batch)",
     )
+    gc_freeze_interval_s: float = Field(
+        1.0,
+        ge=0,
+        le=3600,
+        description="worker: freeze the surviving heap this often, so full garbage "
+        "collections walk only new objects (0: CPython's own schedule)",
+    )
+    gc_full_interval_s: float = Field(
+        600.0,
+        ge=1,
+        description="worker: unfreeze and collect the whole heap this often (frozen cycles)",
+    )
     ces_enabled: bool = Field(True, description="worker: derive cluster load, advise power")
     ces_slot_s: int = Field(600, ge=1, le=86400, description="CES slot length (10 min)")
     ces_watts_per_node: float = Field(700.0, gt=0, description="idle node draw, for kWh")

@@ -57,6 +57,7 @@ from gpuhint.store import HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.cluster_load import ClusterLoadProcessor
+from streams.gc_policy import HeapFreezer
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
 from streams.partitioning import partition_for
 from streams.state_table import SaveCadence, TableStates
@@ -365,6 +366,18 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 await save_state()
             elif cadence.due():
                 await save_keys(cadence.due_keys())
+
+    freezer = HeapFreezer(settings.gc_freeze_interval_s, settings.gc_full_interval_s)
+
+    @app.task
+    async def keep_gc_pauses_short() -> None:
+        """Freeze the heap on a cadence (:mod:`streams.gc_policy`): full collections then
+        walk only what is new, instead of pausing the loop for the whole state."""
+        if settings.gc_freeze_interval_s <= 0:
+            return
+        while True:
+            freezer.tick()
+            await asyncio.sleep(min(settings.gc_freeze_interval_s, 1.0))
 
     if settings.ces_enabled:
 

@@ -130,7 +130,12 @@ class TableStates(MutableMapping[str, VcState]):
         thread while nothing mutates the states); pass the result to
         :meth:`store_encoded`."""
         todo = self._dirty if keys is None else self._dirty.intersection(keys)
-        return [(key, encode_state(self._cache[key], self.compress)) for key in sorted(todo)]
+        out = []
+        for key in sorted(todo):
+            st = self._cache.get(key)  # None: forgotten meanwhile (a rebalance)
+            if st is not None:
+                out.append((key, encode_state(st, self.compress)))
+        return out
 
     def store_encoded(self, encoded: list[tuple[str, bytes]]) -> int:
         """Write :meth:`encode_dirty`'s records (``on_save`` or the table); mark them clean."""

@@ -13,7 +13,6 @@ Compare builds by running this file with ``PYTHONPATH`` set to each checkout.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pickle
 import platform
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_pipeline import lifecycle
+from bench_pipeline import lifecycle, print_result
 
 from gpuhint.contract import decode_job_event, encode_message
 from gpuhint.core import HintEngine
@@ -91,11 +90,7 @@ def main() -> int:
         "vc_state_pickle_bytes": sum(map(len, raw)) / len(raw),
         "vc_state_zlib_bytes": sum(len(zlib.compress(r, 1)) for r in raw) / len(raw),
     }
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        for k, v in out.items():
-            print(f"{k:24} {v:,.1f}" if isinstance(v, float) else f"{k:24} {v}")
+    print_result(out, args.json)
     return 0
 
 

@@ -326,12 +326,17 @@ def main() -> int:
         "load_average": list(os.getloadavg()),
         "speedup_2_workers": two / one if one == one and one > 0 else None,
     }
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        for k, v in out.items():
-            print(f"{k:24} {v:.1f}" if isinstance(v, float) else f"{k:24} {v}")
+    print_result(out, args.json)
     return 0
+
+
+def print_result(out: dict[str, object], as_json: bool) -> None:
+    """One JSON object (``--json``), else a ``key value`` line each."""
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    for k, v in out.items():
+        print(f"{k:24} {v:,.1f}" if isinstance(v, float) else f"{k:24} {v}")
 
 
 if __name__ == "__main__":

@@ -146,14 +146,10 @@ class Sink:
 
     def _flush_once(self) -> None:
         self.store.flush()
-        take_empty = getattr(self.store, "take_empty", None)
-        if take_empty is not None and take_empty():  # Redis was empty: rewrite from state
+        if getattr(self.store, "empty_detected", False):  # Redis was empty: rewrite from state
             self.rebuilds += 1
-            try:
-                n = self.rebuild()
-            except BaseException:
-                self.store.empty_detected = True  # type: ignore[attr-defined]  # retried
-                raise
+            n = self.rebuild()  # if it raises, the flag stays set: retried with the flush
+            self.store.take_empty()  # type: ignore[attr-defined]
             reason = getattr(self.store, "empty_reason", "")
             log.log(
                 logging.WARNING if reason == "redis_empty" else logging.INFO,

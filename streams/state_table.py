@@ -187,44 +187,44 @@ class SaveCadence(Generic[T]):
         self._ack = ack
         self.interval_s = interval_s
         self.clock = clock
-        self._held: dict[str, list[T]] = {}
-        self._since: dict[str, float] = {}  # insertion order: oldest first
+        self._held: dict[str, tuple[float, list[T]]] = {}
+        """key -> (when its oldest held item was held, the items); oldest key first."""
         self.saves = 0
 
     @property
     def held(self) -> int:
-        return sum(len(v) for v in self._held.values())
+        return sum(len(items) for _, items in self._held.values())
 
     def keys(self) -> list[str]:
         """Every key with held events, oldest first."""
-        return list(self._since)
+        return list(self._held)
 
     def hold(self, items: Iterable[T], key: str) -> None:
         """Hold these (handled, flushed) items' acknowledgements until ``key`` is saved."""
         got = list(items)
         if not got:
             return
-        self._held.setdefault(key, []).extend(got)
-        if key not in self._since:
-            self._since[key] = self.clock()
+        entry = self._held.get(key)
+        if entry is None:
+            self._held[key] = (self.clock(), got)
+        else:
+            entry[1].extend(got)
 
     def due_keys(self) -> list[str]:
         """Keys whose oldest held item has waited ``interval_s``, oldest first."""
         now = self.clock()
-        return [k for k, t in self._since.items() if now - t >= self.interval_s]
+        return [k for k, (since, _) in self._held.items() if now - since >= self.interval_s]
 
     def due(self) -> bool:
         """True when some key's oldest held item has waited ``interval_s``."""
-        now = self.clock()
-        return any(now - t >= self.interval_s for t in self._since.values())
+        return bool(self.due_keys())
 
     def saved(self, keys: Iterable[str] | None = None) -> int:
         """The state of ``keys`` (default: every held key) is saved: acknowledge their
         items; return how many."""
         n = 0
-        for key in list(self._since) if keys is None else list(keys):
-            items = self._held.pop(key, [])
-            self._since.pop(key, None)
+        for key in list(self._held) if keys is None else list(keys):
+            _, items = self._held.pop(key, (0.0, []))
             for item in items:
                 self._ack(item)
             n += len(items)
@@ -234,5 +234,5 @@ class SaveCadence(Generic[T]):
     def drop(self) -> int:
         """Forget the held items without acknowledging them (their state was dropped)."""
         n = self.held
-        self._held, self._since = {}, {}
+        self._held = {}
         return n

@@ -85,6 +85,17 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9._-]+$",
         description="worker: static group membership id (stable per replica, e.g. pod name)",
     )
+    worker_lean_fetch: bool = Field(
+        True,
+        description="worker: hand fetched messages to the stream inline "
+        "(streams/faust_consumer.py; false: Faust's own loop)",
+    )
+    worker_stream_buffer: int = Field(
+        16384,
+        ge=64,
+        le=1_000_000,
+        description="worker: fetched messages buffered per stream before the fetch pauses",
+    )
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
     batch_within_s: float = Field(0.01, gt=0, description="max wait to fill a batch")
     state_save_interval_s: float = Field(

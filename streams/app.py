@@ -57,6 +57,7 @@ from gpuhint.store import HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.cluster_load import ClusterLoadProcessor
+from streams.faust_consumer import app_class
 from streams.gc_policy import HeapFreezer
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
 from streams.partitioning import partition_for
@@ -181,7 +182,7 @@ def _message(event: Any) -> Message:
 
 def build_app(settings: Settings, store: HintStore) -> Worker:
     """Build the Faust app (agents, tables) around a store."""
-    app = faust.App(
+    app = app_class(settings.worker_lean_fetch)(
         settings.app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
         broker_credentials=faust_credentials(settings),
@@ -197,6 +198,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         broker_heartbeat_interval=settings.worker_heartbeat_s,
         consumer_group_instance_id=settings.worker_instance_id,
         consumer_auto_offset_reset="earliest",
+        stream_buffer_maxsize=settings.worker_stream_buffer,
         producer_acks=-1,
         # An agent that raises stops the worker (a supervisor restarts it from the last
         # committed offset) instead of Faust restarting that agent past the failed event.

@@ -1,0 +1,218 @@
+"""A Faust consumer that hands a fetched message to its stream without four tasks.
+
+faust-streaming's fetch loop (``Consumer._drain_messages``) delivers every message
+through ``Service.wait_first(callback(message), suspend_flow.wait())``: four tasks, an
+``asyncio.wait`` and three cancellations per message, ~30 us on this project's 2-core
+machine, about a tenth of what the worker spends on a job event. Nearly always the
+callback (Faust's ``Conductor.on_message``: decode, ``put_nowait`` into the stream's
+queue) finishes without suspending, so :class:`LeanConsumer` runs it one step inline
+and only when it does suspend (a full stream buffer, stopped flow control) falls back
+to Faust's guarded wait for the rest of it. Everything else -- gaps, commits,
+read offsets, stop and rebalance handling -- is Faust's loop line for line.
+
+The override reads faust-streaming internals, so it is used only with the versions it
+was checked against (:data:`CHECKED_VERSIONS`); any other version runs Faust's own loop
+(logged). ``GPUHINT_WORKER_LEAN_FETCH=false`` turns it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from types import CoroutineType
+from typing import Any
+
+import faust
+from faust.transport import consumer as faust_consumer
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CHECKED_VERSIONS",
+    "LeanApp",
+    "LeanConsumer",
+    "app_class",
+    "finish",
+    "lean_fetch_supported",
+    "run_inline",
+]
+
+CHECKED_VERSIONS = ("0.15.2", "0.15.3")
+"""faust-streaming versions whose ``Consumer._drain_messages`` this module mirrors."""
+
+
+def lean_fetch_supported() -> bool:
+    """Whether the installed faust-streaming is one the lean loop was checked against."""
+    return faust.__version__ in CHECKED_VERSIONS
+
+
+async def finish(coro: Coroutine[Any, Any, Any], waiting_on: Any) -> Any:
+    """Drive a coroutine that suspended on ``waiting_on`` to its end, as a task would.
+
+    ``waiting_on`` is what the coroutine's first step yielded: an asyncio future, or
+    ``None`` for a bare yield (``asyncio.sleep(0)``). Cancelling this throws
+    ``CancelledError`` into the coroutine at its await, as cancelling its task would.
+    """
+    try:
+        while True:
+            if waiting_on is None:
+                await asyncio.sleep(0)
+            else:
+                await asyncio.wait([waiting_on])  # its result or error reaches coro below
+            waiting_on = coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    except asyncio.CancelledError:
+        try:
+            coro.throw(asyncio.CancelledError())
+        except (asyncio.CancelledError, StopIteration):
+            pass
+        else:
+            coro.close()
+        raise
+
+
+def run_inline(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
+    """Run the coroutine's first step now: ``(True, None)`` if that finished it, else
+    ``(False, what it waits on)`` -- hand both to :func:`finish`. Errors propagate."""
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration:
+        return True, None
+    return False, waiting_on
+
+
+class LeanConsumer(faust_aiokafka.Consumer):
+    """faust-streaming's aiokafka consumer with an inline fast path for delivery.
+
+    Also, a message of a partition whose stream buffer is over its high mark (Faust
+    then pauses that partition's fetch, ``on_buffer_full``) waits until the buffer has
+    drained to its low mark (``on_buffer_drop``) before it is delivered, instead of
+    each message waiting for one free slot in a full buffer (the slow path, per
+    message) -- bounded by :attr:`drain_wait_s` in case no drop comes."""
+
+    drain_wait_s = 1.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._buffer_dropped = asyncio.Event()
+
+    def on_buffer_drop(self, tp: Any) -> None:
+        super().on_buffer_drop(tp)
+        self._buffer_dropped.set()
+
+    async def _wait_for_buffer_drop(self) -> None:
+        self._buffer_dropped.clear()
+        await self.wait_first(
+            self._buffer_dropped.wait(), self.suspend_flow.wait(), timeout=self.drain_wait_s
+        )
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - e2e
+        # Faust's loop (faust/transport/consumer.py, Consumer._drain_messages) with one
+        # change, marked below.
+        callback = self.callback
+        getmany = self.getmany
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        get_read_offset = self._read_offset.__getitem__
+        set_read_offset = self._read_offset.__setitem__
+        flag_consumer_fetching = faust_consumer.CONSUMER_FETCHING
+        set_flag = self.diag.set_flag
+        unset_flag = self.diag.unset_flag
+        commit_every = self._commit_every
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        flow_suspended = self.suspend_flow.is_set
+        buffered = self._buffered_partitions
+
+        yield_every = 100
+        num_since_yield = 0
+        sleep = asyncio.sleep
+
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                set_flag(flag_consumer_fetching)
+                ait = getmany(timeout=1.0)
+                await self.sleep(0)
+                if not self.should_stop:
+                    async for tp, message in ait:
+                        num_since_yield += 1
+                        if num_since_yield > yield_every:
+                            await sleep(0)
+                            num_since_yield = 0
+
+                        offset = message.offset
+                        r_offset = get_read_offset(tp)
+                        if r_offset is None or offset >= r_offset:
+                            gap = offset - (r_offset or 0)
+                            if gap > 1 and r_offset and acks_enabled_for(message.topic):
+                                await self._add_gap(tp, r_offset + 1, offset)
+                            if commit_every is not None and self._n_acked >= commit_every:
+                                self._n_acked = 0
+                                await self.commit()
+                            # -- the change: Faust awaits wait_first(callback(message),
+                            # suspend_flow.wait()) for every message. Here a message of a
+                            # paused partition first waits for its buffer to drain, a
+                            # stopped flow drops the message as that wait would, and the
+                            # callback runs inline unless it suspends.
+                            if tp in buffered and not flow_suspended():
+                                await self._wait_for_buffer_drop()
+                            if not flow_suspended():
+                                coro = callback(message)
+                                if type(coro) is not CoroutineType:  # not Faust's own
+                                    await self.wait_first(coro, self.suspend_flow.wait())
+                                else:
+                                    done, waiting_on = run_inline(coro)
+                                    if not done:
+                                        await self.wait_first(
+                                            finish(coro, waiting_on), self.suspend_flow.wait()
+                                        )
+                            set_read_offset(tp, offset)
+                    unset_flag(flag_consumer_fetching)
+
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            unset_flag(flag_consumer_fetching)
+
+
+class LeanApp(faust.App):
+    """A Faust app whose consumer is :class:`LeanConsumer`."""
+
+    def _new_consumer(self) -> Any:
+        transport = self.transport
+        return LeanConsumer(
+            transport,
+            callback=self.topics.on_message,
+            on_partitions_revoked=self._on_partitions_revoked,
+            on_partitions_assigned=self._on_partitions_assigned,
+            beacon=self.beacon,
+            loop=transport.loop,
+        )
+
+
+def app_class(lean_fetch: bool) -> type[faust.App]:
+    """:class:`LeanApp` when asked for and the installed Faust was checked, else Faust's."""
+    if not lean_fetch:
+        return faust.App
+    if not lean_fetch_supported():
+        log.warning(
+            "faust-streaming %s is not one the lean fetch loop was checked against (%s): "
+            "using Faust's own",
+            faust.__version__,
+            ", ".join(CHECKED_VERSIONS),
+        )
+        return faust.App
+    return LeanApp

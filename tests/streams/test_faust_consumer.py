@@ -1,0 +1,154 @@
+"""The lean fetch loop's pieces: inline first step, finishing a suspended callback,
+and the version gate. (The loop itself runs in every worker e2e test.)"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+import faust
+import pytest
+from faust.transport import consumer as faust_consumer
+from faust.types import TP
+
+from streams import faust_consumer as lean
+from streams.faust_consumer import LeanApp, LeanConsumer, app_class, finish, run_inline
+
+
+async def _no_wait(log: list[str]) -> str:
+    log.append("ran")
+    return "done"
+
+
+async def _put(queue: asyncio.Queue[int], value: int) -> None:
+    await queue.put(value)
+
+
+def test_run_inline_finishes_a_callback_that_does_not_suspend() -> None:
+    log: list[str] = []
+    done, waiting_on = run_inline(_no_wait(log))
+    assert (done, waiting_on, log) == (True, None, ["ran"])
+
+
+def test_run_inline_raises_the_callbacks_error() -> None:
+    async def boom() -> None:
+        raise ValueError("bad message")
+
+    with pytest.raises(ValueError, match="bad message"):
+        run_inline(boom())
+
+
+def test_a_callback_that_suspends_is_finished_in_order() -> None:
+    async def main() -> list[int]:
+        queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
+        queue.put_nowait(1)
+        coro = _put(queue, 2)  # the queue is full: suspends on the putter future
+        done, waiting_on = run_inline(coro)
+        assert not done and isinstance(waiting_on, asyncio.Future)
+        task = asyncio.ensure_future(finish(coro, waiting_on))
+        await asyncio.sleep(0)
+        assert not task.done()
+        got = [await queue.get()]  # frees the slot: the put completes
+        await asyncio.wait_for(task, 1)
+        got.append(queue.get_nowait())
+        return got
+
+    assert asyncio.run(main()) == [1, 2]
+
+
+def test_finish_passes_a_bare_yield_and_the_result_through() -> None:
+    async def two_steps() -> int:
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return 7
+
+    async def main() -> int:
+        coro = two_steps()
+        done, waiting_on = run_inline(coro)
+        assert not done and waiting_on is None
+        return await finish(coro, waiting_on)
+
+    assert asyncio.run(main()) == 7
+
+
+def test_finish_delivers_the_awaited_futures_error_into_the_callback() -> None:
+    async def main() -> str:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def waits() -> str:
+            try:
+                await fut
+            except KeyError:
+                return "handled"
+            return "no error"
+
+        coro = waits()
+        _, waiting_on = run_inline(coro)
+        task = asyncio.ensure_future(finish(coro, waiting_on))
+        fut.set_exception(KeyError("x"))
+        return await task
+
+    assert asyncio.run(main()) == "handled"
+
+
+def test_cancelling_finish_cancels_the_callback_at_its_await() -> None:
+    seen: list[str] = []
+
+    async def main() -> None:
+        queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
+        queue.put_nowait(1)
+
+        async def put() -> None:
+            try:
+                await queue.put(2)
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+
+        coro = put()
+        _, waiting_on = run_inline(coro)
+        task = asyncio.ensure_future(finish(coro, waiting_on))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert queue.qsize() == 1  # the cancelled put left nothing behind
+        assert inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
+
+    asyncio.run(main())
+    assert seen == ["cancelled"]
+
+
+def test_app_class_uses_the_lean_consumer_only_on_checked_versions(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert app_class(False) is faust.App
+    assert app_class(True) is (LeanApp if lean.lean_fetch_supported() else faust.App)
+    monkeypatch.setattr(faust, "__version__", "99.0.0")
+    with caplog.at_level("WARNING"):
+        assert app_class(True) is faust.App
+    assert "not one the lean fetch loop was checked against" in caplog.text
+
+
+def test_the_installed_faust_is_a_checked_version() -> None:
+    """A Faust upgrade must re-check the copied loop (then extend CHECKED_VERSIONS)."""
+    assert faust.__version__ in lean.CHECKED_VERSIONS
+
+
+def test_the_copied_loop_still_matches_fausts_own() -> None:
+    """The lean loop mirrors Faust's ``_drain_messages``: the attributes it reads exist
+    and Faust's loop still delivers through ``wait_first`` (what the lean path skips)."""
+    source = inspect.getsource(faust_consumer.Consumer._drain_messages)
+    assert "self.wait_first(" in source and "callback(message)" in source
+    for name in ("_read_offset", "_commit_every", "_add_gap", "_buffered_partitions"):
+        assert name in inspect.getsource(faust_consumer.Consumer), name
+    assert hasattr(faust_consumer, "CONSUMER_FETCHING")
+
+
+def test_lean_app_builds_a_lean_consumer() -> None:
+    app: Any = LeanApp("lean-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+    consumer = app._new_consumer()
+    assert isinstance(consumer, LeanConsumer)
+    consumer.on_buffer_drop(TP("t", 0))
+    assert consumer._buffer_dropped.is_set()

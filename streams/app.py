@@ -56,6 +56,7 @@ from gpuhint.kafka_io import faust_credentials
 from gpuhint.store import HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
+from streams.batching import take_ready
 from streams.cluster_load import ClusterLoadProcessor
 from streams.faust_consumer import app_class
 from streams.gc_policy import HeapFreezer
@@ -327,7 +328,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
     @app.agent(job_topic, concurrency=1, name="job-events")
     async def process_job_events(stream: Any) -> None:
-        async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+        async for batch in take_ready(stream, settings.batch_max, settings.batch_within_s):
             async with batch_lock:
                 by_vc: dict[str | None, list[Any]] = {}
                 for event in batch:
@@ -348,7 +349,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             if settings.state_save_interval_s == 0:
                 await save_keys(cadence.keys())
 
-    tick_s = max(0.05, min(0.25, settings.state_save_interval_s / 4))
+    tick_s = max(0.01, min(0.05, settings.state_save_interval_s / 20))
 
     @app.task
     async def save_state_on_cadence() -> None:
@@ -362,8 +363,8 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 continue
             if app.rebalancing or app.should_stop:
                 await save_state()
-            elif cadence.due():
-                await save_keys(cadence.due_keys())
+            else:  # paced: a few VCs a tick, batches run between (no burst of encodes)
+                await save_keys(cadence.paced_due_keys(tick_s))
 
     freezer = HeapFreezer(settings.gc_freeze_interval_s, settings.gc_full_interval_s)
 

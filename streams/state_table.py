@@ -24,6 +24,7 @@ optional callback (the worker's writes the changelog record on the VC's partitio
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import time
 import zlib
@@ -218,6 +219,27 @@ class SaveCadence(Generic[T]):
     def due(self) -> bool:
         """True when some key's oldest held item has waited ``interval_s``."""
         return bool(self.due_keys())
+
+    def paced_due_keys(self, tick_s: float) -> list[str]:
+        """The due keys to save in one tick of ``tick_s``, oldest first: at most twice
+        this tick's even share of the held keys, ``ceil(2 * keys * tick_s / interval_s)``.
+
+        Keys held from the same moment fall due together; saving them all at once
+        stalls the batches behind one encode after another. Paced, the saves spread
+        over the interval (and stay spread: a key's next interval starts when it is
+        next held), while twice the needed rate still catches up with a backlog.
+
+        >>> now = [0.0]
+        >>> c = SaveCadence(lambda e: None, 1.0, clock=lambda: now[0])
+        >>> for k in "abcdefgh": c.hold([k], k)
+        >>> now[0] = 1.0; c.paced_due_keys(0.05), len(c.due_keys())
+        (['a'], 8)
+        """
+        keys = self.due_keys()
+        if self.interval_s <= 0:
+            return keys
+        share = math.ceil(2 * len(self._held) * tick_s / self.interval_s)
+        return keys[: max(1, share)]
 
     def saved(self, keys: Iterable[str] | None = None) -> int:
         """The state of ``keys`` (default: every held key) is saved: acknowledge their

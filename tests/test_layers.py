@@ -60,6 +60,8 @@ LAYER_OF: dict[str, str] = {
     "gpuhint.metrics": "adapters",
     "gpuhint.testing": "adapters",
     "streams.app": "adapters",
+    "streams.batching": "adapters",  # Faust stream batching
+    "streams.faust_consumer": "adapters",  # Faust's consumer, leaner
     "streams.redis_store": "adapters",
     "agents": "adapters",
     # command line

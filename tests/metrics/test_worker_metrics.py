@@ -174,11 +174,18 @@ def _check_worker(
             for p in ("submitted", "started", "finished")
         )
         lag = total(got, "gpuhint_kafka_consumer_lag", topic=topics.job_events)
+        # a partition's lag is exported once its high watermark and committed offset
+        # are known (after a fetch and a commit): wait for all four
+        lag_parts = sum(
+            1
+            for name, lab in got
+            if name == "gpuhint_kafka_consumer_lag" and dict(lab)["topic"] == topics.job_events
+        )
         dead = total(got, "gpuhint_dead_letters_total")
         adv = total(got, "gpuhint_advisories_total")
         nodes = total(got, "gpuhint_cluster_nodes", cluster="farm", state="total")  # from Redis
         state = (done, dead, lag, adv, nodes)
-        rest = done == len(events) and dead == 3 and lag == 0 and adv > 0
+        rest = done == len(events) and dead == 3 and lag == 0 and lag_parts == 4 and adv > 0
         if rest and nodes != 3 and extra_slot[0] < 30:
             close_another_slot()
         return rest and nodes == 3, state

@@ -311,9 +311,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gpuhint-bench-"))
     with kafka_service() as (bootstrap, how_k), redis_service() as (url, how_r):
         raw = raw_roundtrip(bootstrap, f"raw{uuid.uuid4().hex[:6]}", args.rate, args.seconds)
-        lat = hint_latency(
-            bootstrap, url, args.model, tmp, args.rate, args.seconds, args.settle
-        )
+        lat = hint_latency(bootstrap, url, args.model, tmp, args.rate, args.seconds, args.settle)
         ones: list[float] = []
         twos: list[float] = []
         for _ in range(args.runs):  # alternated, so that a load change hits both alike

@@ -11,26 +11,25 @@ State (see docs/architecture.md):
   ``cluster/vc``), so a VC's state moves with its partition;
 * ``ces-state``: one checkpoint per cluster, co-partitioned with cluster telemetry.
 
-Delivery, per batch (``stream.take_events``: up to ``batch_max`` events or
-``batch_within_s`` seconds): handle every event; await the Redis flush in a worker
-thread (retried with backoff while Redis is down: consumption pauses, nothing is
-dead-lettered because the sink failed). Each event's acknowledgement is then held
-(its message reference count is raised, so ``take_events``'s own ack does not
-release it) under the VC it changed, until that VC's state is saved: once a VC's
-oldest held event is ``state_save_interval_s`` old (and for every VC at once when a
-rebalance starts), its changelog record is written and only then are its held events
-acknowledged, one VC at a time so that batches run between two VCs' saves. Faust
-never commits an offset whose writes and state are not out (it commits a partition
-up to its lowest unacknowledged offset, and flushes the producer, changelog records
-included, before committing). Dead-lettered events change no state: they are
-acknowledged after the flush. A crash
-redelivers uncommitted events: those whose state was saved change nothing (the offset
-watermark in each VcState), the others are re-applied to the older saved state; in
-both cases their Redis writes are re-emitted (idempotent). Handling + flush and the
-save exclude each other (one lock), so a saved state never holds an event whose
-Redis writes are not out. Redis coming back empty is detected by a marker
-key; the worker then rewrites every pending hint from the VcStates it owns and adds
-a ``rebuilt`` entry to the change stream.
+Delivery, per batch (:func:`streams.batching.take_ready`: up to ``batch_max`` events,
+what the stream has ready, waiting ``batch_within_s`` at most): handle every event;
+await the Redis flush in a worker thread (retried with backoff while Redis is down:
+consumption pauses, nothing is dead-lettered because the sink failed). Each event's
+acknowledgement is then held (its message reference count is raised, so the batching's
+own ack does not release it) under the VC it changed, until that VC's state is saved:
+once a VC's oldest held event is ``state_save_interval_s`` old (and for every VC at once
+when a rebalance starts), its changelog record is written and only then are its held
+events acknowledged, one VC at a time so that batches run between two VCs' saves. Faust
+never commits an offset whose writes and state are not out (it commits a partition up to
+its lowest unacknowledged offset, and flushes the producer, changelog records included,
+before committing). Dead-lettered events change no state: they are acknowledged after
+the flush. A crash redelivers uncommitted events: those whose state was saved change
+nothing (the offset watermark in each VcState), the others are re-applied to the older
+saved state; in both cases their Redis writes are re-emitted (idempotent). Handling +
+flush and the save exclude each other (one lock), so a saved state never holds an event
+whose Redis writes are not out. Redis coming back empty is detected by a marker key; the
+worker then rewrites every pending hint from the VcStates it owns and adds a ``rebuilt``
+entry to the change stream.
 
 Agent concurrency is 1: with more, faust-streaming can commit past an in-flight
 message and lose it on restart (faust-streaming issue #606).
@@ -275,7 +274,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
 
     def ack_event(event: Any) -> None:
-        """The ack ``take_events`` would have done, once the event's state is saved."""
+        """The ack the batching would have done, once the event's state is saved."""
         if event.ack():
             m = event.message
             app.sensors.on_message_out(m.tp, m.offset, m)

@@ -27,7 +27,6 @@ __all__ = ["take_ready"]
 async def take_ready(stream: Any, max_: int, within: float) -> AsyncIterator[Sequence[Any]]:
     """Yield lists of up to ``max_`` events: when full, when the input queue is empty
     (all that is ready), or after ``within`` seconds with events buffered."""
-    buffer: list[Any] = []
     events: list[Any] = []
     ready = asyncio.Event()  # full, or the input queue ran dry
     consumed = asyncio.Event()
@@ -43,12 +42,11 @@ async def take_ready(stream: Any, max_: int, within: float) -> AsyncIterator[Seq
                     await consuming
                 finally:
                     consuming = None
-            buffer.append(value)
             event = stream.current_event
             if event is None:
                 raise RuntimeError("take_ready found current_event is None")
             events.append(event)
-            if len(buffer) >= max_:
+            if len(events) >= max_:
                 ready.set()
                 consumed.clear()
                 await stream.wait(consumed)  # never more than max_ in one batch
@@ -66,12 +64,11 @@ async def take_ready(stream: Any, max_: int, within: float) -> AsyncIterator[Seq
     stream._enable_passive(channel_it)
     while not stream.should_stop:
         await stream.wait_for_stopped(ready, timeout=within)
-        if buffer:
+        if events:
             consuming = stream.loop.create_future()
             try:
                 yield list(events)
             finally:
-                buffer.clear()
                 for event in events:
                     await stream.ack(event)
                 events.clear()

@@ -124,7 +124,6 @@ class LeanConsumer(faust_aiokafka.Consumer):
         commit_every = self._commit_every
         acks_enabled_for = self.app.topics.acks_enabled_for
         flow_suspended = self.suspend_flow.is_set
-        buffered = self._buffered_partitions
 
         yield_every = 100
         num_since_yield = 0
@@ -156,7 +155,8 @@ class LeanConsumer(faust_aiokafka.Consumer):
                             # paused partition first waits for its buffer to drain, a
                             # stopped flow drops the message as that wait would, and the
                             # callback runs inline unless it suspends.
-                            if tp in buffered and not flow_suspended():
+                            # (read each time: a consumer restart rebinds the set)
+                            if tp in self._buffered_partitions and not flow_suspended():
                                 await self._wait_for_buffer_drop()
                             if not flow_suspended():
                                 coro = callback(message)

@@ -283,20 +283,27 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     batch_lock = asyncio.Lock()  # handle + flush of a batch, or one VC's save: never both
     generation = [0]  # bumped by a rebalance: a save begun before it is dropped
 
+    save_lock = asyncio.Lock()  # one save at a time: a VC's records go out in order
+
     async def save_keys(keys: list[str]) -> None:
         """Save these VCs one at a time, then acknowledge each one's held events.
 
-        Each VC is encoded off the loop under ``batch_lock`` (nothing mutates it
-        meanwhile), so a batch waits for one VC's encode at most, not for all of them;
-        its changelog record is produced before its events are acknowledged."""
-        for key in keys:
-            async with batch_lock:
-                gen = generation[0]
-                encoded = await asyncio.to_thread(states.encode_dirty, (key,))
-                if gen != generation[0]:  # the partition was revoked meanwhile
+        A VC is pickled under ``batch_lock`` (nothing mutates it meanwhile) and its held
+        events taken with it; the lock is then released while the snapshot is
+        compressed in a thread (zlib releases the GIL, so batches run meanwhile). The
+        changelog record is produced before the taken events are acknowledged; events
+        handled meanwhile stay held for the VC's next save."""
+        async with save_lock:
+            for key in keys:
+                async with batch_lock:
+                    gen = generation[0]
+                    pickled = await asyncio.to_thread(states.pickle_dirty, (key,))
+                    taken = cadence.take(key)
+                encoded = await asyncio.to_thread(states.seal_all, pickled)
+                if gen != generation[0]:  # revoked meanwhile: the taken are redelivered
                     return
                 states.store_encoded(encoded)
-                cadence.saved((key,))
+                cadence.ack(taken)
 
     async def save_state() -> None:
         """Save every VC with held events now."""

@@ -46,7 +46,11 @@ class StateCodecError(ValueError):
 
 
 def encode_state(state: VcState, compress: bool = True) -> bytes:
-    raw = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    return seal(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), compress)
+
+
+def seal(raw: bytes, compress: bool = True) -> bytes:
+    """A pickled VcState as table bytes (zlib releases the GIL: run it off the lock)."""
     if compress:
         return MAGIC + b"\x01" + zlib.compress(raw, 1)
     return MAGIC + b"\x00" + raw
@@ -81,6 +85,9 @@ class TableStates(MutableMapping[str, VcState]):
         self.compress = compress
         self._cache: dict[str, VcState] = {}
         self._dirty: set[str] = set()
+        self._changes: dict[str, int] = {}
+        """key -> assignments so far; an encoded record stores clean only if none since."""
+        self._encoded_at: dict[str, int] = {}
         self.bytes_saved = 0
         self.saves = 0
 
@@ -106,6 +113,7 @@ class TableStates(MutableMapping[str, VcState]):
     def __setitem__(self, key: str, value: VcState) -> None:
         self._cache[key] = value
         self._dirty.add(key)
+        self._changes[key] = self._changes.get(key, 0) + 1
 
     def __delitem__(self, key: str) -> None:
         self._cache.pop(key, None)
@@ -127,26 +135,39 @@ class TableStates(MutableMapping[str, VcState]):
         return self.store_encoded(self.encode_dirty())
 
     def encode_dirty(self, keys: Iterable[str] | None = None) -> list[tuple[str, bytes]]:
-        """Encode the dirty keys (of ``keys``, default all; no side effect: may run in a
-        thread while nothing mutates the states); pass the result to
-        :meth:`store_encoded`."""
+        """Encode the dirty keys (of ``keys``, default all); pass the result to
+        :meth:`store_encoded`. ``seal_all(pickle_dirty(keys))``."""
+        return self.seal_all(self.pickle_dirty(keys))
+
+    def pickle_dirty(self, keys: Iterable[str] | None = None) -> list[tuple[str, bytes]]:
+        """Pickle the dirty keys (of ``keys``, default all): the snapshot, taken while
+        nothing mutates the states (it may run in a thread meanwhile); what happens to a
+        key after it does not go into this snapshot's record."""
         todo = self._dirty if keys is None else self._dirty.intersection(keys)
         out = []
         for key in sorted(todo):
             st = self._cache.get(key)  # None: forgotten meanwhile (a rebalance)
             if st is not None:
-                out.append((key, encode_state(st, self.compress)))
+                out.append((key, pickle.dumps(st, protocol=pickle.HIGHEST_PROTOCOL)))
+                self._encoded_at[key] = self._changes.get(key, 0)
         return out
 
+    def seal_all(self, pickled: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """:meth:`pickle_dirty`'s snapshot as table bytes (compressed): touches no
+        state, so it runs in a thread while batches go on."""
+        return [(key, seal(raw, self.compress)) for key, raw in pickled]
+
     def store_encoded(self, encoded: list[tuple[str, bytes]]) -> int:
-        """Write :meth:`encode_dirty`'s records (``on_save`` or the table); mark them clean."""
+        """Write :meth:`encode_dirty`'s records (``on_save`` or the table); a key is
+        clean unless it changed after its snapshot."""
         for key, blob in encoded:
             if self.on_save is not None:
                 self.on_save(key, blob)
             else:
                 self.backing[key] = blob
             self.bytes_saved += len(blob)
-            self._dirty.discard(key)
+            if self._encoded_at.pop(key, None) == self._changes.get(key, 0):
+                self._dirty.discard(key)
         self.saves += len(encoded)
         return len(encoded)
 
@@ -154,6 +175,7 @@ class TableStates(MutableMapping[str, VcState]):
         """Drop live objects and unsaved changes (a rebalance): re-read from the table."""
         self._cache.clear()
         self._dirty.clear()
+        self._encoded_at.clear()
 
 
 class SaveCadence(Generic[T]):
@@ -246,10 +268,29 @@ class SaveCadence(Generic[T]):
         items; return how many."""
         n = 0
         for key in list(self._held) if keys is None else list(keys):
-            _, items = self._held.pop(key, (0.0, []))
-            for item in items:
-                self._ack(item)
-            n += len(items)
+            n += self.ack(self.take(key))
+        return n
+
+    def take(self, key: str) -> list[T]:
+        """The items held under ``key`` now (its snapshot is being taken), no longer
+        held: :meth:`ack` them once that snapshot is saved, or drop them (a crash or a
+        rebalance redelivers them). Later items start a new clock for ``key``.
+
+        >>> acked = []
+        >>> c = SaveCadence(acked.append, 1.0)
+        >>> c.hold(["e1"], "c/a"); items = c.take("c/a"); c.hold(["e2"], "c/a")
+        >>> c.ack(items), acked, c.held
+        (1, ['e1'], 1)
+        """
+        _, items = self._held.pop(key, (0.0, []))
+        return items
+
+    def ack(self, items: Iterable[T]) -> int:
+        """Acknowledge taken items (their state is saved); return how many."""
+        n = 0
+        for item in items:
+            self._ack(item)
+            n += 1
         self.saves += 1
         return n
 

@@ -122,3 +122,33 @@ def test_encode_then_store_is_save_dirty() -> None:
     states["c/v0"] = VcState(model=HistoryEstimator(), applied_offset=9)
     states["c/v1"] = VcState(model=HistoryEstimator(), applied_offset=9)
     assert [k for k, _ in states.encode_dirty(["c/v1", "c/other"])] == ["c/v1"]  # one VC
+
+
+def test_a_change_after_the_snapshot_keeps_the_key_dirty() -> None:
+    """The worker compresses a snapshot off the lock while batches go on: a VC changed
+    meanwhile must stay dirty, or its next save would write nothing and acknowledge
+    events whose state is in no record."""
+    table: dict[str, bytes] = {}
+    states = TableStates(table)
+    states["c/a"] = VcState(model=HistoryEstimator(), applied_offset=1)
+    pickled = states.pickle_dirty(["c/a"])
+    states["c/a"] = VcState(model=HistoryEstimator(), applied_offset=2)  # a batch meanwhile
+    assert states.store_encoded(states.seal_all(pickled)) == 1
+    assert TableStates(table)["c/a"].applied_offset == 1 and states.dirty == {"c/a"}
+    assert states.save_dirty() == 1 and states.dirty == frozenset()
+    assert TableStates(table)["c/a"].applied_offset == 2
+
+
+def test_save_cadence_take_then_ack_leaves_later_items_held() -> None:
+    acked: list[str] = []
+    now = [0.0]
+    c: SaveCadence[str] = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
+    c.hold(["a1", "a2"], "c/a")
+    taken = c.take("c/a")  # the snapshot of c/a is being taken
+    now[0] = 0.5
+    c.hold(["a3"], "c/a")  # handled while it is compressed: a new clock
+    assert c.ack(taken) == 2 and acked == ["a1", "a2"] and c.held == 1
+    now[0] = 1.2
+    assert not c.due()  # a3's clock started at 0.5
+    now[0] = 1.5
+    assert c.due_keys() == ["c/a"]

@@ -8,10 +8,16 @@ Kafka broker and Redis server, then:
 2. **hint latency**: one real ``gpuhint worker``; ``submitted`` events at the same rate,
    time from just before ``send`` to the hint's entry in the Redis change stream (the
    entry id is Redis's millisecond clock, on this host).
-3. **throughput**: ``--lifecycles`` full job lifecycles (submitted, started, finished;
-   jobs over ``--vcs`` VCs) are produced as a backlog, then 1 (and then, on a fresh
-   topic set, 2) workers drain it; the clock runs from the first hint to the hint of a
-   marker job sent last on every VC (per-partition order: all before it is done).
+   A second raw producer -> consumer round trip runs *concurrently*, one raw message
+   beside each submitted event, so both see the same machine (``raw_concurrent_*``).
+3. **throughput**: 1 (and then, on a fresh topic set, 2) workers start and join their
+   consumer group; once the group is stable with every worker assigned, ``--lifecycles``
+   full job lifecycles (submitted, started, finished; jobs over ``--vcs`` VCs) are
+   produced as a backlog in a few record batches (~0.05 s), and the workers drain it;
+   the clock runs from the first backlog hint to the hint of a marker job sent last on
+   every VC (per-partition order: all before it is done). The group's assignment gives
+   each run's bound: events / the busiest worker's events (``speedup_bound_*``; VCs
+   hash unevenly over partitions, so two workers cannot always split the work in half).
 
     python bench/bench_pipeline.py [--rate 200] [--seconds 15] [--lifecycles 10000]
                                     [--runs 3] [--json]
@@ -20,8 +26,10 @@ Kafka broker and Redis server, then:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import platform
 import signal
@@ -35,16 +43,18 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 from kafka import KafkaConsumer, KafkaProducer
 
 from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
-from gpuhint.kafka_io import ensure_topics, kafka_client_config
+from gpuhint.kafka_io import ensure_topics, kafka_client_config, ssl_context
 from gpuhint.keys import RedisKeys
 from gpuhint.testing.services import kafka_service, redis_service
 from gpuhint.topics import Topics, job_key
+from streams.partitioning import partition_for
 
 CLUSTER = "bench"
 
@@ -52,6 +62,23 @@ CLUSTER = "bench"
 def security() -> dict[str, object]:
     """Kafka client TLS/SASL options from GPUHINT_KAFKA_SECURITY_* (empty: plaintext)."""
     return kafka_client_config(load_settings())
+
+
+def aiokafka_security() -> dict[str, object]:
+    """The same options in aiokafka's terms."""
+    settings = load_settings()
+    config: dict[str, object] = {"security_protocol": settings.kafka_security_protocol}
+    ctx = ssl_context(settings)
+    if ctx is not None:
+        config["ssl_context"] = ctx
+    if settings.kafka_security_protocol.startswith("SASL_"):
+        assert settings.kafka_sasl_password is not None  # checked by Settings
+        config.update(
+            sasl_mechanism=settings.kafka_sasl_mechanism,
+            sasl_plain_username=settings.kafka_sasl_username,
+            sasl_plain_password=settings.kafka_sasl_password.get_secret_value(),
+        )
+    return config
 
 
 class HintWatcher(threading.Thread):
@@ -118,54 +145,84 @@ def paced(n: int, rate: float) -> Iterator[int]:
         yield i
 
 
-def raw_roundtrip(bootstrap: str, prefix: str, rate: float, seconds: float) -> list[float]:
-    """Producer -> consumer latencies (ms) on a plain topic at the offered rate."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    topic = f"{prefix}.raw"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security())
-    admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])
-    admin.close()
+def consume_raw(bootstrap: str, topic: str, group: str, ready: Any, stop: Any, out: Any) -> None:
+    """The raw probe's consumer, in a process of its own (no GIL shared with the
+    benchmark's producer and watcher threads): sends back ``{i: received at}``."""
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=f"{prefix}-raw",
-        auto_offset_reset="latest",
-        **security(),
+        bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="latest", **security()
     )
     consumer.subscribe([topic])
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security())
-    producer.send(topic, b"warm").get(30)
     while not consumer.assignment():
         consumer.poll(200)
+    ready.set()
     got: dict[int, float] = {}
-    stop = threading.Event()
+    while not stop.is_set():
+        for recs in consumer.poll(100).values():
+            now = time.time()
+            for rec in recs:
+                if rec.value != b"warm":
+                    got[int(rec.value)] = now
+    consumer.close()
+    out.send(got)
 
-    def consume() -> None:
-        while not stop.is_set():
-            for recs in consumer.poll(100).values():
-                now = time.time()
-                for rec in recs:
-                    if rec.value != b"warm":
-                        got[int(rec.value)] = now
 
-    th = threading.Thread(target=consume, daemon=True)
-    th.start()
-    n = int(rate * seconds)
-    sent: dict[int, float] = {}
-    for i in paced(n, rate):
-        sent[i] = time.time()
-        producer.send(topic, key=str(i % 8).encode(), value=str(i).encode())
+class RawProbe:
+    """A plain topic and a kafka-python consumer (own process): producer -> consumer
+    latency of the messages :meth:`send` puts on it, the floor any Kafka pipeline pays."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        self.topic = f"{prefix}.raw"
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security())
+        admin.create_topics([NewTopic(self.topic, num_partitions=4, replication_factor=1)])
+        admin.close()
+        ctx = multiprocessing.get_context("spawn")
+        self.ready, self.stop = ctx.Event(), ctx.Event()
+        self.results, child_end = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(
+            target=consume_raw,
+            args=(bootstrap, self.topic, f"{prefix}-raw", self.ready, self.stop, child_end),
+            daemon=True,
+        )
+        self.sent: dict[int, float] = {}
+
+    def start(self, producer: KafkaProducer) -> None:
+        self.process.start()
+        if not self.ready.wait(60):
+            raise SystemExit("the raw probe's consumer did not get its partitions")
+        producer.send(self.topic, b"warm").get(30)
+
+    def send(self, producer: KafkaProducer, i: int) -> None:
+        self.sent[i] = time.time()
+        producer.send(self.topic, key=str(i % 8).encode(), value=str(i).encode())
+
+    def latencies(self, settle_s: float = 1.0) -> list[float]:
+        """Latencies (ms) of what arrived, ``settle_s`` after the last send was acked."""
+        time.sleep(settle_s)
+        self.stop.set()
+        got: dict[int, float] = self.results.recv() if self.results.poll(60) else {}
+        self.process.join(10)
+        return [(got[i] - s) * 1000 for i, s in self.sent.items() if i in got]
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.process.is_alive():
+            self.process.join(10)
+
+
+def raw_roundtrip(bootstrap: str, prefix: str, rate: float, seconds: float) -> list[float]:
+    """Producer -> consumer latencies (ms) on a plain topic at the offered rate."""
+    probe = RawProbe(bootstrap, prefix)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security())
+    probe.start(producer)
+    for i in paced(int(rate * seconds), rate):
+        probe.send(producer, i)
         if i % 50 == 0:
             producer.flush()
     producer.flush()
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    th.join(5)
     producer.close()
-    consumer.close()
-    return [(got[i] - sent[i]) * 1000 for i in sent if i in got]
+    return probe.latencies()
 
 
 class Worker:
@@ -209,18 +266,83 @@ def send_all(producer: KafkaProducer, topics: Topics, evs: list[JobEvent]) -> No
     producer.flush()
 
 
+def send_batched(bootstrap: str, topic: str, partitions: int, evs: list[JobEvent]) -> None:
+    """Produce ``evs`` in a few large record batches (aiokafka): 18k events in ~0.05 s
+    instead of ~0.8 s of a core through kafka-python's per-record send, which would
+    compete with the workers it measures. Per-partition order is kept."""
+    from aiokafka import AIOKafkaProducer
+
+    by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+    for ev in evs:
+        key = job_key(ev.cluster, ev.vc)
+        by_partition.setdefault(partition_for(key, partitions), []).append(
+            (key, encode_message(ev))
+        )
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks=1, max_batch_size=1 << 19, **aiokafka_security()
+        )
+        await producer.start()
+        try:
+            acks = []
+            for partition, records in by_partition.items():
+                batch = producer.create_batch()
+                for key, value in records:
+                    if batch.append(key=key, value=value, timestamp=None) is None:
+                        acks.append(await producer.send_batch(batch, topic, partition=partition))
+                        batch = producer.create_batch()
+                        batch.append(key=key, value=value, timestamp=None)
+                acks.append(await producer.send_batch(batch, topic, partition=partition))
+            await asyncio.gather(*acks)
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+
+
+def group_assignment(bootstrap: str, group: str, topic: str) -> list[list[int]] | None:
+    """Each member's partitions of ``topic`` while the group is stable, else None."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security())
+    try:
+        info = admin.describe_groups([group]).get(group) or {}
+    finally:
+        admin.close()
+    if info.get("group_state") != "Stable":
+        return None
+    out = []
+    for member in info.get("members") or []:
+        assigned = (member.get("member_assignment") or {}).get("assigned_partitions") or []
+        out.append(sorted(p for a in assigned if a["topic"] == topic for p in a["partitions"]))
+    return sorted(out)
+
+
+def wait_for_group(bootstrap: str, group: str, topic: str, members: int) -> list[list[int]]:
+    """Wait until ``members`` workers hold all of ``topic``'s partitions between them."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        got = group_assignment(bootstrap, group, topic)
+        if got is not None and len(got) == members and all(got):
+            return got
+        time.sleep(0.2)
+    raise SystemExit(f"{members} worker(s) did not join group {group} within 120 s")
+
+
 def throughput(
     bootstrap: str, url: str, model: str, tmp: Path, n_workers: int, lifecycles: int, vcs: int
-) -> float:
+) -> dict[str, object]:
+    """One drain by ``n_workers``: events/s, the group's assignment and its bound."""
     env, topics, keys = setup(bootstrap, url, model, tmp)
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=1 << 18, **security()
-    )
+    partitions = int(env["GPUHINT_PARTITIONS"])
     t = time.time()
+    # one waiting job per VC first: every worker has joined, recovered and is handling
+    warm = [lifecycle(v, "warm", vcs, t)[0] for v in range(vcs)]
     evs = [e for i in range(lifecycles) for e in lifecycle(i, "thr", vcs, t)]
     markers = [
         JobEvent(
-            phase="submitted",
+            phase="submitted",  # type: ignore[arg-type]
             job_id=f"mark-{v}",
             cluster=CLUSTER,
             vc=f"vc{v}",
@@ -229,21 +351,37 @@ def throughput(
         )
         for v in range(vcs)
     ]
-    send_all(producer, topics, [*evs, *markers])
-    producer.close()
     watcher = HintWatcher(url, keys)
     watcher.start()
     ws = [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(n_workers)]
     try:
+        group = env["GPUHINT_APP_ID"]
+        assignment = wait_for_group(bootstrap, group, topics.job_events, n_workers)
+        send_batched(bootstrap, topics.job_events, partitions, warm)
+        if not wait_for(watcher, [e.job_id for e in warm], 120):
+            raise SystemExit("the workers did not come up")
+        send_batched(bootstrap, topics.job_events, partitions, [*evs, *markers])
         ok = wait_for(watcher, [m.job_id for m in markers], 900)
+        after = group_assignment(bootstrap, group, topics.job_events)
     finally:
         watcher.stop.set()
         for w in ws:
             w.stop()
-    if not ok or watcher.first is None:
-        return float("nan")
-    last = max(watcher.seen[m.job_id] for m in markers)
-    return (len(evs) + len(markers)) / (last - watcher.first)
+    per_partition = [0] * partitions
+    for ev in [*evs, *markers]:
+        per_partition[partition_for(job_key(ev.cluster, ev.vc), partitions)] += 1
+    busiest = max(sum(per_partition[p] for p in member) for member in assignment)
+    thr = [t for j, t in watcher.seen.items() if j.startswith("thr-")]
+    rate = float("nan")
+    if ok and thr:
+        last = max(watcher.seen[m.job_id] for m in markers)
+        rate = (len(evs) + len(markers)) / (last - min(thr))
+    return {
+        "events_per_s": rate,
+        "assignment": assignment,
+        "speedup_bound": (len(evs) + len(markers)) / busiest,
+        "rebalanced": after != assignment,
+    }
 
 
 def hint_latency(
@@ -254,18 +392,23 @@ def hint_latency(
     rate: float,
     seconds: float,
     settle_s: float = 3.0,
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
+    """Submit -> hint latencies (ms) through one worker, and beside them the raw round
+    trip of one plain message sent with each submitted event (same producer, same
+    moment, same machine load)."""
     env, topics, keys = setup(bootstrap, url, model, tmp)
     watcher = HintWatcher(url, keys)
     watcher.start()
     w = Worker(env, tmp / f"{topics.prefix}.log")
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, **security())
+    probe = RawProbe(bootstrap, topics.prefix)
     try:
         t = time.time()
         warm = [lifecycle(i, "warm", 8, t)[0] for i in range(200)]
         send_all(producer, topics, warm)
         if not wait_for(watcher, [e.job_id for e in warm], 120):
             raise SystemExit("worker did not come up")
+        probe.start(producer)
         # steady state: the worker's first state saves (its first changelog records:
         # ~0.1 s of fetch stalls on a fresh broker) fall before the measured window
         time.sleep(settle_s)
@@ -277,13 +420,16 @@ def hint_latency(
             producer.send(
                 topics.job_events, key=job_key(ev.cluster, ev.vc), value=encode_message(ev)
             )
+            probe.send(producer, i)
             if i % 50 == 0:
                 producer.flush()
         producer.flush()
         wait_for(watcher, list(sent), 120)
-        return [(watcher.seen[j] - s) * 1000 for j, s in sent.items() if j in watcher.seen]
+        raw = probe.latencies()
+        return [(watcher.seen[j] - s) * 1000 for j, s in sent.items() if j in watcher.seen], raw
     finally:
         watcher.stop.set()
+        probe.close()
         producer.close()
         w.stop()
 
@@ -311,13 +457,18 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gpuhint-bench-"))
     with kafka_service() as (bootstrap, how_k), redis_service() as (url, how_r):
         raw = raw_roundtrip(bootstrap, f"raw{uuid.uuid4().hex[:6]}", args.rate, args.seconds)
-        lat = hint_latency(bootstrap, url, args.model, tmp, args.rate, args.seconds, args.settle)
-        ones: list[float] = []
-        twos: list[float] = []
+        lat, raw_beside = hint_latency(
+            bootstrap, url, args.model, tmp, args.rate, args.seconds, args.settle
+        )
+        ones: list[dict[str, object]] = []
+        twos: list[dict[str, object]] = []
         for _ in range(args.runs):  # alternated, so that a load change hits both alike
             ones.append(throughput(bootstrap, url, args.model, tmp, 1, args.lifecycles, args.vcs))
             twos.append(throughput(bootstrap, url, args.model, tmp, 2, args.lifecycles, args.vcs))
-        one, two = statistics.median(ones), statistics.median(twos)
+    one_runs = [float(r["events_per_s"]) for r in ones]  # type: ignore[arg-type]
+    two_runs = [float(r["events_per_s"]) for r in twos]  # type: ignore[arg-type]
+    one, two = statistics.median(one_runs), statistics.median(two_runs)
+    bounds = [float(r["speedup_bound"]) for r in twos]  # type: ignore[arg-type]
     out = {
         "command": " ".join(["python", "bench/bench_pipeline.py", *sys.argv[1:]]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -333,15 +484,23 @@ def main() -> int:
         "hint_p50_ms": pct(lat, 0.5),
         "hint_p99_ms": pct(lat, 0.99),
         "hints_seen": len(lat),
+        "raw_concurrent_p50_ms": pct(raw_beside, 0.5),
+        "raw_concurrent_p99_ms": pct(raw_beside, 0.99),
+        "hint_p99_over_raw": pct(lat, 0.99) / pct(raw, 0.99),
+        "hint_p99_over_raw_concurrent": pct(lat, 0.99) / pct(raw_beside, 0.99),
         "lifecycles": args.lifecycles,
         "vcs": args.vcs,
         "events_per_s_1_worker": one,
         "events_per_s_2_workers": two,
         "runs": args.runs,
-        "events_per_s_1_worker_runs": ones,
-        "events_per_s_2_workers_runs": twos,
+        "events_per_s_1_worker_runs": one_runs,
+        "events_per_s_2_workers_runs": two_runs,
         "load_average": list(os.getloadavg()),
         "speedup_2_workers": two / one if one == one and one > 0 else None,
+        "speedup_bound_2_workers": statistics.median(bounds),
+        "speedup_bound_2_workers_runs": bounds,
+        "assignments_2_workers_runs": [r["assignment"] for r in twos],
+        "rebalanced_during_drain": sum(bool(r["rebalanced"]) for r in [*ones, *twos]),
     }
     print_result(out, args.json)
     return 0

@@ -4,10 +4,13 @@ What one Faust worker does with each job event minus Kafka, Faust and Redis: the
 of ``bench_pipeline``'s job lifecycles (submitted, started, finished; ``--vcs`` VCs)
 go through :class:`streams.handler.MessageHandler` over :class:`TableStates` and an
 ``InMemoryStore`` (flushed every 500 events, as a full batch). Also times
-``decode_message`` alone and the pickle of one VC's state (what each save encodes).
+``decode_message`` alone, the pickle of one VC's state (what each save does under the
+batch lock) and its compression (done outside the lock); ``--waiting`` leaves that many
+submitted jobs waiting per VC first, as under a growing queue.
 Compare builds by running this file with ``PYTHONPATH`` set to each checkout.
 
-    python bench/bench_handler.py [--lifecycles 6000] [--vcs 16] [--model history_mix] [--json]
+    python bench/bench_handler.py [--lifecycles 6000] [--vcs 16] [--waiting 0]
+                                  [--model history_mix] [--json]
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import pickle
 import platform
 import sys
 import time
-import zlib
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -42,11 +44,13 @@ def main() -> int:
     ap.add_argument("--lifecycles", type=int, default=6000)
     ap.add_argument("--vcs", type=int, default=16)
     ap.add_argument("--model", default="history_mix")
+    ap.add_argument("--waiting", type=int, default=0, help="submitted jobs left per VC")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
     t = time.time()
     evs = [e for i in range(args.lifecycles) for e in lifecycle(i, "thr", args.vcs, t)]
+    evs += [lifecycle(i, "wait", args.vcs, t)[0] for i in range(args.waiting * args.vcs)]
     msgs: list[Message] = []
     offsets: dict[int, int] = {}
     for ev in evs:
@@ -76,6 +80,9 @@ def main() -> int:
     t0 = time.perf_counter()
     raw = [pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL) for s in vc_states]
     pickle_ms = (time.perf_counter() - t0) / len(vc_states) * 1e3
+    t0 = time.perf_counter()
+    sealed = states.seal_all([(str(i), r) for i, r in enumerate(raw)])
+    seal_ms = (time.perf_counter() - t0) / len(vc_states) * 1e3
     out = {
         "command": " ".join(["python", "bench/bench_handler.py", *sys.argv[1:]]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -88,7 +95,9 @@ def main() -> int:
         "handler_events_per_s": handler_per_s,
         "vc_state_pickle_ms": pickle_ms,
         "vc_state_pickle_bytes": sum(map(len, raw)) / len(raw),
-        "vc_state_zlib_bytes": sum(len(zlib.compress(r, 1)) for r in raw) / len(raw),
+        "vc_state_zlib_bytes": sum(len(b) for _, b in sealed) / len(sealed),
+        "vc_state_compress_ms": seal_ms,
+        "waiting_per_vc": args.waiting,
     }
     print_result(out, args.json)
     return 0

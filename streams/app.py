@@ -26,8 +26,9 @@ before committing). Dead-lettered events change no state: they are acknowledged 
 the flush. A crash redelivers uncommitted events: those whose state was saved change
 nothing (the offset watermark in each VcState), the others are re-applied to the older
 saved state; in both cases their Redis writes are re-emitted (idempotent). Handling +
-flush and the save exclude each other (one lock), so a saved state never holds an event
-whose Redis writes are not out. Redis coming back empty is detected by a marker key; the
+flush and the snapshot (pickle) of a VC's state exclude each other (one lock), so a
+saved state never holds an event whose Redis writes are not out; the snapshot is
+compressed outside the lock. Redis coming back empty is detected by a marker key; the
 worker then rewrites every pending hint from the VcStates it owns and adds a ``rebuilt``
 entry to the change stream.
 

@@ -331,9 +331,20 @@ def wait_for_group(bootstrap: str, group: str, topic: str, members: int) -> list
 
 
 def throughput(
-    bootstrap: str, url: str, model: str, tmp: Path, n_workers: int, lifecycles: int, vcs: int
+    bootstrap: str,
+    url: str,
+    model: str,
+    tmp: Path,
+    n_workers: int,
+    lifecycles: int,
+    vcs: int,
+    join: str = "before",
 ) -> dict[str, object]:
-    """One drain by ``n_workers``: events/s, the group's assignment and its bound."""
+    """One drain by ``n_workers``: events/s, the group's assignment and its bound.
+
+    ``join="before"``: every worker joins before the backlog is produced. ``"during"``:
+    one worker drains the backlog and the others join as soon as it is produced (adding
+    workers to a group that lags), so the drain includes their rebalance."""
     env, topics, keys = setup(bootstrap, url, model, tmp)
     partitions = int(env["GPUHINT_PARTITIONS"])
     t = time.time()
@@ -353,16 +364,20 @@ def throughput(
     ]
     watcher = HintWatcher(url, keys)
     watcher.start()
-    ws = [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(n_workers)]
+    first = n_workers if join == "before" else 1
+    ws = [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first)]
     try:
         group = env["GPUHINT_APP_ID"]
-        assignment = wait_for_group(bootstrap, group, topics.job_events, n_workers)
+        assignment = wait_for_group(bootstrap, group, topics.job_events, first)
         send_batched(bootstrap, topics.job_events, partitions, warm)
         if not wait_for(watcher, [e.job_id for e in warm], 120):
             raise SystemExit("the workers did not come up")
         send_batched(bootstrap, topics.job_events, partitions, [*evs, *markers])
+        ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first, n_workers)]
         ok = wait_for(watcher, [m.job_id for m in markers], 900)
         after = group_assignment(bootstrap, group, topics.job_events)
+        if join != "before" and after is not None and len(after) == n_workers:
+            assignment, after = after, assignment  # the bound is the final deal's
     finally:
         watcher.stop.set()
         for w in ws:
@@ -380,7 +395,7 @@ def throughput(
         "events_per_s": rate,
         "assignment": assignment,
         "speedup_bound": (len(evs) + len(markers)) / busiest,
-        "rebalanced": after != assignment,
+        "rebalanced": after != assignment if join == "before" else None,
     }
 
 
@@ -451,6 +466,14 @@ def main() -> int:
     ap.add_argument(
         "--runs", type=int, default=1, help="throughput runs per worker count (median kept)"
     )
+    ap.add_argument(
+        "--join",
+        choices=["before", "during"],
+        default="before",
+        help="before: every worker joins before the backlog is produced; during: one "
+        "worker starts draining it and the second joins then (a group that lags gets "
+        "a worker; the drain includes that rebalance)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
@@ -463,8 +486,12 @@ def main() -> int:
         ones: list[dict[str, object]] = []
         twos: list[dict[str, object]] = []
         for _ in range(args.runs):  # alternated, so that a load change hits both alike
-            ones.append(throughput(bootstrap, url, args.model, tmp, 1, args.lifecycles, args.vcs))
-            twos.append(throughput(bootstrap, url, args.model, tmp, 2, args.lifecycles, args.vcs))
+            for n, runs in ((1, ones), (2, twos)):
+                runs.append(
+                    throughput(
+                        bootstrap, url, args.model, tmp, n, args.lifecycles, args.vcs, args.join
+                    )
+                )
     one_runs = [float(r["events_per_s"]) for r in ones]  # type: ignore[arg-type]
     two_runs = [float(r["events_per_s"]) for r in twos]  # type: ignore[arg-type]
     one, two = statistics.median(one_runs), statistics.median(two_runs)
@@ -490,6 +517,7 @@ def main() -> int:
         "hint_p99_over_raw_concurrent": pct(lat, 0.99) / pct(raw_beside, 0.99),
         "lifecycles": args.lifecycles,
         "vcs": args.vcs,
+        "join": args.join,
         "events_per_s_1_worker": one,
         "events_per_s_2_workers": two,
         "runs": args.runs,
@@ -500,7 +528,7 @@ def main() -> int:
         "speedup_bound_2_workers": statistics.median(bounds),
         "speedup_bound_2_workers_runs": bounds,
         "assignments_2_workers_runs": [r["assignment"] for r in twos],
-        "rebalanced_during_drain": sum(bool(r["rebalanced"]) for r in [*ones, *twos]),
+        "rebalanced_during_drain": sum(r["rebalanced"] is True for r in [*ones, *twos]),
     }
     print_result(out, args.json)
     return 0

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         description="worker: hand fetched messages to the stream inline "
         "(streams/faust_consumer.py; false: Faust's own loop)",
     )
+    worker_assign_by_load: bool = Field(
+        True,
+        description="worker, as group leader: deal job-event partitions by their load "
+        "(events handled + lag) when that evens the busiest worker's share by 10%+ "
+        "(streams/faust_assignor.py; false: Faust's count-balanced assignment)",
+    )
     worker_stream_buffer: int = Field(
         16384,
         ge=64,

@@ -32,6 +32,10 @@ compressed outside the lock. Redis coming back empty is detected by a marker key
 worker then rewrites every pending hint from the VcStates it owns and adds a ``rebuilt``
 entry to the change stream.
 
+Partitions: when a worker joins or leaves, the leader deals the job-event partitions
+by their load (lag + recent rate, sampled from the broker) rather than by count when
+that evens the busiest worker's share by 10% or more (:mod:`streams.faust_assignor`).
+
 Agent concurrency is 1: with more, faust-streaming can commit past an in-flight
 message and lose it on restart (faust-streaming issue #606).
 """
@@ -41,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from functools import partial
@@ -58,10 +63,12 @@ from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.batching import take_ready
 from streams.cluster_load import ClusterLoadProcessor
+from streams.faust_assignor import LoadView, assignor_class, group_offsets
 from streams.faust_consumer import app_class
 from streams.gc_policy import HeapFreezer
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
 from streams.partitioning import partition_for
+from streams.placement import PartitionLoad
 from streams.state_table import SaveCadence, TableStates
 
 log = logging.getLogger(__name__)
@@ -200,6 +207,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         consumer_group_instance_id=settings.worker_instance_id,
         consumer_auto_offset_reset="earliest",
         stream_buffer_maxsize=settings.worker_stream_buffer,
+        PartitionAssignor=assignor_class(settings.worker_assign_by_load),
         producer_acks=-1,
         # An agent that raises stops the worker (a supervisor restarts it from the last
         # committed offset) instead of Faust restarting that agent past the failed event.
@@ -235,6 +243,12 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     dead_letter = raw_topic(topics.dead_letter)
     node_topic = raw_topic(topics.node_status)
     telemetry = raw_topic(topics.cluster_telemetry)
+
+    # what the assignor reads should this worker lead a rebalance (streams/faust_assignor.py):
+    # the load of every job-event partition, sampled from the broker by a timer below
+    load_view = LoadView(job_topic=job_topic.topics[0])
+    app.gpuhint_load = load_view  # type: ignore[attr-defined]
+    partition_load = PartitionLoad(horizon_s=10.0, half_life_s=30.0)
 
     vc_table = ChangelogTable(table("vc-state"))
     ces_table = ChangelogTable(table("ces-state"))
@@ -372,6 +386,24 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 await save_state()
             else:  # paced: a few VCs a tick, batches run between (no burst of encodes)
                 await save_keys(cadence.paced_due_keys(tick_s))
+
+    if settings.worker_assign_by_load:
+
+        @app.timer(interval=2.0)
+        async def sample_partition_load() -> None:
+            """The job-event partitions' load (lag + recent rate, from the broker: any
+            worker may lead the next rebalance) for the assignor to deal them by."""
+            if app.rebalancing:
+                return  # the group's commits move meanwhile: keep the last view
+            try:
+                end, committed = await asyncio.wait_for(
+                    group_offsets(app, load_view.job_topic, settings.partitions), timeout=5.0
+                )
+            except Exception as exc:  # broker busy or consumer stopping: keep the last view
+                log.debug("partition load not sampled: %s: %s", type(exc).__name__, exc)
+                return
+            partition_load.sample(time.monotonic(), end, committed)
+            load_view.snapshot = partition_load.weights()
 
     freezer = HeapFreezer(settings.gc_freeze_interval_s, settings.gc_full_interval_s)
 

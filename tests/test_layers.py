@@ -48,6 +48,7 @@ LAYER_OF: dict[str, str] = {
     "streams.dead_letter": "cores",
     "streams.state_table": "cores",
     "streams.partitioning": "cores",
+    "streams.placement": "cores",
     # offline drivers of the cores (still pure)
     "streams.inprocess": "drivers",
     "gpuhint.evaluation": "drivers",
@@ -62,6 +63,7 @@ LAYER_OF: dict[str, str] = {
     "streams.app": "adapters",
     "streams.batching": "adapters",  # Faust stream batching
     "streams.faust_consumer": "adapters",  # Faust's consumer, leaner
+    "streams.faust_assignor": "adapters",  # Faust's assignor, by load
     "streams.redis_store": "adapters",
     "agents": "adapters",
     # command line

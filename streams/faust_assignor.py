@@ -1,0 +1,143 @@
+"""Faust's partition assignor, then the job-event partitions re-dealt by load.
+
+Faust balances partitions by count. Every worker here also samples the load of all the
+job-event partitions from the broker every 2 s (:func:`group_offsets`: end offsets and
+the group's commits; :class:`streams.placement.PartitionLoad`: lag + recent rate) into
+:attr:`LoadView.snapshot`, so whichever worker leads the next rebalance knows it. When that
+load says another deal would lower the busiest worker's share by at least
+``min_gain`` (:func:`streams.placement.balance_by_load`), the leader hands out that deal
+for the job-event topic and every topic co-partitioned with it (the VC and CES state
+changelogs, cluster telemetry): state moves with its partition as in any rebalance.
+
+Where the leader has no load for every partition yet (a worker's first 2 s), or no
+partition has any (a group that forms before the events), or standby replicas are
+configured, Faust's assignment stands. Nothing triggers a rebalance for load alone: a
+deal happens when membership changes (a worker joins, leaves or dies). The hook is Faust's
+``_protocol_assignments`` (checked against :data:`CHECKED_VERSIONS`); other Faust
+versions use Faust's assignor unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from faust.assignor import PartitionAssignor
+from faust.types import TP
+
+from streams.faust_consumer import CHECKED_VERSIONS
+from streams.placement import balance_by_load, busiest
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LoadAwareAssignor", "LoadView", "assignor_class", "deal_by_load", "group_offsets"]
+
+
+@dataclass
+class LoadView:
+    """What the leader's assignor reads: the job topic and the latest load snapshot
+    (replaced whole by the worker's timer, so another thread reads it safely)."""
+
+    job_topic: str
+    min_gain: float = 0.1
+    snapshot: dict[int, float] = field(default_factory=dict)
+    deals: int = 0
+    """Assignments this worker handed out by load (as the leader)."""
+
+
+def deal_by_load(
+    actives: Mapping[str, MutableMapping[str, list[int]]],
+    standbys: Mapping[str, Mapping[str, list[int]]],
+    topic_groups: Mapping[str, int],
+    view: LoadView,
+) -> bool:
+    """Re-deal the job topic's co-partitioned group in ``actives`` (member -> topic ->
+    partitions) by ``view``'s load; return whether anything changed."""
+    group = topic_groups.get(view.job_topic)
+    if group is None or len(actives) < 2:
+        return False
+    topics = sorted(t for t, g in topic_groups.items() if g == group)
+    if any(standbys[m].get(t) for m in standbys for t in topics):
+        return False  # standby replicas: keep Faust's (it places them with the actives)
+    current = {m: set(a.get(view.job_topic, ())) for m, a in actives.items()}
+    partitions = len(set().union(*current.values()))
+    if set().union(*current.values()) != set(range(partitions)):
+        return False
+    load = dict(view.snapshot)
+    if set(load) != set(range(partitions)):
+        return False  # no guessing: every partition's load, or Faust's deal
+    dealt = balance_by_load(current, load, partitions, view.min_gain)
+    if dealt is None:
+        return False
+    for member, parts in dealt.items():
+        for t in topics:
+            actives[member][t] = sorted(parts)
+    view.deals += 1
+    log.info(
+        "partitions of %s dealt by load: busiest worker %.0f -> %.0f (%s)",
+        view.job_topic,
+        busiest(current, load),
+        busiest(dealt, load),
+        "; ".join(f"{m[-8:]}: {sorted(p)}" for m, p in sorted(dealt.items())),
+    )
+    return True
+
+
+async def group_offsets(
+    app: Any, topic: str, partitions: int
+) -> tuple[dict[int, int], dict[int, int | None]]:
+    """End offsets of ``topic``'s partitions and the worker group's committed offsets
+    there (None: never committed), all partitions, not only this worker's."""
+    tps = [TP(topic, p) for p in range(partitions)]
+    end = await app.consumer.highwaters(*tps)
+    thread = app.consumer._thread
+
+    async def committed() -> dict[int, int | None]:
+        consumer = thread._ensure_consumer()
+        return {tp.partition: await consumer.committed(tp) for tp in tps}
+
+    return {tp.partition: int(end[tp]) for tp in tps if tp in end}, await thread.call_thread(
+        committed
+    )
+
+
+class LoadAwareAssignor(PartitionAssignor):
+    """Faust's assignor; as the leader, the job-event partitions re-dealt by load."""
+
+    def _protocol_assignments(
+        self,
+        assignments: Any,
+        cl_distribution: Any,
+        tp_distribution: Any,
+        topic_groups: Mapping[str, int],
+    ) -> Any:
+        view: LoadView | None = getattr(self.app, "gpuhint_load", None)
+        if view is not None and view.snapshot:
+            try:
+                actives = {m: a.actives for m, a in assignments.items()}
+                standbys = {m: a.standbys for m, a in assignments.items()}
+                if deal_by_load(actives, standbys, topic_groups, view):
+                    cl_distribution = self._get_changelog_distribution(assignments)
+                    tp_distribution = self._get_external_topic_distribution(assignments)
+            except Exception:  # never fail a rebalance over a better deal
+                log.exception("dealing partitions by load failed; Faust's assignment stands")
+        return super()._protocol_assignments(
+            assignments, cl_distribution, tp_distribution, topic_groups
+        )
+
+
+def assignor_class(by_load: bool) -> type[Any]:
+    """:class:`LoadAwareAssignor` when asked for and the installed Faust was checked."""
+    if by_load and faust.__version__ in CHECKED_VERSIONS:
+        return LoadAwareAssignor
+    if by_load:
+        log.warning(
+            "faust-streaming %s is not one the load-aware assignor was checked against "
+            "(%s): partitions are assigned by count",
+            faust.__version__,
+            ", ".join(CHECKED_VERSIONS),
+        )
+    return PartitionAssignor

@@ -1,0 +1,110 @@
+"""Partition placement by load (pure) and the assignor's re-deal of a Faust assignment."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.faust_assignor import LoadView, deal_by_load
+from streams.partitioning import partition_for
+from streams.placement import PartitionLoad, balance_by_load, busiest
+
+# 16 VCs named as bench_pipeline names them, on 8 partitions: 3, 0, 2, 0, 1, 3, 3, 4
+BENCH = [0] * 8
+for v in range(16):
+    BENCH[partition_for(f"bench/vc{v}".encode(), 8)] += 1
+
+
+def test_the_skew_this_fixes() -> None:
+    assert BENCH == [3, 0, 2, 0, 1, 3, 3, 4]
+    load = dict(enumerate(map(float, BENCH)))
+    sticky = {"a": {0, 1, 2, 3}, "b": {4, 5, 6, 7}}  # Faust after a late join: 5 vs 11
+    dealt = balance_by_load(sticky, load, 8)
+    assert dealt is not None and busiest(dealt, load) == 8  # 16 / 2: a perfect split
+    assert set().union(*dealt.values()) == set(range(8))
+    assert not dealt["a"] & dealt["b"]
+
+
+def test_no_deal_without_a_worthwhile_gain() -> None:
+    even = {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}
+    assert balance_by_load({"a": {0, 1}, "b": {2, 3}}, even, 4) is None
+    # 10% better is the floor: 11 -> 10 is 9%, kept as it is
+    assert balance_by_load({"a": {0, 1}, "b": {2}}, {0: 6.0, 1: 5.0, 2: 9.0}, 3) is None
+    assert balance_by_load({"a": {0, 1, 2, 3}}, even, 4) is None  # one worker
+    assert balance_by_load({"a": {0}, "b": {1}}, {}, 2) is None  # no load known
+    assert balance_by_load({"a": {0}, "b": {1}}, {0: 0.0, 1: 0.0}, 2) is None
+
+
+def test_unknown_partitions_weigh_the_mean() -> None:
+    # the leader knew only the partitions it held (0-5): 6 and 7 weigh their mean, 2
+    load = {0: 9.0, 1: 1.0, 2: 0.0, 3: 0.0, 4: 1.0, 5: 1.0}
+    current = {"a": {0, 1, 2, 3, 4, 5}, "b": {6, 7}}  # 12 vs 4
+    dealt = balance_by_load(current, load, 8)
+    assert dealt == {"a": {0}, "b": {1, 2, 3, 4, 5, 6, 7}}  # 9 vs 9: partition 0 alone
+    assert dealt == balance_by_load(dict(reversed(current.items())), load, 8)  # order-free
+
+
+def test_ties_keep_a_partition_where_it_is() -> None:
+    load = {0: 2.0, 1: 2.0, 2: 1.0, 3: 1.0, 4: 0.0, 5: 0.0}
+    current = {"a": {0, 1, 4}, "b": {2, 3, 5}}  # 4 vs 2
+    # load decides first (1 must leave a); on each tie the holder keeps it: 0, 2, 4, 5 stay
+    assert balance_by_load(current, load, 6) == {"a": {0, 3, 4}, "b": {1, 2, 5}}
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_lpt_is_within_four_thirds_of_the_best(workers: int) -> None:
+    load = {p: float((p * 7919) % 13) for p in range(12)}
+    current = {f"w{i}": {p for p in range(12) if p % workers == i} for i in range(workers)}
+    dealt = balance_by_load(current, load, 12, min_gain=0.0) or current
+    lower = max(max(load.values()), sum(load.values()) / workers)
+    assert busiest(dealt, load) <= lower * 4 / 3
+
+
+def test_partition_load_is_lag_plus_rate() -> None:
+    pl = PartitionLoad(horizon_s=10.0, half_life_s=2.0)
+    pl.sample(0.0, {0: 0, 1: 50, 2: 10}, {0: None, 1: None, 2: 10})
+    assert pl.weights() == {0: 0.0, 1: 50.0, 2: 0.0}  # never committed: all of it is lag
+    pl.sample(2.0, {0: 40, 1: 50, 2: 10}, {0: 0, 1: 50, 2: 10})  # 20 events/s on 0
+    assert pl.weights() == {0: 40.0 + 20.0 * 10, 1: 0.0, 2: 0.0}  # first rate: as read
+    pl.sample(4.0, {0: 40, 1: 50, 2: 10}, {0: 40, 1: 50, 2: 10})  # 0 stopped
+    assert pl.rate[0] == 10.0  # one half-life: half of the old rate is kept
+    assert pl.weights()[0] == 100.0
+
+
+def test_partition_load_is_what_the_leader_deals_by() -> None:
+    """A backlog of the bench's 16 VCs: the lag follows the VCs per partition."""
+    pl = PartitionLoad()
+    pl.sample(0.0, {p: 1126 * n for p, n in enumerate(BENCH)}, dict.fromkeys(range(8)))
+    dealt = balance_by_load({"a": {0, 1, 2, 3}, "b": {4, 5, 6, 7}}, pl.weights(), 8)
+    assert dealt is not None
+    assert sorted(sum(BENCH[p] for p in ps) for ps in dealt.values()) == [8, 8]
+
+
+def test_deal_by_load_moves_every_co_partitioned_topic_together() -> None:
+    topics = {"p.job-events": 0, "app-vc-state-changelog": 0, "p.telemetry": 0, "leader": 1}
+    actives = {
+        m: {t: sorted(ps) for t in topics if t != "leader"} | {"leader": [0] if m == "a" else []}
+        for m, ps in (("a", {0, 1, 2, 3}), ("b", {4, 5, 6, 7}))
+    }
+    standbys = {m: {t: [] for t in topics} for m in actives}
+    view = LoadView("p.job-events", snapshot=dict(enumerate(map(float, BENCH))))
+    assert deal_by_load(actives, standbys, topics, view) and view.deals == 1
+    for m in actives:
+        parts = actives[m]["p.job-events"]
+        assert actives[m]["app-vc-state-changelog"] == parts == actives[m]["p.telemetry"]
+    assert actives["a"]["leader"] == [0] and actives["b"]["leader"] == []  # other group
+    assert sorted(sum(BENCH[p] for p in actives[m]["p.job-events"]) for m in actives) == [8, 8]
+
+
+def test_deal_by_load_leaves_standbys_partial_assignments_and_partial_load_to_faust() -> None:
+    topics = {"j": 0, "c": 0}
+    view = LoadView("j", snapshot={0: 9.0, 1: 1.0, 2: 1.0, 3: 1.0})
+    actives = {"a": {"j": [0, 1], "c": [0, 1]}, "b": {"j": [2, 3], "c": [2, 3]}}
+    with_standby = {"a": {"j": [], "c": [2]}, "b": {"j": [], "c": []}}
+    assert not deal_by_load(actives, with_standby, topics, view)
+    partial = {"a": {"j": [0, 1], "c": [0, 1]}, "b": {"j": [3], "c": [3]}}  # 2 unassigned
+    assert not deal_by_load(partial, {m: {} for m in partial}, topics, view)
+    unknown = LoadView("j", snapshot={0: 9.0, 1: 1.0, 2: 1.0})  # 3's load not sampled
+    assert not deal_by_load(actives, {m: {} for m in actives}, topics, unknown)
+    assert actives["a"]["j"] == [0, 1]  # untouched by the refusals
+    assert deal_by_load(actives, {m: {} for m in actives}, topics, view)  # all known
+    assert actives["a"] == {"j": [0], "c": [0]} and actives["b"]["c"] == [1, 2, 3]

@@ -108,3 +108,25 @@ def test_deal_by_load_leaves_standbys_partial_assignments_and_partial_load_to_fa
     assert actives["a"]["j"] == [0, 1]  # untouched by the refusals
     assert deal_by_load(actives, {m: {} for m in actives}, topics, view)  # all known
     assert actives["a"] == {"j": [0], "c": [0]} and actives["b"]["c"] == [1, 2, 3]
+
+
+def test_the_assignor_hooks_what_faust_calls() -> None:
+    """The one Faust method overridden, and the two it calls, as the checked versions
+    have them; other versions get Faust's assignor."""
+    import inspect
+
+    import faust
+    from faust.assignor import PartitionAssignor
+
+    from streams.faust_assignor import LoadAwareAssignor, assignor_class
+    from streams.faust_consumer import CHECKED_VERSIONS
+
+    params = list(inspect.signature(PartitionAssignor._protocol_assignments).parameters)
+    assert params == ["self", "assignments", "cl_distribution", "tp_distribution", "topic_groups"]
+    perform = inspect.getsource(PartitionAssignor._perform_assignment)
+    assert "self._protocol_assignments(" in perform
+    assert "changelog_distribution = self._get_changelog_distribution(assignments)" in perform
+    assert hasattr(PartitionAssignor, "_get_external_topic_distribution")
+    assert assignor_class(False) is PartitionAssignor
+    want = LoadAwareAssignor if faust.__version__ in CHECKED_VERSIONS else PartitionAssignor
+    assert assignor_class(True) is want

@@ -18,9 +18,12 @@ Kafka broker and Redis server, then:
    every VC (per-partition order: all before it is done). The group's assignment gives
    each run's bound: events / the busiest worker's events (``speedup_bound_*``; VCs
    hash unevenly over partitions, so two workers cannot always split the work in half).
+   ``--join during``: one worker starts draining the backlog and the second joins then
+   (a worker added to a group that lags: the drain includes its start-up and the
+   rebalance, and the bound is the final deal's).
 
     python bench/bench_pipeline.py [--rate 200] [--seconds 15] [--lifecycles 10000]
-                                    [--runs 3] [--json]
+                                    [--runs 3] [--join before|during] [--json]
 """
 
 from __future__ import annotations

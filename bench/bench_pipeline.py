@@ -29,7 +29,6 @@ Kafka broker and Redis server, then:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import multiprocessing
@@ -53,8 +52,10 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
-from gpuhint.kafka_io import ensure_topics, kafka_client_config, ssl_context
+from gpuhint.kafka_io import aiokafka_client_config, ensure_topics, kafka_client_config
 from gpuhint.keys import RedisKeys
+from gpuhint.testing.kafka_tools import group_assignment as _group_assignment
+from gpuhint.testing.kafka_tools import produce_batches
 from gpuhint.testing.services import kafka_service, redis_service
 from gpuhint.topics import Topics, job_key
 from streams.partitioning import partition_for
@@ -65,23 +66,6 @@ CLUSTER = "bench"
 def security() -> dict[str, object]:
     """Kafka client TLS/SASL options from GPUHINT_KAFKA_SECURITY_* (empty: plaintext)."""
     return kafka_client_config(load_settings())
-
-
-def aiokafka_security() -> dict[str, object]:
-    """The same options in aiokafka's terms."""
-    settings = load_settings()
-    config: dict[str, object] = {"security_protocol": settings.kafka_security_protocol}
-    ctx = ssl_context(settings)
-    if ctx is not None:
-        config["ssl_context"] = ctx
-    if settings.kafka_security_protocol.startswith("SASL_"):
-        assert settings.kafka_sasl_password is not None  # checked by Settings
-        config.update(
-            sasl_mechanism=settings.kafka_sasl_mechanism,
-            sasl_plain_username=settings.kafka_sasl_username,
-            sasl_plain_password=settings.kafka_sasl_password.get_secret_value(),
-        )
-    return config
 
 
 class HintWatcher(threading.Thread):
@@ -270,56 +254,19 @@ def send_all(producer: KafkaProducer, topics: Topics, evs: list[JobEvent]) -> No
 
 
 def send_batched(bootstrap: str, topic: str, partitions: int, evs: list[JobEvent]) -> None:
-    """Produce ``evs`` in a few large record batches (aiokafka): 18k events in ~0.05 s
-    instead of ~0.8 s of a core through kafka-python's per-record send, which would
-    compete with the workers it measures. Per-partition order is kept."""
-    from aiokafka import AIOKafkaProducer
-
+    """Produce ``evs`` in a few large record batches, per-partition order kept."""
     by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
     for ev in evs:
         key = job_key(ev.cluster, ev.vc)
         by_partition.setdefault(partition_for(key, partitions), []).append(
             (key, encode_message(ev))
         )
-
-    async def produce() -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks=1, max_batch_size=1 << 19, **aiokafka_security()
-        )
-        await producer.start()
-        try:
-            acks = []
-            for partition, records in by_partition.items():
-                batch = producer.create_batch()
-                for key, value in records:
-                    if batch.append(key=key, value=value, timestamp=None) is None:
-                        acks.append(await producer.send_batch(batch, topic, partition=partition))
-                        batch = producer.create_batch()
-                        batch.append(key=key, value=value, timestamp=None)
-                acks.append(await producer.send_batch(batch, topic, partition=partition))
-            await asyncio.gather(*acks)
-        finally:
-            await producer.stop()
-
-    asyncio.run(produce())
+    produce_batches(bootstrap, topic, by_partition, **aiokafka_client_config(load_settings()))
 
 
 def group_assignment(bootstrap: str, group: str, topic: str) -> list[list[int]] | None:
     """Each member's partitions of ``topic`` while the group is stable, else None."""
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security())
-    try:
-        info = admin.describe_groups([group]).get(group) or {}
-    finally:
-        admin.close()
-    if info.get("group_state") != "Stable":
-        return None
-    out = []
-    for member in info.get("members") or []:
-        assigned = (member.get("member_assignment") or {}).get("assigned_partitions") or []
-        out.append(sorted(p for a in assigned if a["topic"] == topic for p in a["partitions"]))
-    return sorted(out)
+    return _group_assignment(bootstrap, group, topic, **security())
 
 
 def wait_for_group(bootstrap: str, group: str, topic: str, members: int) -> list[list[int]]:

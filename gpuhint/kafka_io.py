@@ -1,9 +1,10 @@
 """kafka-python plumbing shared by producers (trace replay, node agent) and the worker.
 
 Every Kafka client in the project takes its transport security from the settings
-(:func:`kafka_client_config` for kafka-python, :func:`faust_credentials` for the Faust
-worker): TLS with a CA bundle (and optionally a client certificate), SASL PLAIN or
-SCRAM-SHA-256/512, the password a :class:`~pydantic.SecretStr` until the client gets it.
+(:func:`kafka_client_config` for kafka-python, :func:`aiokafka_client_config` for
+aiokafka, :func:`faust_credentials` for the Faust worker): TLS with a CA bundle (and
+optionally a client certificate), SASL PLAIN or SCRAM-SHA-256/512, the password a
+:class:`~pydantic.SecretStr` until the client gets it.
 
 >>> from gpuhint.config import load_settings
 >>> kafka_client_config(load_settings())
@@ -55,6 +56,15 @@ def kafka_client_config(settings: Settings) -> dict[str, Any]:
         if settings.kafka_ssl_certfile is not None:
             config["ssl_certfile"] = str(settings.kafka_ssl_certfile)
             config["ssl_keyfile"] = str(settings.kafka_ssl_keyfile)
+    return config
+
+
+def aiokafka_client_config(settings: Settings) -> dict[str, Any]:
+    """The same security options in aiokafka's terms (its TLS is an ``ssl_context``)."""
+    config = {k: v for k, v in kafka_client_config(settings).items() if not k.startswith("ssl_")}
+    ctx = ssl_context(settings)
+    if ctx is not None:
+        config["ssl_context"] = ctx
     return config
 
 

@@ -160,7 +160,7 @@ def test_unsupported_security_settings_are_refused(overrides: dict[str, str], ne
 
 
 def test_sasl_settings_reach_the_clients_and_the_password_stays_secret() -> None:
-    from gpuhint.kafka_io import faust_credentials, kafka_client_config
+    from gpuhint.kafka_io import aiokafka_client_config, faust_credentials, kafka_client_config
 
     s = load_settings(
         kafka_security_protocol="SASL_SSL",
@@ -173,6 +173,9 @@ def test_sasl_settings_reach_the_clients_and_the_password_stays_secret() -> None
     assert cfg["security_protocol"] == "SASL_SSL"
     assert cfg["sasl_mechanism"] == "SCRAM-SHA-512"
     assert cfg["sasl_plain_password"] == "hunter2"
+    aio = aiokafka_client_config(s)
+    assert aio["sasl_plain_password"] == "hunter2" and aio["security_protocol"] == "SASL_SSL"
+    assert aio["sasl_mechanism"] == "SCRAM-SHA-512" and aio["ssl_context"] is not None
     creds = faust_credentials(s)
     assert creds.mechanism.value == "SCRAM-SHA-512" and creds.protocol.value == "SASL_SSL"
     assert "hunter2" not in repr(creds)

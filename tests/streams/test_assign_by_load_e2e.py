@@ -9,7 +9,6 @@ the deal it logged.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import signal
 import subprocess
@@ -20,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from kafka.admin import KafkaAdminClient
 
 from gpuhint.contract import JobEvent, encode_message
 from gpuhint.kafka_io import ensure_topics
 from gpuhint.keys import RedisKeys
+from gpuhint.testing.kafka_tools import group_assignment, produce_batches
 from gpuhint.topics import Topics, job_key
 from streams.partitioning import partition_for
 
@@ -57,46 +56,6 @@ def _backlog(lifecycles: int) -> dict[int, list[tuple[bytes, bytes]]]:
                 (key, encode_message(ev))
             )
     return by_partition
-
-
-def _produce(
-    bootstrap: str, topic: str, by_partition: dict[int, list[tuple[bytes, bytes]]]
-) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def go() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=1 << 19)
-        await producer.start()
-        try:
-            acks = []
-            for partition, records in by_partition.items():
-                batch = producer.create_batch()
-                for key, value in records:
-                    if batch.append(key=key, value=value, timestamp=None) is None:
-                        acks.append(await producer.send_batch(batch, topic, partition=partition))
-                        batch = producer.create_batch()
-                        batch.append(key=key, value=value, timestamp=None)
-                acks.append(await producer.send_batch(batch, topic, partition=partition))
-            await asyncio.gather(*acks)
-        finally:
-            await producer.stop()
-
-    asyncio.run(go())
-
-
-def _assignment(bootstrap: str, group: str, topic: str) -> list[list[int]] | None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        info = admin.describe_groups([group]).get(group) or {}
-    finally:
-        admin.close()
-    if info.get("group_state") != "Stable":
-        return None
-    got = []
-    for m in info.get("members") or []:
-        parts = (m.get("member_assignment") or {}).get("assigned_partitions") or []
-        got.append(sorted(p for a in parts if a["topic"] == topic for p in a["partitions"]))
-    return sorted(got)
 
 
 @pytest.fixture
@@ -132,7 +91,7 @@ def test_a_joining_worker_gets_partitions_dealt_by_load(
     start, env, log = two_workers
     topics = Topics(unique_prefix)
     ensure_topics(kafka_bootstrap, topics, partitions=PARTITIONS)
-    _produce(kafka_bootstrap, topics.job_events, _backlog(30_000))  # 90,000 events
+    produce_batches(kafka_bootstrap, topics.job_events, _backlog(30_000))  # 90,000 events
     r = redis.Redis.from_url(redis_url)
     changes = RedisKeys(unique_prefix).changes
     start()
@@ -146,7 +105,7 @@ def test_a_joining_worker_gets_partitions_dealt_by_load(
     got = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        got = _assignment(kafka_bootstrap, group, topics.job_events)
+        got = group_assignment(kafka_bootstrap, group, topics.job_events)
         if got is not None and len(got) == 2 and all(got):
             break
         time.sleep(0.2)

@@ -396,8 +396,8 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             if app.rebalancing:
                 return  # the group's commits move meanwhile: keep the last view
             try:
-                end, committed = await asyncio.wait_for(
-                    group_offsets(app, load_view.job_topic, settings.partitions), timeout=5.0
+                end, committed = await group_offsets(
+                    app, load_view.job_topic, settings.partitions, timeout=3.0
                 )
             except Exception as exc:  # broker busy or consumer stopping: keep the last view
                 log.debug("partition load not sampled: %s: %s", type(exc).__name__, exc)

@@ -19,6 +19,7 @@ versions use Faust's assignor unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -62,6 +63,15 @@ def deal_by_load(
     topics = sorted(t for t, g in topic_groups.items() if g == group)
     if any(standbys[m].get(t) for m in standbys for t in topics):
         return False  # standby replicas: keep Faust's (it places them with the actives)
+    # Faust groups topics by partition count: deal only when every member subscribes to
+    # every topic of the group and holds the same partitions of each (co-partitioned).
+    # A member without one (another build, CES off) would be handed a topic it did not
+    # subscribe to, which its consumer refuses.
+    for a in actives.values():
+        if any(t not in a for t in topics):
+            return False
+        if any(sorted(a[t]) != sorted(a[view.job_topic]) for t in topics):
+            return False
     current = {m: set(a.get(view.job_topic, ())) for m, a in actives.items()}
     partitions = len(set().union(*current.values()))
     if set().union(*current.values()) != set(range(partitions)):
@@ -87,21 +97,28 @@ def deal_by_load(
 
 
 async def group_offsets(
-    app: Any, topic: str, partitions: int
+    app: Any, topic: str, partitions: int, timeout: float = 3.0
 ) -> tuple[dict[int, int], dict[int, int | None]]:
     """End offsets of ``topic``'s partitions and the worker group's committed offsets
     there (None: never committed), all partitions, not only this worker's."""
     tps = [TP(topic, p) for p in range(partitions)]
-    end = await app.consumer.highwaters(*tps)
     thread = app.consumer._thread
 
-    async def committed() -> dict[int, int | None]:
+    async def read() -> tuple[dict[int, int], dict[int, int | None]]:
+        # in the consumer thread, bounded there: its call queue (2 slots) also carries
+        # Faust's fetches and commits, and ``committed`` retries while the group
+        # coordinator is unknown
         consumer = thread._ensure_consumer()
-        return {tp.partition: await consumer.committed(tp) for tp in tps}
 
-    return {tp.partition: int(end[tp]) for tp in tps if tp in end}, await thread.call_thread(
-        committed
-    )
+        async def both() -> tuple[dict[int, int], dict[int, int | None]]:
+            end = await consumer.end_offsets(tps)
+            done = {tp.partition: await consumer.committed(tp) for tp in tps}
+            return {tp.partition: int(end[tp]) for tp in tps if tp in end}, done
+
+        return await asyncio.wait_for(both(), timeout)
+
+    result: tuple[dict[int, int], dict[int, int | None]] = await thread.call_thread(read)
+    return result
 
 
 class LoadAwareAssignor(PartitionAssignor):

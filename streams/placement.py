@@ -80,10 +80,11 @@ def balance_by_load(
     """Partitions ``0..partitions-1`` re-dealt to ``current``'s workers by ``load``, or
     None when that would not lower the busiest worker's load by ``min_gain`` (a share).
 
-    Partitions without a known load get the mean of the known ones (the leader only
-    sees its own partitions). Deal order: heaviest first; each to the worker with the
-    least load so far, then the one that holds it in ``current``, then the one with the
-    fewest partitions, then by name, so the result is deterministic.
+    Partitions without a known load get the mean of the known ones. Deal order:
+    heaviest first; each to the worker with the least load so far, then the one that
+    holds it in ``current``, then the one with the fewest partitions, then by name, so
+    the result is deterministic. A partition with no load stays with its holder (moving
+    it would cost a state recovery for nothing).
     """
     workers = sorted(current)
     known = [v for p, v in load.items() if 0 <= p < partitions]
@@ -95,7 +96,10 @@ def balance_by_load(
     dealt: dict[str, set[int]] = {w: set() for w in workers}
     carried = dict.fromkeys(workers, 0.0)
     for p in sorted(range(partitions), key=lambda p: (-weight[p], p)):
-        best = min(workers, key=lambda w: (carried[w], owner.get(p) != w, len(dealt[w]), w))
+        if weight[p] <= 0 and owner.get(p) in dealt:
+            best = owner[p]
+        else:
+            best = min(workers, key=lambda w: (carried[w], owner.get(p) != w, len(dealt[w]), w))
         dealt[best].add(p)
         carried[best] += weight[p]
     before, after = busiest(current, weight), busiest(dealt, weight)

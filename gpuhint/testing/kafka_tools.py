@@ -40,7 +40,8 @@ def produce_batches(
                     if batch.append(key=key, value=value, timestamp=None) is None:
                         acks.append(await producer.send_batch(batch, topic, partition=partition))
                         batch = producer.create_batch()
-                        batch.append(key=key, value=value, timestamp=None)
+                        if batch.append(key=key, value=value, timestamp=None) is None:
+                            raise ValueError(f"a record of {len(value)} bytes fits no batch")
                 acks.append(await producer.send_batch(batch, topic, partition=partition))
             await asyncio.gather(*acks)
         finally:

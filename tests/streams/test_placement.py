@@ -34,12 +34,18 @@ def test_no_deal_without_a_worthwhile_gain() -> None:
     assert balance_by_load({"a": {0}, "b": {1}}, {0: 0.0, 1: 0.0}, 2) is None
 
 
+def test_partitions_without_load_stay_where_they_are() -> None:
+    load = {0: 1000.0, 1: 500.0, 4: 100.0} | {p: 0.0 for p in (2, 3, 5, 6, 7)}
+    dealt = balance_by_load({"a": {0, 1, 2, 3}, "b": {4, 5, 6, 7}}, load, 8)
+    assert dealt == {"a": {0, 2, 3}, "b": {1, 4, 5, 6, 7}}  # only 1 moves
+
+
 def test_unknown_partitions_weigh_the_mean() -> None:
     # the leader knew only the partitions it held (0-5): 6 and 7 weigh their mean, 2
     load = {0: 9.0, 1: 1.0, 2: 0.0, 3: 0.0, 4: 1.0, 5: 1.0}
     current = {"a": {0, 1, 2, 3, 4, 5}, "b": {6, 7}}  # 12 vs 4
     dealt = balance_by_load(current, load, 8)
-    assert dealt == {"a": {0}, "b": {1, 2, 3, 4, 5, 6, 7}}  # 9 vs 9: partition 0 alone
+    assert dealt == {"a": {0, 2, 3}, "b": {1, 4, 5, 6, 7}}  # 9 vs 9 (2 and 3 weigh 0)
     assert dealt == balance_by_load(dict(reversed(current.items())), load, 8)  # order-free
 
 
@@ -103,6 +109,10 @@ def test_deal_by_load_leaves_standbys_partial_assignments_and_partial_load_to_fa
     assert not deal_by_load(actives, with_standby, topics, view)
     partial = {"a": {"j": [0, 1], "c": [0, 1]}, "b": {"j": [3], "c": [3]}}  # 2 unassigned
     assert not deal_by_load(partial, {m: {} for m in partial}, topics, view)
+    # a member that does not subscribe to "c" (CES off, another build): Faust groups
+    # topics by partition count, so dealing "c" to it would hand it an unsubscribed topic
+    mixed = {"a": {"j": [0, 1], "c": [0, 1]}, "b": {"j": [2, 3]}}
+    assert not deal_by_load(mixed, {m: {} for m in mixed}, topics, view)
     unknown = LoadView("j", snapshot={0: 9.0, 1: 1.0, 2: 1.0})  # 3's load not sampled
     assert not deal_by_load(actives, {m: {} for m in actives}, topics, unknown)
     assert actives["a"]["j"] == [0, 1]  # untouched by the refusals

@@ -40,6 +40,7 @@ from kafka import KafkaProducer
 from gpuhint.contract import JobEvent, JobPhase, encode_message
 from gpuhint.kafka_io import ensure_topics
 from gpuhint.keys import RedisKeys
+from gpuhint.testing.services import stop_processes
 from gpuhint.topics import Topics, job_key
 
 CLUSTER = "failover"
@@ -126,15 +127,7 @@ def spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_processes(procs)
 
 
 def scenario(name: str, bootstrap: str, redis_url: str, args: argparse.Namespace) -> dict[str, Any]:

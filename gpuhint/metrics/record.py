@@ -20,7 +20,6 @@ import contextlib
 import gzip
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from gpuhint.metrics.dashboard import PANELS, Level, Rate, RatioOfRates
 from gpuhint.testing.scrape import get
-from gpuhint.testing.services import free_port, kafka_service, redis_service
+from gpuhint.testing.services import free_port, kafka_service, redis_service, stop_processes
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "philly_excerpt.json"
 TRACE_SPAN_S = 778 * 3600.0  # first to last event of the excerpt
@@ -192,14 +191,7 @@ def record(out: Path, seconds: float, interval: float, workdir: Path, slot_s: in
                         fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
                     rounds += 1
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_processes(procs)
     return rounds
 
 

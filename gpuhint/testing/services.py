@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -302,6 +302,21 @@ class LocalKafka(LocalProcess):
             self.stop()
             raise ServiceError(f"Kafka did not start: {exc}\n{tail}") from None
         return self
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+    """SIGTERM every process still running, then wait for each; SIGKILL what is still
+    there after ``timeout_s`` (workers and agents started by tests and benchmarks)."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def kill_process(svc: LocalProcess) -> None:

@@ -10,7 +10,6 @@ the deal it logged.
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from gpuhint.contract import JobEvent, encode_message
 from gpuhint.kafka_io import ensure_topics
 from gpuhint.keys import RedisKeys
 from gpuhint.testing.kafka_tools import group_assignment, produce_batches
+from gpuhint.testing.services import stop_processes
 from gpuhint.topics import Topics, job_key
 from streams.partitioning import partition_for
 
@@ -73,13 +73,7 @@ def two_workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-unt
             )
 
     yield start, env, log
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_processes(procs)
 
 
 def test_a_joining_worker_gets_partitions_dealt_by_load(

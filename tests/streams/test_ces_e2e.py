@@ -17,6 +17,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from gpuhint.contract import ClusterLoad, PowerAdvisory
 from gpuhint.kafka_io import ensure_topics
 from gpuhint.keys import RedisKeys
+from gpuhint.testing.services import stop_processes
 from gpuhint.topics import Topics, node_key
 
 pytestmark = pytest.mark.integration
@@ -29,14 +30,7 @@ SLOT_S = 2  # short CES slots so the test sees several close in seconds
 def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
     running: list[subprocess.Popen[bytes]] = []
     yield running
-    for p in running:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in running:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_processes(running)
 
 
 def test_agents_to_cluster_load_in_redis(

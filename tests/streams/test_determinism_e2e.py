@@ -11,7 +11,6 @@ and a SIGKILL changed 34-87% of them (issue 10).
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 import redis
 
 from gpuhint.keys import RedisKeys
+from gpuhint.testing.services import stop_processes
 from gpuhint.traces import job_events, parse_time, read_trace
 from streams.inprocess import InProcessPipeline
 
@@ -85,14 +85,7 @@ def workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-untyped
         return p
 
     yield start, env, log
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    stop_processes(procs)
 
 
 # *_unsaved: state saved only every 30 s, so every kill lands between a Redis flush and

@@ -447,7 +447,8 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         s, w = engine.stats, handler.stats
         log.info(
             "events %d (dead-letter %d, redelivered %d), hints written %d removed %d, "
-            "learned %d, MAE(log) %s, state records %d (%d bytes) in %d saves",
+            "learned %d, MAE(log) %s, state records %d (%d bytes) in %d saves, "
+            "partition deals by load %d",
             w.processed,
             w.dead_letter,
             s.redelivered,
@@ -458,6 +459,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             states.saves,
             states.bytes_saved,
             cadence.saves,
+            load_view.deals,
         )
 
     sweep = getattr(store, "sweep_stale", None)

@@ -106,14 +106,19 @@ async def group_offsets(
 
     async def read() -> tuple[dict[int, int], dict[int, int | None]]:
         # in the consumer thread, bounded there: its call queue (2 slots) also carries
-        # Faust's fetches and commits, and ``committed`` retries while the group
+        # Faust's fetches and commits, and the commit fetch retries while the group
         # coordinator is unknown
         consumer = thread._ensure_consumer()
 
         async def both() -> tuple[dict[int, int], dict[int, int | None]]:
             end = await consumer.end_offsets(tps)
-            done = {tp.partition: await consumer.committed(tp) for tp in tps}
-            return {tp.partition: int(end[tp]) for tp in tps if tp in end}, done
+            # one OffsetFetch for all partitions (``consumer.committed`` asks per partition)
+            commits = await consumer._coordinator.fetch_committed_offsets(tps)
+            done = {tp.partition: commits[tp].offset if tp in commits else -1 for tp in tps}
+            return (
+                {tp.partition: int(end[tp]) for tp in tps if tp in end},
+                {p: o if o >= 0 else None for p, o in done.items()},  # -1: never committed
+            )
 
         return await asyncio.wait_for(both(), timeout)
 

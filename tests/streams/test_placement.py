@@ -137,6 +137,9 @@ def test_the_assignor_hooks_what_faust_calls() -> None:
     assert "self._protocol_assignments(" in perform
     assert "changelog_distribution = self._get_changelog_distribution(assignments)" in perform
     assert hasattr(PartitionAssignor, "_get_external_topic_distribution")
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+
+    assert inspect.iscoroutinefunction(GroupCoordinator.fetch_committed_offsets)  # group_offsets
     assert assignor_class(False) is PartitionAssignor
     want = LoadAwareAssignor if faust.__version__ in CHECKED_VERSIONS else PartitionAssignor
     assert assignor_class(True) is want

@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import redis
 from kafka import KafkaConsumer, KafkaProducer
@@ -54,6 +55,7 @@ from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
 from gpuhint.kafka_io import aiokafka_client_config, ensure_topics, kafka_client_config
 from gpuhint.keys import RedisKeys
+from gpuhint.testing.cpu_meter import CpuMeter, listening_pid
 from gpuhint.testing.kafka_tools import group_assignment as _group_assignment
 from gpuhint.testing.kafka_tools import produce_batches
 from gpuhint.testing.services import kafka_service, redis_service
@@ -291,6 +293,19 @@ def wait_for_group(bootstrap: str, group: str, topic: str, members: int) -> list
     raise SystemExit(f"{members} worker(s) did not join group {group} within 120 s")
 
 
+def service_pids(bootstrap: str, url: str) -> dict[str, list[int]]:
+    """The local broker's and Redis's pids, by the port they listen on (none when they
+    run elsewhere or this user cannot see them: their CPU is then not reported)."""
+    found: dict[str, list[int]] = {}
+    for name, port in (
+        ("kafka", int(bootstrap.split(",")[0].rsplit(":", 1)[1])),
+        ("redis", urlparse(url).port or 6379),
+    ):
+        pid = listening_pid(port)
+        found[name] = [pid] if pid is not None else []
+    return found
+
+
 def throughput(
     bootstrap: str,
     url: str,
@@ -300,14 +315,18 @@ def throughput(
     lifecycles: int,
     vcs: int,
     join: str = "before",
+    services: dict[str, list[int]] | None = None,
 ) -> dict[str, object]:
-    """One drain by ``n_workers``: events/s, the group's assignment and its bound.
+    """One drain by ``n_workers``: events/s, the group's assignment and its bound, and
+    the cores each process (``services``: name -> pids, the workers, this harness) and the
+    whole machine used while it ran.
 
     ``join="before"``: every worker joins before the backlog is produced. ``"during"``:
     one worker drains the backlog and the others join as soon as it is produced (adding
     workers to a group that lags), so the drain includes their rebalance."""
     env, topics, keys = setup(bootstrap, url, model, tmp)
     partitions = int(env["GPUHINT_PARTITIONS"])
+    services = {**(services or {}), "harness": [os.getpid()]}
     t = time.time()
     # one waiting job per VC first: every worker has joined, recovered and is handling
     warm = [lifecycle(v, "warm", vcs, t)[0] for v in range(vcs)]
@@ -333,9 +352,14 @@ def throughput(
         send_batched(bootstrap, topics.job_events, partitions, warm)
         if not wait_for(watcher, [e.job_id for e in warm], 120):
             raise SystemExit("the workers did not come up")
+        meter = CpuMeter(
+            lambda: {**services, **{f"worker{k}": [w.p.pid] for k, w in enumerate(ws)}}
+        )
         send_batched(bootstrap, topics.job_events, partitions, [*evs, *markers])
         ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first, n_workers)]
         ok = wait_for(watcher, [m.job_id for m in markers], 900)
+        cpu = meter.stop()
+        cpu["workers_cores"] = sum(v for k, v in cpu.items() if k.startswith("worker"))
         final = group_assignment(bootstrap, group, topics.job_events)
     finally:
         watcher.stop.set()
@@ -352,16 +376,33 @@ def throughput(
             "assignment": final,
             "speedup_bound": None,
             "rebalanced": None,
+            "cpu": cpu,
         }
     per_partition = [0] * partitions
     for ev in [*evs, *markers]:
         per_partition[partition_for(job_key(ev.cluster, ev.vc), partitions)] += 1
     busiest = max(sum(per_partition[p] for p in member) for member in assignment)
+    start = min(thr) if thr else float("nan")
+    members = []
+    for member in assignment:  # how fast each worker drained its own share
+        mine = [m for m in markers if partition_for(job_key(m.cluster, m.vc), partitions) in member]
+        done = max((watcher.seen.get(m.job_id, float("nan")) for m in mine), default=start)
+        n = sum(per_partition[p] for p in member)
+        members.append(
+            {
+                "partitions": member,
+                "events": n,
+                "drain_s": done - start,
+                "events_per_s": n / (done - start) if done > start else None,
+            }
+        )
     return {
         "events_per_s": rate,
         "assignment": assignment,
         "speedup_bound": (len(evs) + len(markers)) / busiest,
         "rebalanced": final != assignment,
+        "members": members,
+        "cpu": cpu,
     }
 
 
@@ -449,19 +490,32 @@ def main() -> int:
         lat, raw_beside = hint_latency(
             bootstrap, url, args.model, tmp, args.rate, args.seconds, args.settle
         )
+        services = service_pids(bootstrap, url)
         ones: list[dict[str, object]] = []
         twos: list[dict[str, object]] = []
         for _ in range(args.runs):  # alternated, so that a load change hits both alike
             for n, runs in ((1, ones), (2, twos)):
                 runs.append(
                     throughput(
-                        bootstrap, url, args.model, tmp, n, args.lifecycles, args.vcs, args.join
+                        bootstrap,
+                        url,
+                        args.model,
+                        tmp,
+                        n,
+                        args.lifecycles,
+                        args.vcs,
+                        args.join,
+                        services,
                     )
                 )
     one_runs = [float(r["events_per_s"]) for r in ones]  # type: ignore[arg-type]
     two_runs = [float(r["events_per_s"]) for r in twos]  # type: ignore[arg-type]
     one, two = statistics.median(one_runs), statistics.median(two_runs)
     bounds = [float(r["speedup_bound"]) for r in twos if r["speedup_bound"] is not None]  # type: ignore[arg-type]
+    cpu_ones = [r["cpu"] for r in ones]
+    cpu_twos = [r["cpu"] for r in twos]
+    busy_one = statistics.median(float(c["machine_busy_cores"]) for c in cpu_ones)  # type: ignore[index]
+    busy_two = statistics.median(float(c["machine_busy_cores"]) for c in cpu_twos)  # type: ignore[index]
     out = {
         "command": " ".join(["python", "bench/bench_pipeline.py", *sys.argv[1:]]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -496,7 +550,15 @@ def main() -> int:
         "speedup_bound_2_workers": statistics.median(bounds) if bounds else None,
         "speedup_bound_2_workers_runs": bounds,
         "assignments_2_workers_runs": [r["assignment"] for r in twos],
+        "members_2_workers_runs": [r.get("members") for r in twos],
         "rebalanced_during_drain": sum(r["rebalanced"] is True for r in [*ones, *twos]),
+        "machine_busy_cores_1_worker": busy_one,
+        "machine_busy_cores_2_workers": busy_two,
+        # every process's CPU per event as with one worker: the machine's cores cap the
+        # rate at cores / busy cores times the one-worker rate
+        "speedup_bound_cpu_2_workers": (os.cpu_count() or 1) / busy_one if busy_one > 0 else None,
+        "cpu_1_worker_runs": cpu_ones,
+        "cpu_2_workers_runs": cpu_twos,
     }
     print_result(out, args.json)
     return 0

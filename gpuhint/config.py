@@ -96,6 +96,30 @@ class Settings(BaseSettings):
         "(events handled + lag) when that evens the busiest worker's share by 10%+ "
         "(streams/faust_assignor.py; false: Faust's count-balanced assignment)",
     )
+    worker_rebalance_for_load: bool = Field(
+        True,
+        description="worker, as group leader: ask the group to rebalance when a deal by "
+        "load would spare the busiest worker enough (the thresholds below); needs "
+        "worker_assign_by_load",
+    )
+    worker_rebalance_min_gain: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="worker: a rebalance for load must lower the busiest worker's load by "
+        "this share",
+    )
+    worker_rebalance_min_events: int = Field(
+        20_000,
+        ge=0,
+        description="worker: ... and by this many events (lag + 10 s at the recent rate; "
+        "a rebalance pauses the group ~2 s: 20,000 is ~4 s of one worker at 5,000/s)",
+    )
+    worker_rebalance_cooldown_s: float = Field(
+        30.0,
+        ge=1,
+        description="worker: no rebalance for load within this long of the last rebalance",
+    )
     worker_stream_buffer: int = Field(
         16384,
         ge=64,

@@ -63,12 +63,18 @@ from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.batching import take_ready
 from streams.cluster_load import ClusterLoadProcessor
-from streams.faust_assignor import LoadView, assignor_class, group_offsets
+from streams.faust_assignor import (
+    LoadView,
+    assignor_class,
+    group_generation,
+    group_offsets,
+    request_rejoin,
+)
 from streams.faust_consumer import app_class
 from streams.gc_policy import HeapFreezer
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
 from streams.partitioning import partition_for
-from streams.placement import PartitionLoad
+from streams.placement import PartitionLoad, RebalanceProbe, busiest
 from streams.state_table import SaveCadence, TableStates
 
 log = logging.getLogger(__name__)
@@ -249,6 +255,12 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     load_view = LoadView(job_topic=job_topic.topics[0])
     app.gpuhint_load = load_view  # type: ignore[attr-defined]
     partition_load = PartitionLoad(horizon_s=10.0, half_life_s=30.0)
+    probe = RebalanceProbe(
+        min_gain=settings.worker_rebalance_min_gain,
+        min_events=settings.worker_rebalance_min_events,
+        cooldown_s=settings.worker_rebalance_cooldown_s,
+    )
+    seen_generation: list[int | None] = [None]
 
     vc_table = ChangelogTable(table("vc-state"))
     ces_table = ChangelogTable(table("ces-state"))
@@ -389,12 +401,18 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
     if settings.worker_assign_by_load:
 
-        @app.timer(interval=2.0)
+        @app.timer(interval=1.0)
         async def sample_partition_load() -> None:
             """The job-event partitions' load (lag + recent rate, from the broker: any
-            worker may lead the next rebalance) for the assignor to deal them by."""
+            worker may lead the next rebalance) for the assignor to deal them by; as the
+            leader, ask for a rebalance when a deal by load would be much better."""
             if app.rebalancing:
                 return  # the group's commits move meanwhile: keep the last view
+            now = time.monotonic()
+            generation = group_generation(app)
+            if generation != seen_generation[0]:  # a rebalance: the probe cools down
+                seen_generation[0] = generation
+                probe.rebalanced(now)
             try:
                 end, committed = await group_offsets(
                     app, load_view.job_topic, settings.partitions, timeout=3.0
@@ -402,8 +420,25 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             except Exception as exc:  # broker busy or consumer stopping: keep the last view
                 log.debug("partition load not sampled: %s: %s", type(exc).__name__, exc)
                 return
-            partition_load.sample(time.monotonic(), end, committed)
-            load_view.snapshot = partition_load.weights()
+            partition_load.sample(now, end, committed)
+            load_view.snapshot = weights = partition_load.weights()
+            dealt = load_view.dealt
+            if (
+                settings.worker_rebalance_for_load
+                and dealt is not None
+                and generation is not None
+                and load_view.dealt_generation == generation
+                and probe.observe(now, dealt, weights, settings.partitions)
+            ):
+                log.info(
+                    "asking the group to rebalance for load: the busiest worker carries %.0f "
+                    "of %.0f (events behind + 10 s at the recent rate)",
+                    busiest(dealt, weights),
+                    sum(weights.values()),
+                )
+                load_view.probes += 1
+                probe.rebalanced(now, asked=True)
+                await request_rejoin(app)
 
     freezer = HeapFreezer(settings.gc_freeze_interval_s, settings.gc_full_interval_s)
 
@@ -448,7 +483,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         log.info(
             "events %d (dead-letter %d, redelivered %d), hints written %d removed %d, "
             "learned %d, MAE(log) %s, state records %d (%d bytes) in %d saves, "
-            "partition deals by load %d",
+            "partition deals by load %d, rebalances asked for load %d",
             w.processed,
             w.dead_letter,
             s.redelivered,
@@ -460,6 +495,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             states.bytes_saved,
             cadence.saves,
             load_view.deals,
+            load_view.probes,
         )
 
     sweep = getattr(store, "sweep_stale", None)

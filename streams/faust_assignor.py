@@ -11,10 +11,15 @@ changelogs, cluster telemetry): state moves with its partition as in any rebalan
 
 Where the leader has no load for every partition yet (a worker's first 2 s), or no
 partition has any (a group that forms before the events), or standby replicas are
-configured, Faust's assignment stands. Nothing triggers a rebalance for load alone: a
-deal happens when membership changes (a worker joins, leaves or dies). The hook is Faust's
-``_protocol_assignments`` (checked against :data:`CHECKED_VERSIONS`); other Faust
-versions use Faust's assignor unchanged.
+configured, Faust's assignment stands.
+
+A deal happens when the group rebalances, and membership changes (a worker joins, leaves
+or dies) are what start one. So the leader also remembers the deal it handed out
+(:attr:`LoadView.dealt`, with the group generation it is for) and, when the load says a
+deal by load would be much better (:class:`streams.placement.RebalanceProbe`), asks the
+group to rebalance (:func:`request_rejoin`) -- as Kafka Streams' probing rebalances do.
+The hook is Faust's ``_protocol_assignments`` (checked against :data:`CHECKED_VERSIONS`);
+other Faust versions use Faust's assignor unchanged.
 """
 
 from __future__ import annotations
@@ -34,7 +39,15 @@ from streams.placement import balance_by_load, busiest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoadAwareAssignor", "LoadView", "assignor_class", "deal_by_load", "group_offsets"]
+__all__ = [
+    "LoadAwareAssignor",
+    "LoadView",
+    "assignor_class",
+    "deal_by_load",
+    "group_generation",
+    "group_offsets",
+    "request_rejoin",
+]
 
 
 @dataclass
@@ -47,6 +60,43 @@ class LoadView:
     snapshot: dict[int, float] = field(default_factory=dict)
     deals: int = 0
     """Assignments this worker handed out by load (as the leader)."""
+    dealt: dict[str, set[int]] | None = None
+    """The job topic's deal (member -> partitions) this worker handed out as the leader,
+    when a deal by load could replace it (None: not the leader, or no deal possible)."""
+    dealt_generation: int | None = None
+    """The group generation :attr:`dealt` is for (the leader of a later one is another)."""
+    probes: int = 0
+    """Rebalances this worker asked for, for load alone."""
+
+
+def dealable(
+    actives: Mapping[str, Mapping[str, list[int]]],
+    standbys: Mapping[str, Mapping[str, list[int]]],
+    topic_groups: Mapping[str, int],
+    view: LoadView,
+) -> tuple[list[str], dict[str, set[int]]] | None:
+    """The topics co-partitioned with the job topic and each member's job partitions, if
+    a deal by load may replace ``actives`` (member -> topic -> partitions), else None."""
+    group = topic_groups.get(view.job_topic)
+    if group is None or len(actives) < 2:
+        return None
+    topics = sorted(t for t, g in topic_groups.items() if g == group)
+    if any(standbys[m].get(t) for m in standbys for t in topics):
+        return None  # standby replicas: keep Faust's (it places them with the actives)
+    # Faust groups topics by partition count: deal only when every member subscribes to
+    # every topic of the group and holds the same partitions of each (co-partitioned).
+    # A member without one (another build, CES off) would be handed a topic it did not
+    # subscribe to, which its consumer refuses.
+    for a in actives.values():
+        if any(t not in a for t in topics):
+            return None
+        if any(sorted(a[t]) != sorted(a[view.job_topic]) for t in topics):
+            return None
+    current = {m: set(a.get(view.job_topic, ())) for m, a in actives.items()}
+    partitions = len(set().union(*current.values()))
+    if set().union(*current.values()) != set(range(partitions)):
+        return None
+    return topics, current
 
 
 def deal_by_load(
@@ -56,26 +106,15 @@ def deal_by_load(
     view: LoadView,
 ) -> bool:
     """Re-deal the job topic's co-partitioned group in ``actives`` (member -> topic ->
-    partitions) by ``view``'s load; return whether anything changed."""
-    group = topic_groups.get(view.job_topic)
-    if group is None or len(actives) < 2:
+    partitions) by ``view``'s load; return whether anything changed. Either way
+    :attr:`LoadView.dealt` is the job topic's deal when one by load was possible."""
+    view.dealt = None
+    plan = dealable(actives, standbys, topic_groups, view)
+    if plan is None:
         return False
-    topics = sorted(t for t, g in topic_groups.items() if g == group)
-    if any(standbys[m].get(t) for m in standbys for t in topics):
-        return False  # standby replicas: keep Faust's (it places them with the actives)
-    # Faust groups topics by partition count: deal only when every member subscribes to
-    # every topic of the group and holds the same partitions of each (co-partitioned).
-    # A member without one (another build, CES off) would be handed a topic it did not
-    # subscribe to, which its consumer refuses.
-    for a in actives.values():
-        if any(t not in a for t in topics):
-            return False
-        if any(sorted(a[t]) != sorted(a[view.job_topic]) for t in topics):
-            return False
-    current = {m: set(a.get(view.job_topic, ())) for m, a in actives.items()}
+    topics, current = plan
+    view.dealt = current
     partitions = len(set().union(*current.values()))
-    if set().union(*current.values()) != set(range(partitions)):
-        return False
     load = dict(view.snapshot)
     if set(load) != set(range(partitions)):
         return False  # no guessing: every partition's load, or Faust's deal
@@ -85,6 +124,7 @@ def deal_by_load(
     for member, parts in dealt.items():
         for t in topics:
             actives[member][t] = sorted(parts)
+    view.dealt = dealt
     view.deals += 1
     log.info(
         "partitions of %s dealt by load: busiest worker %.0f -> %.0f (%s)",
@@ -94,6 +134,31 @@ def deal_by_load(
         "; ".join(f"{m[-8:]}: {sorted(p)}" for m, p in sorted(dealt.items())),
     )
     return True
+
+
+def _coordinator(app: Any) -> Any:
+    """The worker's aiokafka group coordinator, or None while its consumer is down."""
+    consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+    return getattr(consumer, "_coordinator", None)
+
+
+def group_generation(app: Any) -> int | None:
+    """The consumer group generation this worker is in (None: not in one yet)."""
+    coordinator = _coordinator(app)
+    generation = getattr(coordinator, "generation", None)
+    return generation if isinstance(generation, int) and generation >= 0 else None
+
+
+async def request_rejoin(app: Any) -> None:
+    """Ask the group for a rebalance (this worker rejoins; the others follow at their
+    next heartbeat), in the consumer thread that owns the coordinator."""
+
+    async def rejoin() -> None:
+        coordinator = _coordinator(app)
+        if coordinator is not None:
+            coordinator.request_rejoin()
+
+    await app.consumer._thread.call_thread(rejoin)
 
 
 async def group_offsets(
@@ -137,14 +202,18 @@ class LoadAwareAssignor(PartitionAssignor):
         topic_groups: Mapping[str, int],
     ) -> Any:
         view: LoadView | None = getattr(self.app, "gpuhint_load", None)
-        if view is not None and view.snapshot:
+        if view is not None:
             try:
                 actives = {m: a.actives for m, a in assignments.items()}
                 standbys = {m: a.standbys for m, a in assignments.items()}
                 if deal_by_load(actives, standbys, topic_groups, view):
                     cl_distribution = self._get_changelog_distribution(assignments)
                     tp_distribution = self._get_external_topic_distribution(assignments)
+                # the leader's deal, for its rebalance probe (the generation was set by
+                # the JoinGroup response this assignment answers)
+                view.dealt_generation = group_generation(self.app)
             except Exception:  # never fail a rebalance over a better deal
+                view.dealt = None
                 log.exception("dealing partitions by load failed; Faust's assignment stands")
         return super()._protocol_assignments(
             assignments, cl_distribution, tp_distribution, topic_groups

@@ -19,8 +19,9 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
 
-__all__ = ["PartitionLoad", "balance_by_load", "busiest"]
+__all__ = ["PartitionLoad", "RebalanceProbe", "balance_by_load", "busiest"]
 
 
 class PartitionLoad:
@@ -57,7 +58,9 @@ class PartitionLoad:
             keep = 0.5 ** (elapsed / self.half_life_s) if self.half_life_s > 0 else 0.0
             for p, e in end.items():
                 r = max(0.0, (e - self._last[1].get(p, e)) / elapsed)
-                self.rate[p] = keep * self.rate.get(p, r) + (1 - keep) * r
+                # from 0, not from the first reading: a backlog produced at once is a
+                # burst, not a rate, and it is already counted as lag
+                self.rate[p] = keep * self.rate.get(p, 0.0) + (1 - keep) * r
         self._last = (now, dict(end))
 
     def weights(self) -> dict[int, float]:
@@ -106,3 +109,65 @@ def balance_by_load(
     if before <= 0 or after > before * (1.0 - min_gain):
         return None
     return dealt
+
+
+@dataclass
+class RebalanceProbe:
+    """When the group leader should ask for a new deal although no worker came or went.
+
+    A deal happens when membership changes; a group that formed before the events came
+    (or whose load moved since) keeps a deal by count. The leader, which knows the deal
+    it handed out, feeds every load sample to :meth:`observe`; it says to rebalance when
+    :func:`balance_by_load` would lower the busiest worker's load by ``min_gain`` (a
+    share, above the deal's own 10%: a rebalance pauses every worker) *and* by
+    ``min_events`` (events the busiest worker is spared: a small backlog drains sooner
+    than a rebalance ends), for ``sustain`` samples in a row since the last rebalance
+    (:meth:`rebalanced`), and not within ``cooldown_s`` of the last one it asked for: if
+    that deal did not even the load out (the load moved meanwhile), the group is not
+    asked again at once, so it never flaps.
+
+    >>> probe = RebalanceProbe(min_gain=0.2, min_events=1000, sustain=2, cooldown_s=30)
+    >>> deal = {"a": {0, 1, 2, 3}, "b": {4, 5, 6, 7}}
+    >>> load = {0: 3000.0, 1: 0.0, 2: 2000.0, 3: 0.0, 4: 1000.0, 5: 3000.0, 6: 3000.0, 7: 4000.0}
+    >>> probe.observe(0.0, deal, load, 8)  # 11,000 vs 5,000, once
+    False
+    >>> probe.observe(1.0, deal, load, 8)  # twice in a row: 8,000 each after a deal
+    True
+    >>> probe.rebalanced(1.5, asked=True)
+    >>> [probe.observe(t, deal, load, 8) for t in (2.0, 3.0, 31.0, 32.0)]  # cooling down
+    [False, False, False, True]
+    >>> probe.rebalanced(40.0)  # a worker came or went: two fresh samples, no cool-down
+    >>> [probe.observe(t, deal, load, 8) for t in (41.0, 42.0)]
+    [False, True]
+    """
+
+    min_gain: float = 0.2
+    min_events: float = 20_000.0
+    sustain: int = 2
+    cooldown_s: float = 30.0
+    _streak: int = field(default=0, repr=False)
+    _last_asked: float | None = field(default=None, repr=False)
+
+    def observe(
+        self,
+        now: float,
+        deal: Mapping[str, Set[int]],
+        load: Mapping[int, float],
+        partitions: int,
+    ) -> bool:
+        """One load sample under ``deal`` (member -> partitions): rebalance now?"""
+        better = balance_by_load(deal, load, partitions, self.min_gain)
+        if better is None or busiest(deal, load) - busiest(better, load) < self.min_events:
+            self._streak = 0
+            return False
+        self._streak += 1
+        if self._last_asked is not None and now - self._last_asked < self.cooldown_s:
+            return False
+        return self._streak >= self.sustain
+
+    def rebalanced(self, now: float, asked: bool = False) -> None:
+        """A rebalance happened (``asked``: this probe asked for it, and the cool-down
+        starts): the load is sampled afresh under the new deal."""
+        if asked:
+            self._last_asked = now
+        self._streak = 0

@@ -1,10 +1,13 @@
-"""A worker joins a group that lags: the partitions are dealt by load (real services).
+"""Partitions dealt by load (streams/faust_assignor.py), on real services.
 
-Sixteen VCs hash onto 8 partitions as 3, 0, 2, 0, 1, 3, 3, 4. One worker drains a
-backlog of them; a second joins. Faust's sticky deal would keep partitions 0-3 on the
-first worker and give 4-7 (11 of the 16 VCs) to the second; the leader deals them by
-each partition's sampled load instead (streams/faust_assignor.py), and the group runs
-the deal it logged.
+* A worker joins a group that lags. Sixteen VCs hash onto 8 partitions as 3, 0, 2, 0, 1,
+  3, 3, 4. One worker drains a backlog of them; a second joins. Faust's sticky deal would
+  keep partitions 0-3 on the first worker and give 4-7 (11 of the 16 VCs) to the second;
+  the leader deals them by each partition's sampled load instead, and the group runs the
+  deal it logged.
+* A group formed before the events: two workers share the partitions by count, then a
+  backlog lands on one worker's partitions only. No one joins or leaves, so only the
+  leader's probe can start a rebalance: it asks, and the group runs its deal by load.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ PARTITIONS = 8
 VCS = 16
 
 
-def _backlog(lifecycles: int) -> dict[int, list[tuple[bytes, bytes]]]:
+def _backlog(lifecycles: int, vcs: list[str] | None = None) -> dict[int, list[tuple[bytes, bytes]]]:
+    names = vcs or [f"vc{v}" for v in range(VCS)]
     by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
     t = time.time()
     for i in range(lifecycles):
-        base = dict(job_id=f"j{i}", cluster="bench", vc=f"vc{i % VCS}", user=f"u{i % 7}")
+        base = dict(job_id=f"j{i}", cluster="bench", vc=names[i % len(names)], user=f"u{i % 7}")
         evs = [
             JobEvent(phase="submitted", time=t, num_gpus=1, submit_time=t, **base),  # type: ignore[arg-type]
             JobEvent(phase="started", time=t + 1, num_gpus=1, submit_time=t, **base),  # type: ignore[arg-type]
@@ -60,7 +64,11 @@ def _backlog(lifecycles: int) -> dict[int, list[tuple[bytes, bytes]]]:
 
 @pytest.fixture
 def two_workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-untyped-def,type-arg]
-    env = gpuhint_env(GPUHINT_PARTITIONS=str(PARTITIONS), GPUHINT_CES_ENABLED="false")
+    env = gpuhint_env(
+        GPUHINT_PARTITIONS=str(PARTITIONS),
+        GPUHINT_CES_ENABLED="false",
+        GPUHINT_WORKER_REBALANCE_MIN_EVENTS="5000",
+    )
     log = tmp_path / "workers.log"
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -115,3 +123,60 @@ def test_a_joining_worker_gets_partitions_dealt_by_load(
     )
     assert got == logged  # the group runs the deal the leader made
     assert got != [[0, 1, 2, 3], [4, 5, 6, 7]]  # not Faust's sticky split
+
+
+def _wait_for_two(bootstrap: str, group: str, topic: str, log: Path) -> list[list[int]]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        got = group_assignment(bootstrap, group, topic)
+        if got is not None and len(got) == 2 and all(got):
+            return got
+        time.sleep(0.2)
+    raise AssertionError(log.read_text(errors="replace")[-3000:])
+
+
+def test_a_group_formed_before_the_events_is_re_dealt_when_they_come(
+    two_workers,  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str,
+    unique_prefix: str,
+) -> None:
+    start, env, log = two_workers
+    topics = Topics(unique_prefix)
+    ensure_topics(kafka_bootstrap, topics, partitions=PARTITIONS)
+    start()
+    start()
+    group = env["GPUHINT_APP_ID"]
+    first = _wait_for_two(kafka_bootstrap, group, topics.job_events, log)
+    time.sleep(3)  # the group settles (a second join round would deal by count again)
+    first = _wait_for_two(kafka_bootstrap, group, topics.job_events, log)
+    # two VCs on each of the first worker's partitions, none on the other's
+    loaded = first[0]
+    names = [f"vc{v}" for v in range(1000)]
+    vcs = [
+        n
+        for p in loaded
+        for n in [n for n in names if partition_for(job_key("bench", n), PARTITIONS) == p][:2]
+    ]
+    produce_batches(kafka_bootstrap, topics.job_events, _backlog(20_000, vcs))  # 60,000
+    deadline = time.monotonic() + 60
+    text = ""
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        asked = text.find("asking the group to rebalance for load")
+        if asked >= 0 and "dealt by load" in text[asked:]:
+            break
+        time.sleep(0.2)
+    asked = text.find("asking the group to rebalance for load")
+    assert asked >= 0, f"no rebalance asked for; group: {first}\n{text[-3000:]}"
+    dealt = re.findall(r"dealt by load: busiest worker (\d+) -> (\d+) \((.*)\)", text[asked:])
+    assert dealt, text[-3000:]
+    before, after, members = dealt[0]
+    assert int(after) <= int(before) * 0.8
+    logged = sorted(
+        sorted(int(p) for p in re.findall(r"\d+", part.split(":", 1)[1]))
+        for part in members.split("; ")
+    )
+    got = _wait_for_two(kafka_bootstrap, group, topics.job_events, log)
+    assert got == logged  # the group runs the leader's deal by load
+    assert all(set(m) & set(loaded) for m in got)  # both workers now drain the backlog
+    assert text.count("asking the group to rebalance for load") == 1  # and ask once

@@ -6,7 +6,7 @@ import pytest
 
 from streams.faust_assignor import LoadView, deal_by_load
 from streams.partitioning import partition_for
-from streams.placement import PartitionLoad, balance_by_load, busiest
+from streams.placement import PartitionLoad, RebalanceProbe, balance_by_load, busiest
 
 # 16 VCs named as bench_pipeline names them, on 8 partitions: 3, 0, 2, 0, 1, 3, 3, 4
 BENCH = [0] * 8
@@ -70,10 +70,12 @@ def test_partition_load_is_lag_plus_rate() -> None:
     pl.sample(0.0, {0: 0, 1: 50, 2: 10}, {0: None, 1: None, 2: 10})
     assert pl.weights() == {0: 0.0, 1: 50.0, 2: 0.0}  # never committed: all of it is lag
     pl.sample(2.0, {0: 40, 1: 50, 2: 10}, {0: 0, 1: 50, 2: 10})  # 20 events/s on 0
-    assert pl.weights() == {0: 40.0 + 20.0 * 10, 1: 0.0, 2: 0.0}  # first rate: as read
-    pl.sample(4.0, {0: 40, 1: 50, 2: 10}, {0: 40, 1: 50, 2: 10})  # 0 stopped
-    assert pl.rate[0] == 10.0  # one half-life: half of the old rate is kept
-    assert pl.weights()[0] == 100.0
+    # one half-life: the rate is half-way from 0 (a first reading may be one burst) to it
+    assert pl.weights() == {0: 40.0 + 10.0 * 10, 1: 0.0, 2: 0.0}
+    pl.sample(4.0, {0: 80, 1: 50, 2: 10}, {0: 80, 1: 50, 2: 10})  # 20/s again, no lag
+    assert pl.rate[0] == 15.0 and pl.weights()[0] == 150.0
+    pl.sample(6.0, {0: 80, 1: 50, 2: 10}, {0: 80, 1: 50, 2: 10})  # 0 stopped
+    assert pl.rate[0] == 7.5  # half of the old rate is kept
 
 
 def test_partition_load_is_what_the_leader_deals_by() -> None:
@@ -120,6 +122,55 @@ def test_deal_by_load_leaves_standbys_partial_assignments_and_partial_load_to_fa
     assert actives["a"] == {"j": [0], "c": [0]} and actives["b"]["c"] == [1, 2, 3]
 
 
+STICKY = {"a": {0, 1, 2, 3}, "b": {4, 5, 6, 7}}
+BACKLOG = {p: 1000.0 * n for p, n in enumerate(BENCH)}  # 5,000 vs 11,000; 8,000 each dealt
+
+
+def test_probe_asks_after_sustained_worthwhile_imbalance() -> None:
+    probe = RebalanceProbe(min_gain=0.2, min_events=2000, sustain=2, cooldown_s=30)
+    assert not probe.observe(0.0, STICKY, BACKLOG, 8)
+    assert probe.observe(1.0, STICKY, BACKLOG, 8)
+    even = {p: 1000.0 for p in range(8)}
+    probe.rebalanced(1.5)  # not asked by it: no cool-down, but a fresh streak
+    assert not probe.observe(2.0, STICKY, BACKLOG, 8)
+    assert not probe.observe(3.0, STICKY, even, 8)  # the load evened out: streak broken
+    assert not probe.observe(4.0, STICKY, BACKLOG, 8)
+    assert probe.observe(5.0, STICKY, BACKLOG, 8)
+
+
+def test_probe_ignores_small_shares_small_backlogs_and_lone_workers() -> None:
+    probe = RebalanceProbe(min_gain=0.2, min_events=2000, sustain=1)
+    round_robin = {"a": {0, 2, 4, 6}, "b": {1, 3, 5, 7}}  # 9,000 vs 7,000: 11% to gain
+    assert not probe.observe(0.0, round_robin, BACKLOG, 8)
+    small = {p: v / 1000 for p, v in BACKLOG.items()}  # 11 vs 5: 27%, but 3 events
+    assert not probe.observe(0.0, STICKY, small, 8)
+    assert not probe.observe(0.0, {"a": set(range(8))}, BACKLOG, 8)
+    assert probe.observe(0.0, STICKY, BACKLOG, 8)  # 11,000 -> 8,000
+
+
+def test_probe_cools_down_only_after_a_rebalance_it_asked_for() -> None:
+    probe = RebalanceProbe(min_gain=0.2, min_events=2000, sustain=1, cooldown_s=30)
+    assert probe.observe(0.0, STICKY, BACKLOG, 8)
+    probe.rebalanced(0.5, asked=True)
+    # the deal did not even the load out (it moved meanwhile): not again at once
+    assert not any(probe.observe(t, STICKY, BACKLOG, 8) for t in (1.0, 10.0, 30.0))
+    assert probe.observe(30.5, STICKY, BACKLOG, 8)
+
+
+def test_deal_by_load_records_the_leaders_deal_for_its_probe() -> None:
+    topics = {"j": 0, "c": 0}
+    actives = {"a": {"j": [0, 1], "c": [0, 1]}, "b": {"j": [2, 3], "c": [2, 3]}}
+    no_load = LoadView("j")
+    assert not deal_by_load(actives, {m: {} for m in actives}, topics, no_load)
+    assert no_load.dealt == {"a": {0, 1}, "b": {2, 3}}  # Faust's, which a probe may redo
+    view = LoadView("j", snapshot={0: 9.0, 1: 1.0, 2: 1.0, 3: 1.0})
+    assert deal_by_load(actives, {m: {} for m in actives}, topics, view)
+    assert view.dealt == {"a": {0}, "b": {1, 2, 3}}  # the deal it handed out
+    with_standby = {"a": {"j": [], "c": [2]}, "b": {"j": [], "c": []}}
+    assert not deal_by_load(actives, with_standby, topics, view)
+    assert view.dealt is None  # no deal by load possible: nothing for a probe to ask
+
+
 def test_the_assignor_hooks_what_faust_calls() -> None:
     """The one Faust method overridden, and the two it calls, as the checked versions
     have them; other versions get Faust's assignor."""
@@ -140,6 +191,8 @@ def test_the_assignor_hooks_what_faust_calls() -> None:
     from aiokafka.consumer.group_coordinator import GroupCoordinator
 
     assert inspect.iscoroutinefunction(GroupCoordinator.fetch_committed_offsets)  # group_offsets
+    assert "_rejoin_needed_fut.set_result" in inspect.getsource(GroupCoordinator.request_rejoin)
+    assert "self.generation =" in inspect.getsource(GroupCoordinator.reset_generation)
     assert assignor_class(False) is PartitionAssignor
     want = LoadAwareAssignor if faust.__version__ in CHECKED_VERSIONS else PartitionAssignor
     assert assignor_class(True) is want

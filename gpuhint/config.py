@@ -110,10 +110,10 @@ class Settings(BaseSettings):
         "this share",
     )
     worker_rebalance_min_events: int = Field(
-        20_000,
+        50_000,
         ge=0,
         description="worker: ... and by this many events (lag + 10 s at the recent rate; "
-        "a rebalance pauses the group ~2 s: 20,000 is ~4 s of one worker at 5,000/s)",
+        "a rebalance pauses the group ~3 s: 50,000 is ~10 s of one worker at 5,000/s)",
     )
     worker_rebalance_cooldown_s: float = Field(
         30.0,

@@ -423,6 +423,14 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             partition_load.sample(now, end, committed)
             load_view.snapshot = weights = partition_load.weights()
             dealt = load_view.dealt
+            if dealt is not None and log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "partition load (generation %s, dealt for %s): %s; busiest worker %.0f",
+                    generation,
+                    load_view.dealt_generation,
+                    {p: round(v) for p, v in weights.items()},
+                    busiest(dealt, weights),
+                )
             if (
                 settings.worker_rebalance_for_load
                 and dealt is not None

@@ -142,7 +142,7 @@ class RebalanceProbe:
     """
 
     min_gain: float = 0.2
-    min_events: float = 20_000.0
+    min_events: float = 50_000.0
     sustain: int = 2
     cooldown_s: float = 30.0
     _streak: int = field(default=0, repr=False)

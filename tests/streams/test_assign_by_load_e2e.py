@@ -84,6 +84,30 @@ def two_workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-unt
     stop_processes(procs)
 
 
+def _wait_for_two(bootstrap: str, group: str, topic: str, log: Path) -> list[list[int]]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        got = group_assignment(bootstrap, group, topic)
+        if got is not None and len(got) == 2 and all(got):
+            return got
+        time.sleep(0.2)
+    raise AssertionError(log.read_text(errors="replace")[-3000:])
+
+
+def _deals_by_load(text: str) -> list[tuple[int, int, list[list[int]]]]:
+    """Each deal by load a leader logged: busiest worker before, after, the deal."""
+    deals = []
+    for before, after, members in re.findall(
+        r"dealt by load: busiest worker (\d+) -> (\d+) \((.*)\)", text
+    ):
+        parts = sorted(
+            sorted(int(p) for p in re.findall(r"\d+", part.split(":", 1)[1]))
+            for part in members.split("; ")
+        )
+        deals.append((int(before), int(after), parts))
+    return deals
+
+
 def test_a_joining_worker_gets_partitions_dealt_by_load(
     two_workers,  # type: ignore[no-untyped-def]
     kafka_bootstrap: str,
@@ -101,38 +125,17 @@ def test_a_joining_worker_gets_partitions_dealt_by_load(
     while r.xlen(changes) == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert r.xlen(changes) > 0, log.read_text(errors="replace")[-3000:]
-    time.sleep(2.5)  # the first worker samples its partitions' load every 2 s
+    time.sleep(2.5)  # the first worker samples its partitions' load every second
     start()
     group = env["GPUHINT_APP_ID"]
-    got = None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        got = group_assignment(kafka_bootstrap, group, topics.job_events)
-        if got is not None and len(got) == 2 and all(got):
-            break
-        time.sleep(0.2)
+    got = _wait_for_two(kafka_bootstrap, group, topics.job_events, log)
     text = log.read_text(errors="replace")
-    assert got is not None and len(got) == 2, text[-3000:]
-    dealt = re.findall(r"dealt by load: busiest worker (\d+) -> (\d+) \((.*)\)", text)
-    assert dealt, f"no deal by load in the log; group: {got}\n{text[-3000:]}"
-    before, after, members = dealt[-1]
-    assert int(after) < int(before)
-    logged = sorted(
-        sorted(int(p) for p in re.findall(r"\d+", part.split(":", 1)[1]))
-        for part in members.split("; ")
-    )
+    deals = _deals_by_load(text)
+    assert deals, f"no deal by load in the log; group: {got}\n{text[-3000:]}"
+    before, after, logged = deals[-1]
+    assert after < before
     assert got == logged  # the group runs the deal the leader made
     assert got != [[0, 1, 2, 3], [4, 5, 6, 7]]  # not Faust's sticky split
-
-
-def _wait_for_two(bootstrap: str, group: str, topic: str, log: Path) -> list[list[int]]:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        got = group_assignment(bootstrap, group, topic)
-        if got is not None and len(got) == 2 and all(got):
-            return got
-        time.sleep(0.2)
-    raise AssertionError(log.read_text(errors="replace")[-3000:])
 
 
 def test_a_group_formed_before_the_events_is_re_dealt_when_they_come(
@@ -168,14 +171,10 @@ def test_a_group_formed_before_the_events_is_re_dealt_when_they_come(
         time.sleep(0.2)
     asked = text.find("asking the group to rebalance for load")
     assert asked >= 0, f"no rebalance asked for; group: {first}\n{text[-3000:]}"
-    dealt = re.findall(r"dealt by load: busiest worker (\d+) -> (\d+) \((.*)\)", text[asked:])
-    assert dealt, text[-3000:]
-    before, after, members = dealt[0]
-    assert int(after) <= int(before) * 0.8
-    logged = sorted(
-        sorted(int(p) for p in re.findall(r"\d+", part.split(":", 1)[1]))
-        for part in members.split("; ")
-    )
+    deals = _deals_by_load(text[asked:])
+    assert deals, text[-3000:]
+    before, after, logged = deals[0]
+    assert after <= before * 0.8
     got = _wait_for_two(kafka_bootstrap, group, topics.job_events, log)
     assert got == logged  # the group runs the leader's deal by load
     assert all(set(m) & set(loaded) for m in got)  # both workers now drain the backlog

@@ -21,6 +21,12 @@ Kafka broker and Redis server, then:
    ``--join during``: one worker starts draining the backlog and the second joins then
    (a worker added to a group that lags: the drain includes its start-up and the
    rebalance; the final deal is reported, no bound).
+   Each drain also reports the cores each process used while it ran (every worker, the
+   local Kafka broker and Redis found by the port they listen on, this harness) and the
+   whole machine (``cpu_*``, ``machine_busy_cores_*``), and how fast each worker drained
+   its own share (``members_2_workers_runs``, by the assignment at the start), so a
+   run says whether placement or the machine's cores bound it
+   (``speedup_bound_cpu_2_workers``: the cores / the cores one worker's drain kept busy).
 
     python bench/bench_pipeline.py [--rate 200] [--seconds 15] [--lifecycles 10000]
                                     [--runs 3] [--join before|during] [--json]

@@ -232,6 +232,17 @@ class WorkerCollector(Collector):
         assigned.add_metric([], float(len(_assignment(app))))
         yield lag
         yield assigned
+        view = getattr(app, "gpuhint_load", None)  # streams.faust_assignor.LoadView
+        yield _counter(
+            "gpuhint_partition_deals_by_load",
+            "Assignments this worker handed out by load, as the group leader.",
+            float(getattr(view, "deals", 0)),
+        )
+        yield _counter(
+            "gpuhint_rebalances_for_load",
+            "Rebalances this worker asked the group for, for load alone, as the leader.",
+            float(getattr(view, "probes", 0)),
+        )
         ok, _ = worker_health(self.worker, self.store)
         yield GaugeMetricFamily(
             "gpuhint_worker_ready", "1 when /healthz says ready (consuming).", value=float(ok)

@@ -216,6 +216,9 @@ def _check_worker(
     if rebuilds == 0:
         assert value(got, "gpuhint_redis_writes_total", op="hint_rebuild") == 0
     assert value(got, "gpuhint_worker_ready") == 1
+    # one worker: never a leader with a second member to deal to
+    assert value(got, "gpuhint_partition_deals_by_load_total") == 0
+    assert value(got, "gpuhint_rebalances_for_load_total") == 0
     assert value(got, "gpuhint_redis_up") == 1
     # queue lengths come from Redis: the same as what a scheduler reads
     client = HintClient.from_url(redis_url, key_prefix=unique_prefix)

@@ -61,7 +61,7 @@ from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
 from gpuhint.kafka_io import aiokafka_client_config, ensure_topics, kafka_client_config
 from gpuhint.keys import RedisKeys
-from gpuhint.testing.cpu_meter import CpuMeter, listening_pid
+from gpuhint.testing.cpu_meter import CpuMeter, listening_pid, usable_cores
 from gpuhint.testing.kafka_tools import group_assignment as _group_assignment
 from gpuhint.testing.kafka_tools import produce_batches
 from gpuhint.testing.services import kafka_service, redis_service
@@ -389,10 +389,12 @@ def throughput(
         per_partition[partition_for(job_key(ev.cluster, ev.vc), partitions)] += 1
     busiest = max(sum(per_partition[p] for p in member) for member in assignment)
     start = min(thr) if thr else float("nan")
-    members = []
-    for member in assignment:  # how fast each worker drained its own share
+    # how fast each worker drained its own share: only for a drain that completed under
+    # the deal it started with (after a rebalance the shares are not these)
+    members: list[dict[str, object]] | None = [] if ok and final == assignment else None
+    for member in assignment if members is not None else []:
         mine = [m for m in markers if partition_for(job_key(m.cluster, m.vc), partitions) in member]
-        done = max((watcher.seen.get(m.job_id, float("nan")) for m in mine), default=start)
+        done = max((watcher.seen[m.job_id] for m in mine), default=start)
         n = sum(per_partition[p] for p in member)
         members.append(
             {
@@ -562,7 +564,7 @@ def main() -> int:
         "machine_busy_cores_2_workers": busy_two,
         # every process's CPU per event as with one worker: the machine's cores cap the
         # rate at cores / busy cores times the one-worker rate
-        "speedup_bound_cpu_2_workers": (os.cpu_count() or 1) / busy_one if busy_one > 0 else None,
+        "speedup_bound_cpu_2_workers": usable_cores() / busy_one if busy_one > 0 else None,
         "cpu_1_worker_runs": cpu_ones,
         "cpu_2_workers_runs": cpu_twos,
     }

@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     )
     worker_rebalance_min_gain: float = Field(
         0.2,
-        gt=0,
+        ge=0.1,  # no lower than the deal's own threshold, or it asks for deals it refuses
         lt=1,
         description="worker: a rebalance for load must lower the busiest worker's load by "
         "this share",

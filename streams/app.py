@@ -422,6 +422,8 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 return
             partition_load.sample(now, end, committed)
             load_view.snapshot = weights = partition_load.weights()
+            if app.rebalancing or group_generation(app) != generation:
+                return  # a rebalance ran meanwhile: this sample's deal may not be ours
             dealt = load_view.dealt
             if dealt is not None and log.isEnabledFor(logging.DEBUG):
                 log.debug(
@@ -436,7 +438,8 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 and dealt is not None
                 and generation is not None
                 and load_view.dealt_generation == generation
-                and probe.observe(now, dealt, weights, settings.partitions)
+                and set(weights) == set().union(*dealt.values())  # all the deal covers
+                and probe.observe(now, dealt, weights, len(weights))
             ):
                 log.info(
                     "asking the group to rebalance for load: the busiest worker carries %.0f "
@@ -444,9 +447,16 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                     busiest(dealt, weights),
                     sum(weights.values()),
                 )
-                load_view.probes += 1
                 probe.rebalanced(now, asked=True)
-                await request_rejoin(app)
+                try:
+                    asked = await request_rejoin(app, generation)
+                except Exception as exc:  # consumer stopping or busy
+                    asked = False
+                    log.debug("rejoin: %s: %s", type(exc).__name__, exc)
+                if asked:
+                    load_view.probes += 1
+                else:
+                    log.info("rebalance for load not asked: the group moved on meanwhile")
 
     freezer = HeapFreezer(settings.gc_freeze_interval_s, settings.gc_full_interval_s)
 

@@ -149,16 +149,22 @@ def group_generation(app: Any) -> int | None:
     return generation if isinstance(generation, int) and generation >= 0 else None
 
 
-async def request_rejoin(app: Any) -> None:
-    """Ask the group for a rebalance (this worker rejoins; the others follow at their
-    next heartbeat), in the consumer thread that owns the coordinator."""
+async def request_rejoin(app: Any, generation: int, timeout: float = 3.0) -> bool:
+    """Ask the group for a rebalance (this worker rejoins; as the leader, that starts a
+    round for all, the others following at their next heartbeat), in the consumer
+    thread that owns the coordinator, and only while the group is still in
+    ``generation`` (the one this worker led): a follower's rejoin would only revoke its
+    own partitions. Returns whether it asked."""
 
-    async def rejoin() -> None:
+    async def rejoin() -> bool:
         coordinator = _coordinator(app)
-        if coordinator is not None:
-            coordinator.request_rejoin()
+        if coordinator is None or coordinator.generation != generation:
+            return False
+        coordinator.request_rejoin()
+        return True
 
-    await app.consumer._thread.call_thread(rejoin)
+    asked: bool = await asyncio.wait_for(app.consumer._thread.call_thread(rejoin), timeout)
+    return asked
 
 
 async def group_offsets(
@@ -203,6 +209,7 @@ class LoadAwareAssignor(PartitionAssignor):
     ) -> Any:
         view: LoadView | None = getattr(self.app, "gpuhint_load", None)
         if view is not None:
+            view.dealt_generation = None  # first: no reader pairs the new deal with the old
             try:
                 actives = {m: a.actives for m, a in assignments.items()}
                 standbys = {m: a.standbys for m, a in assignments.items()}

@@ -68,6 +68,7 @@ def two_workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-unt
         GPUHINT_PARTITIONS=str(PARTITIONS),
         GPUHINT_CES_ENABLED="false",
         GPUHINT_WORKER_REBALANCE_MIN_EVENTS="5000",
+        GPUHINT_WORKER_REBALANCE_COOLDOWN_S="3",
     )
     log = tmp_path / "workers.log"
     procs: list[subprocess.Popen[bytes]] = []
@@ -178,4 +179,7 @@ def test_a_group_formed_before_the_events_is_re_dealt_when_they_come(
     got = _wait_for_two(kafka_bootstrap, group, topics.job_events, log)
     assert got == logged  # the group runs the leader's deal by load
     assert all(set(m) & set(loaded) for m in got)  # both workers now drain the backlog
-    assert text.count("asking the group to rebalance for load") == 1  # and ask once
+    # the deal evened the load out: past the cool-down (3 s) the leader does not ask again
+    time.sleep(6)
+    again = log.read_text(errors="replace")
+    assert again.count("asking the group to rebalance for load") == 1, again[-3000:]

@@ -192,7 +192,46 @@ def test_the_assignor_hooks_what_faust_calls() -> None:
 
     assert inspect.iscoroutinefunction(GroupCoordinator.fetch_committed_offsets)  # group_offsets
     assert "_rejoin_needed_fut.set_result" in inspect.getsource(GroupCoordinator.request_rejoin)
+    # the leader's assignor runs after the JoinGroup response set the new generation, so
+    # the generation it records is the one the group is in once the deal is synced
+    from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance
+
+    join = inspect.getsource(CoordinatorGroupRebalance.perform_group_join)
+    assert join.index("self._coordinator.generation = response.generation_id") < join.index(
+        "await self._on_join_leader(response)"
+    )
     assert "self.generation =" in inspect.getsource(GroupCoordinator.reset_generation)
     assert assignor_class(False) is PartitionAssignor
     want = LoadAwareAssignor if faust.__version__ in CHECKED_VERSIONS else PartitionAssignor
     assert assignor_class(True) is want
+
+
+def test_request_rejoin_only_for_the_generation_this_worker_led() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from streams.faust_assignor import group_generation, request_rejoin
+
+    class Coordinator:
+        generation = 7
+        asked = 0
+
+        def request_rejoin(self) -> None:
+            self.asked += 1
+
+    coordinator = Coordinator()
+
+    async def call_thread(fn):  # type: ignore[no-untyped-def]
+        return await fn()
+
+    thread = SimpleNamespace(_consumer=SimpleNamespace(_coordinator=coordinator))
+    thread.call_thread = call_thread
+    app = SimpleNamespace(consumer=SimpleNamespace(_thread=thread))
+    assert group_generation(app) == 7
+    assert not asyncio.run(request_rejoin(app, 6))  # the group moved on: a follower now
+    assert coordinator.asked == 0
+    assert asyncio.run(request_rejoin(app, 7))
+    assert coordinator.asked == 1
+    thread._consumer = None  # consumer stopped
+    assert group_generation(app) is None
+    assert not asyncio.run(request_rejoin(app, 7))

@@ -56,6 +56,7 @@ from urllib.parse import urlparse
 
 import redis
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
 
 from gpuhint.config import load_settings
 from gpuhint.contract import JobEvent, encode_message
@@ -292,7 +293,10 @@ def wait_for_group(bootstrap: str, group: str, topic: str, members: int) -> list
     """Wait until ``members`` workers hold all of ``topic``'s partitions between them."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        got = group_assignment(bootstrap, group, topic)
+        try:
+            got = group_assignment(bootstrap, group, topic)
+        except KafkaError:  # a broker just started has no group coordinator yet
+            got = None
         if got is not None and len(got) == members and all(got):
             return got
         time.sleep(0.2)

@@ -260,7 +260,6 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         min_events=settings.worker_rebalance_min_events,
         cooldown_s=settings.worker_rebalance_cooldown_s,
     )
-    seen_generation: list[int | None] = [None]
 
     vc_table = ChangelogTable(table("vc-state"))
     ces_table = ChangelogTable(table("ces-state"))
@@ -410,9 +409,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 return  # the group's commits move meanwhile: keep the last view
             now = time.monotonic()
             generation = group_generation(app)
-            if generation != seen_generation[0]:  # a rebalance: the probe cools down
-                seen_generation[0] = generation
-                probe.rebalanced(now)
+            probe.in_generation(generation)  # a rebalance ran: sample afresh
             try:
                 end, committed = await group_offsets(
                     app, load_view.job_topic, settings.partitions, timeout=3.0
@@ -447,7 +444,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                     busiest(dealt, weights),
                     sum(weights.values()),
                 )
-                probe.rebalanced(now, asked=True)
+                probe.asked(now)
                 try:
                     asked = await request_rejoin(app, generation)
                 except Exception as exc:  # consumer stopping or busy

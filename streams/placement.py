@@ -122,9 +122,9 @@ class RebalanceProbe:
     share, above the deal's own 10%: a rebalance pauses every worker) *and* by
     ``min_events`` (events the busiest worker is spared: a small backlog drains sooner
     than a rebalance ends), for ``sustain`` samples in a row since the last rebalance
-    (:meth:`rebalanced`), and not within ``cooldown_s`` of the last one it asked for: if
-    that deal did not even the load out (the load moved meanwhile), the group is not
-    asked again at once, so it never flaps.
+    (:meth:`in_generation`), and not within ``cooldown_s`` of the last one it asked for
+    (:meth:`asked`): if that deal did not even the load out (the load moved meanwhile),
+    the group is not asked again at once, so it never flaps.
 
     >>> probe = RebalanceProbe(min_gain=0.2, min_events=1000, sustain=2, cooldown_s=30)
     >>> deal = {"a": {0, 1, 2, 3}, "b": {4, 5, 6, 7}}
@@ -133,10 +133,10 @@ class RebalanceProbe:
     False
     >>> probe.observe(1.0, deal, load, 8)  # twice in a row: 8,000 each after a deal
     True
-    >>> probe.rebalanced(1.5, asked=True)
+    >>> probe.asked(1.5)
     >>> [probe.observe(t, deal, load, 8) for t in (2.0, 3.0, 31.0, 32.0)]  # cooling down
     [False, False, False, True]
-    >>> probe.rebalanced(40.0)  # a worker came or went: two fresh samples, no cool-down
+    >>> probe.in_generation(5)  # a worker came or went: two fresh samples, no cool-down
     >>> [probe.observe(t, deal, load, 8) for t in (41.0, 42.0)]
     [False, True]
     """
@@ -147,6 +147,7 @@ class RebalanceProbe:
     cooldown_s: float = 30.0
     _streak: int = field(default=0, repr=False)
     _last_asked: float | None = field(default=None, repr=False)
+    _generation: int | None = field(default=None, repr=False)
 
     def observe(
         self,
@@ -165,9 +166,13 @@ class RebalanceProbe:
             return False
         return self._streak >= self.sustain
 
-    def rebalanced(self, now: float, asked: bool = False) -> None:
-        """A rebalance happened (``asked``: this probe asked for it, and the cool-down
-        starts): the load is sampled afresh under the new deal."""
-        if asked:
-            self._last_asked = now
+    def asked(self, now: float) -> None:
+        """The leader asked for a rebalance on this probe's word: the cool-down starts."""
+        self._last_asked = now
         self._streak = 0
+
+    def in_generation(self, generation: int | None) -> None:
+        """The group generation of this sample: a new one means a rebalance ran."""
+        if generation != self._generation:
+            self._generation = generation
+            self._streak = 0

@@ -63,7 +63,12 @@ def _backlog(lifecycles: int, vcs: list[str] | None = None) -> dict[int, list[tu
 
 
 @pytest.fixture
-def two_workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-untyped-def,type-arg]
+def two_workers(  # type: ignore[no-untyped-def]
+    gpuhint_env, tmp_path: Path, kafka_bootstrap: str, unique_prefix: str
+) -> Iterator:  # type: ignore[type-arg]
+    """``start`` (one more worker), its env, the workers' log, and the topics (made)."""
+    topics = Topics(unique_prefix)
+    ensure_topics(kafka_bootstrap, topics, partitions=PARTITIONS)
     env = gpuhint_env(
         GPUHINT_PARTITIONS=str(PARTITIONS),
         GPUHINT_CES_ENABLED="false",
@@ -81,7 +86,7 @@ def two_workers(gpuhint_env, tmp_path: Path) -> Iterator:  # type: ignore[no-unt
                 )
             )
 
-    yield start, env, log
+    yield start, env, log, topics
     stop_processes(procs)
 
 
@@ -115,9 +120,7 @@ def test_a_joining_worker_gets_partitions_dealt_by_load(
     redis_url: str,
     unique_prefix: str,
 ) -> None:
-    start, env, log = two_workers
-    topics = Topics(unique_prefix)
-    ensure_topics(kafka_bootstrap, topics, partitions=PARTITIONS)
+    start, env, log, topics = two_workers
     produce_batches(kafka_bootstrap, topics.job_events, _backlog(30_000))  # 90,000 events
     r = redis.Redis.from_url(redis_url)
     changes = RedisKeys(unique_prefix).changes
@@ -142,11 +145,8 @@ def test_a_joining_worker_gets_partitions_dealt_by_load(
 def test_a_group_formed_before_the_events_is_re_dealt_when_they_come(
     two_workers,  # type: ignore[no-untyped-def]
     kafka_bootstrap: str,
-    unique_prefix: str,
 ) -> None:
-    start, env, log = two_workers
-    topics = Topics(unique_prefix)
-    ensure_topics(kafka_bootstrap, topics, partitions=PARTITIONS)
+    start, env, log, topics = two_workers
     start()
     start()
     group = env["GPUHINT_APP_ID"]

@@ -131,7 +131,7 @@ def test_probe_asks_after_sustained_worthwhile_imbalance() -> None:
     assert not probe.observe(0.0, STICKY, BACKLOG, 8)
     assert probe.observe(1.0, STICKY, BACKLOG, 8)
     even = {p: 1000.0 for p in range(8)}
-    probe.rebalanced(1.5)  # not asked by it: no cool-down, but a fresh streak
+    probe.in_generation(3)  # a rebalance not asked by it: no cool-down, a fresh streak
     assert not probe.observe(2.0, STICKY, BACKLOG, 8)
     assert not probe.observe(3.0, STICKY, even, 8)  # the load evened out: streak broken
     assert not probe.observe(4.0, STICKY, BACKLOG, 8)
@@ -151,7 +151,7 @@ def test_probe_ignores_small_shares_small_backlogs_and_lone_workers() -> None:
 def test_probe_cools_down_only_after_a_rebalance_it_asked_for() -> None:
     probe = RebalanceProbe(min_gain=0.2, min_events=2000, sustain=1, cooldown_s=30)
     assert probe.observe(0.0, STICKY, BACKLOG, 8)
-    probe.rebalanced(0.5, asked=True)
+    probe.asked(0.5)
     # the deal did not even the load out (it moved meanwhile): not again at once
     assert not any(probe.observe(t, STICKY, BACKLOG, 8) for t in (1.0, 10.0, 30.0))
     assert probe.observe(30.5, STICKY, BACKLOG, 8)

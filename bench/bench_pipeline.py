@@ -20,7 +20,14 @@ Kafka broker and Redis server, then:
    hash unevenly over partitions, so two workers cannot always split the work in half).
    ``--join during``: one worker starts draining the backlog and the second joins then
    (a worker added to a group that lags: the drain includes its start-up and the
-   rebalance; the final deal is reported, no bound).
+   rebalance; the final deal is reported, no bound). ``--join backlog``: the whole
+   backlog waits in Kafka, then every worker starts at once (a group that forms over a
+   backlog, as after a full restart; the deal is read at the end).
+   The broker's ``group.initial.rebalance.delay.ms`` decides whether workers started
+   together form the group in one round (Kafka's default, 3 s) or one after the other
+   (0, the test suite's broker: the second joins a group the first already formed and
+   Faust keeps the first one's partitions). A broker this benchmark starts itself uses
+   ``--broker-group-delay-ms`` (default 3000); the JSON reports the value the broker has.
    Each drain also reports the cores each process used while it ran (every worker, the
    local Kafka broker and Redis found by the port they listen on, this harness) and the
    whole machine (``cpu_*``, ``machine_busy_cores_*``), and how fast each worker drained
@@ -29,7 +36,8 @@ Kafka broker and Redis server, then:
    (``speedup_bound_cpu_2_workers``: the cores / the cores one worker's drain kept busy).
 
     python bench/bench_pipeline.py [--rate 200] [--seconds 15] [--lifecycles 10000]
-                                    [--runs 3] [--join before|during] [--json]
+                                    [--runs 3] [--join before|during|backlog]
+                                    [--broker-group-delay-ms 3000] [--json]
 """
 
 from __future__ import annotations
@@ -63,8 +71,8 @@ from gpuhint.contract import JobEvent, encode_message
 from gpuhint.kafka_io import aiokafka_client_config, ensure_topics, kafka_client_config
 from gpuhint.keys import RedisKeys
 from gpuhint.testing.cpu_meter import CpuMeter, listening_pid, usable_cores
+from gpuhint.testing.kafka_tools import broker_config, produce_batches
 from gpuhint.testing.kafka_tools import group_assignment as _group_assignment
-from gpuhint.testing.kafka_tools import produce_batches
 from gpuhint.testing.services import kafka_service, redis_service
 from gpuhint.topics import Topics, job_key
 from streams.partitioning import partition_for
@@ -123,6 +131,15 @@ def wait_for(watcher: HintWatcher, ids: list[str], timeout: float) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def wait_for_any(watcher: HintWatcher, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not watcher.seen:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -354,21 +371,33 @@ def throughput(
     ]
     watcher = HintWatcher(url, keys)
     watcher.start()
-    first = n_workers if join == "before" else 1
-    ws = [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first)]
+    group = env["GPUHINT_APP_ID"]
+    ws: list[Worker] = []
+
+    def meter() -> CpuMeter:
+        return CpuMeter(lambda: {**services, **{f"worker{k}": [w.p.pid] for k, w in enumerate(ws)}})
+
     try:
-        group = env["GPUHINT_APP_ID"]
-        assignment = wait_for_group(bootstrap, group, topics.job_events, first)
-        send_batched(bootstrap, topics.job_events, partitions, warm)
-        if not wait_for(watcher, [e.job_id for e in warm], 120):
-            raise SystemExit("the workers did not come up")
-        meter = CpuMeter(
-            lambda: {**services, **{f"worker{k}": [w.p.pid] for k, w in enumerate(ws)}}
-        )
-        send_batched(bootstrap, topics.job_events, partitions, [*evs, *markers])
-        ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first, n_workers)]
-        ok = wait_for(watcher, [m.job_id for m in markers], 900)
-        cpu = meter.stop()
+        if join == "backlog":  # all of it waits in Kafka; then every worker starts at once
+            send_batched(bootstrap, topics.job_events, partitions, [*warm, *evs, *markers])
+            ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(n_workers)]
+            if not wait_for_any(watcher, 120):
+                raise SystemExit("the workers did not come up")
+            cpu_meter = meter()  # from the first hint, as the drain's clock
+            ok = wait_for(watcher, [m.job_id for m in markers], 900)
+            assignment = group_assignment(bootstrap, group, topics.job_events) or []
+        else:
+            first = n_workers if join == "before" else 1
+            ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first)]
+            assignment = wait_for_group(bootstrap, group, topics.job_events, first)
+            send_batched(bootstrap, topics.job_events, partitions, warm)
+            if not wait_for(watcher, [e.job_id for e in warm], 120):
+                raise SystemExit("the workers did not come up")
+            cpu_meter = meter()
+            send_batched(bootstrap, topics.job_events, partitions, [*evs, *markers])
+            ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first, n_workers)]
+            ok = wait_for(watcher, [m.job_id for m in markers], 900)
+        cpu = cpu_meter.stop()
         cpu["workers_cores"] = sum(v for k, v in cpu.items() if k.startswith("worker"))
         final = group_assignment(bootstrap, group, topics.job_events)
     finally:
@@ -380,7 +409,7 @@ def throughput(
     if ok and thr:
         last = max(watcher.seen[m.job_id] for m in markers)
         rate = (len(evs) + len(markers)) / (last - min(thr))
-    if join != "before":  # the lone worker drained part of the backlog first: no bound
+    if join == "during":  # the lone worker drained part of the backlog first: no bound
         return {
             "events_per_s": rate,
             "assignment": final,
@@ -391,11 +420,13 @@ def throughput(
     per_partition = [0] * partitions
     for ev in [*evs, *markers]:
         per_partition[partition_for(job_key(ev.cluster, ev.vc), partitions)] += 1
-    busiest = max(sum(per_partition[p] for p in member) for member in assignment)
+    busiest = max((sum(per_partition[p] for p in member) for member in assignment), default=0)
     start = min(thr) if thr else float("nan")
     # how fast each worker drained its own share: only for a drain that completed under
     # the deal it started with (after a rebalance the shares are not these)
-    members: list[dict[str, object]] | None = [] if ok and final == assignment else None
+    # (a backlog drain's deal is read at its end: whether it changed on the way is unknown)
+    kept = ok and final == assignment and join == "before"
+    members: list[dict[str, object]] | None = [] if kept else None
     for member in assignment if members is not None else []:
         mine = [m for m in markers if partition_for(job_key(m.cluster, m.vc), partitions) in member]
         done = max((watcher.seen[m.job_id] for m in mine), default=start)
@@ -411,8 +442,8 @@ def throughput(
     return {
         "events_per_s": rate,
         "assignment": assignment,
-        "speedup_bound": (len(evs) + len(markers)) / busiest,
-        "rebalanced": final != assignment,
+        "speedup_bound": (len(evs) + len(markers)) / busiest if busiest else None,
+        "rebalanced": final != assignment if join == "before" else None,
         "members": members,
         "cpu": cpu,
     }
@@ -487,17 +518,33 @@ def main() -> int:
     )
     ap.add_argument(
         "--join",
-        choices=["before", "during"],
+        choices=["before", "during", "backlog"],
         default="before",
         help="before: every worker joins before the backlog is produced; during: one "
         "worker starts draining it and the second joins then (a group that lags gets "
-        "a worker; the drain includes that rebalance)",
+        "a worker; the drain includes that rebalance); backlog: the backlog is produced "
+        "first, then every worker starts at once (the clock starts at the first hint)",
+    )
+    ap.add_argument(
+        "--broker-group-delay-ms",
+        type=int,
+        default=3000,
+        metavar="MS",
+        help="group.initial.rebalance.delay.ms of a broker this benchmark starts itself "
+        "(default: Kafka's own, 3000, with which workers started together join the "
+        "group's first round; the test suite's broker uses 0). A broker given by "
+        "GPUHINT_TEST_KAFKA_BOOTSTRAP keeps its own: the JSON reports the value read "
+        "from the broker",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuhint-bench-"))
-    with kafka_service() as (bootstrap, how_k), redis_service() as (url, how_r):
+    with (
+        kafka_service(args.broker_group_delay_ms) as (bootstrap, how_k),
+        redis_service() as (url, how_r),
+    ):
+        group_delay = broker_config(bootstrap, "group.initial.rebalance.delay.ms", **security())
         raw = raw_roundtrip(bootstrap, f"raw{uuid.uuid4().hex[:6]}", args.rate, args.seconds)
         lat, raw_beside = hint_latency(
             bootstrap, url, args.model, tmp, args.rate, args.seconds, args.settle
@@ -552,6 +599,9 @@ def main() -> int:
         "lifecycles": args.lifecycles,
         "vcs": args.vcs,
         "join": args.join,
+        "kafka_group_initial_rebalance_delay_ms": (
+            int(group_delay) if group_delay is not None else None
+        ),
         "events_per_s_1_worker": one,
         "events_per_s_2_workers": two,
         "runs": args.runs,

@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kafka.admin import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
-__all__ = ["group_assignment", "produce_batches"]
+__all__ = ["broker_config", "group_assignment", "produce_batches"]
 
 
 def produce_batches(
@@ -67,3 +67,25 @@ def group_assignment(
         assigned = (member.get("member_assignment") or {}).get("assigned_partitions") or []
         out.append(sorted(p for a in assigned if a["topic"] == topic for p in a["partitions"]))
     return sorted(out)
+
+
+def broker_config(bootstrap: str, name: str, **client: Any) -> str | None:
+    """The value of broker config ``name`` on the first broker ``describe_cluster``
+    lists, or None where it cannot be read (e.g. no ``DESCRIBE_CONFIGS`` permission).
+    ``client``: kafka-python options (security)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client)
+    try:
+        brokers = admin.describe_cluster().get("brokers") or []
+        if not brokers:
+            return None
+        broker = str(brokers[0]["broker_id"])
+        got = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, broker, configs=[name])],
+            config_filter="all",
+        )
+    except Exception:  # a report field: never fail a benchmark over it
+        return None
+    finally:
+        admin.close()
+    entry = (got.get("broker") or {}).get(broker, {}).get(name) if isinstance(got, dict) else None
+    return None if entry is None else str(entry.get("value"))

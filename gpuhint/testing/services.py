@@ -157,8 +157,12 @@ class LocalKafka(LocalProcess):
         workdir: Path | None = None,
         secure: bool = False,
         mechanism: str = "SCRAM-SHA-512",
+        group_initial_delay_ms: int = 0,
     ) -> None:
         super().__init__(workdir)
+        # 0 (tests): a group forms as soon as its first member joins; Kafka's default,
+        # 3000, waits for members that join together (production brokers keep it)
+        self.group_initial_delay_ms = group_initial_delay_ms
         self.port = port or free_port()
         # a persistent data dir needs the same controller address on every start
         self.controller_port = port + 1 if port else free_port()
@@ -238,7 +242,7 @@ class LocalKafka(LocalProcess):
                     "transaction.state.log.min.isr=1",
                     "share.coordinator.state.topic.replication.factor=1",
                     "share.coordinator.state.topic.min.isr=1",
-                    "group.initial.rebalance.delay.ms=0",
+                    f"group.initial.rebalance.delay.ms={self.group_initial_delay_ms}",
                     "log.flush.interval.messages=10000000",
                 ]
             )
@@ -437,8 +441,9 @@ def docker_available() -> bool:
 
 
 @contextlib.contextmanager
-def kafka_service() -> Iterator[tuple[str, str]]:
-    """Yield (bootstrap, how) for a Kafka broker: env var, testcontainers, or local."""
+def kafka_service(group_initial_delay_ms: int = 0) -> Iterator[tuple[str, str]]:
+    """Yield (bootstrap, how) for a Kafka broker: env var, testcontainers, or local
+    (``group_initial_delay_ms``: the local broker's ``group.initial.rebalance.delay.ms``)."""
     env = os.environ.get("GPUHINT_TEST_KAFKA_BOOTSTRAP")
     if env:
         yield env, "env GPUHINT_TEST_KAFKA_BOOTSTRAP"
@@ -452,7 +457,7 @@ def kafka_service() -> Iterator[tuple[str, str]]:
         with KafkaContainer(image).with_kraft() as kc:
             yield kc.get_bootstrap_server(), f"testcontainers {image}"
         return
-    with LocalKafka() as k:
+    with LocalKafka(group_initial_delay_ms=group_initial_delay_ms) as k:
         k.start()
         yield k.bootstrap, f"local Kafka broker (KRaft) at {k.bootstrap}, log {k.log_path}"
 
@@ -491,6 +496,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="kafka: SASL_SSL only (SCRAM/PLAIN user gpuhint, throw-away CA); prints the settings",
     )
+    p.add_argument(
+        "--group-initial-delay-ms",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="kafka: group.initial.rebalance.delay.ms (default 0, for fast tests; Kafka's "
+        "own default is 3000: members that start together join the group's first round)",
+    )
     p.add_argument("--password", help="redis: require this password (default user, or --user)")
     p.add_argument("--user", help="redis: an ACL user with --password; the default user is off")
     p.add_argument("--tls", action="store_true", help="redis: TLS only (rediss://, throw-away CA)")
@@ -501,7 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         kdata, rdata = os.environ.get("GPUHINT_KAFKA_DATA"), os.environ.get("GPUHINT_REDIS_DATA")
         if args.service == "kafka":
-            kafka = LocalKafka(args.port, Path(kdata) if kdata else None, secure=args.secure)
+            kafka = LocalKafka(
+                args.port,
+                Path(kdata) if kdata else None,
+                secure=args.secure,
+                group_initial_delay_ms=args.group_initial_delay_ms,
+            )
             svc = kafka.start()
             print(f"Kafka {kafka.bootstrap} (log {kafka.log_path}); Ctrl-C stops it", flush=True)
             if args.secure:

@@ -124,22 +124,14 @@ def lifecycle(i: int, tag: str, vcs: int, t: float) -> list[JobEvent]:
     ]
 
 
-def wait_for(watcher: HintWatcher, ids: list[str], timeout: float) -> bool:
+def wait_for(watcher: HintWatcher, ids: list[str] | None, timeout: float) -> bool:
+    """Wait until every job of ``ids`` has a hint (None: any job)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(j in watcher.seen for j in ids):
+        if all(j in watcher.seen for j in ids) if ids is not None else watcher.seen:
             return True
         time.sleep(0.02)
     return False
-
-
-def wait_for_any(watcher: HintWatcher, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not watcher.seen:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -381,11 +373,10 @@ def throughput(
         if join == "backlog":  # all of it waits in Kafka; then every worker starts at once
             send_batched(bootstrap, topics.job_events, partitions, [*warm, *evs, *markers])
             ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(n_workers)]
-            if not wait_for_any(watcher, 120):
+            if not wait_for(watcher, None, 120):
                 raise SystemExit("the workers did not come up")
             cpu_meter = meter()  # from the first hint, as the drain's clock
             ok = wait_for(watcher, [m.job_id for m in markers], 900)
-            assignment = group_assignment(bootstrap, group, topics.job_events) or []
         else:
             first = n_workers if join == "before" else 1
             ws += [Worker(env, tmp / f"{topics.prefix}-w{k}.log") for k in range(first)]
@@ -400,6 +391,8 @@ def throughput(
         cpu = cpu_meter.stop()
         cpu["workers_cores"] = sum(v for k, v in cpu.items() if k.startswith("worker"))
         final = group_assignment(bootstrap, group, topics.job_events)
+        if join == "backlog":  # the deal is known only once the group has formed
+            assignment = final or []
     finally:
         watcher.stop.set()
         for w in ws:

@@ -1,7 +1,7 @@
 """Faust's partition assignor, then the job-event partitions re-dealt by load.
 
 Faust balances partitions by count. Every worker here also samples the load of all the
-job-event partitions from the broker every 2 s (:func:`group_offsets`: end offsets and
+job-event partitions from the broker every second (:func:`group_offsets`: end offsets and
 the group's commits; :class:`streams.placement.PartitionLoad`: lag + recent rate) into
 :attr:`LoadView.snapshot`, so whichever worker leads the next rebalance knows it. When that
 load says another deal would lower the busiest worker's share by at least
@@ -9,7 +9,8 @@ load says another deal would lower the busiest worker's share by at least
 for the job-event topic and every topic co-partitioned with it (the VC and CES state
 changelogs, cluster telemetry): state moves with its partition as in any rebalance.
 
-Where the leader has no load for every partition yet (a worker's first 2 s), or no
+Where the leader has no load for every partition yet (the sampler starts with Faust's
+timers, after the worker's first assignment: a group's first deal is Faust's), or no
 partition has any (a group that forms before the events), or standby replicas are
 configured, Faust's assignment stands.
 

@@ -53,15 +53,17 @@ from typing import Any
 
 import faust
 import mode
+from faust.types import TP
 
 from gpuhint.ces_core import CesEngine, ClusterLoadTracker
 from gpuhint.config import Settings
 from gpuhint.core import HintEngine
-from gpuhint.kafka_io import faust_credentials
+from gpuhint.kafka_io import faust_credentials, kafka_client_config
 from gpuhint.store import HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.batching import take_ready
+from streams.checkpoint import BatchRoutine, Sink
 from streams.cluster_load import ClusterLoadProcessor
 from streams.faust_assignor import (
     LoadView,
@@ -79,7 +81,7 @@ from streams.state_table import SaveCadence, TableStates
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Worker", "WorkerStats", "build_app", "faust_broker_url"]
+__all__ = ["FaustEdge", "Sink", "Worker", "WorkerStats", "build_app", "faust_broker_url"]
 
 
 def _dead_letter_acked(fut: Any) -> None:
@@ -131,49 +133,87 @@ class ChangelogTable(MutableMapping[str, bytes]):
         self.table.send_changelog(partition, key, value)
 
 
-class Sink:
-    """The store's flush, off the event loop, retried until it succeeds."""
+class FaustEdge:
+    """The batch routine's :class:`streams.checkpoint.Edge` over Faust events."""
 
-    def __init__(self, store: HintStore, rebuild: Callable[[], int]) -> None:
-        self.store = store
-        self.rebuild = rebuild
-        self.failures = 0
-        self.rebuilds = 0
-        self.max_backoff_s = 5.0
+    def __init__(
+        self,
+        app: faust.App,
+        topic: str,
+        emit: Callable[[Outcome], Awaitable[None]],
+        settings: Settings,
+    ) -> None:
+        self.app = app
+        self.topic = topic
+        self._emit = emit
+        self.settings = settings
 
-    async def flush(self) -> None:
-        delay = 0.05
-        while True:
-            try:
-                await asyncio.to_thread(self._flush_once)
-                return
-            except Exception as exc:  # Redis down: hold the batch (and its offsets), retry
-                self.failures += 1
-                log.warning(
-                    "store flush failed (%s: %s); %d writes held, retrying in %.2f s",
-                    type(exc).__name__,
-                    exc,
-                    getattr(self.store, "pending", -1),
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(self.max_backoff_s, delay * 2)
+    def message(self, event: Any) -> Message:
+        m = event.message
+        return Message(m.topic, m.partition, m.offset, event.key, event.value)
 
-    def _flush_once(self) -> None:
-        self.store.flush()
-        if getattr(self.store, "empty_detected", False):  # Redis was empty: rewrite from state
-            self.rebuilds += 1
-            n = self.rebuild()  # if it raises, the flag stays set: retried with the flush
-            self.store.take_empty()  # type: ignore[attr-defined]
-            reason = getattr(self.store, "empty_reason", "")
-            log.log(
-                logging.WARNING if reason == "redis_empty" else logging.INFO,
-                "re-wrote %d pending hints from state (%s)",
-                n,
-                reason,
-            )
-            self.store.mark_rebuilt(n)  # type: ignore[attr-defined]
-            self.store.flush()
+    def hold(self, event: Any) -> None:
+        event.message.incref()  # the batching's own ack no longer releases it
+
+    def ack(self, event: Any) -> None:
+        if event.ack():
+            m = event.message
+            self.app.sensors.on_message_out(m.tp, m.offset, m)
+
+    async def emit(self, outcome: Outcome) -> None:
+        await self._emit(outcome)
+
+    async def committed(self, partition: int) -> int | None:
+        """The group's commit for ``partition``, asked of the broker (Faust's own record
+        of it may predate this assignment); None when it cannot be read."""
+        thread = getattr(self.app.consumer, "_thread", None)
+        started = getattr(thread, "_started", None)
+        if thread is None or started is None or not started.is_set():
+            return None  # no running consumer (an agent test): take what comes
+        tp = TP(self.topic, partition)
+
+        async def read() -> int | None:
+            consumer = thread._ensure_consumer()
+            got = await asyncio.wait_for(consumer._coordinator.fetch_committed_offsets([tp]), 10)
+            meta = got.get(tp)
+            return None if meta is None or meta.offset < 0 else int(meta.offset)
+
+        try:
+            offset: int | None = await thread.call_thread(read)
+        except Exception as exc:  # broker busy: the first event delivered is the start
+            log.warning("committed offset of partition %d not read (%s)", partition, exc)
+            return None
+        return offset
+
+    async def first_offset(self, partition: int, at: int) -> int | None:
+        """The first record at or after ``at`` in the log (a short-lived consumer)."""
+        return await asyncio.to_thread(_first_offset, self.settings, self.topic, partition, at)
+
+    async def seek(self, partition: int, offset: int) -> None:
+        await self.app.consumer.seek(TP(self.topic, partition), offset)
+
+
+def _first_offset(settings: Settings, topic: str, partition: int, at: int) -> int | None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap.split(","),
+        enable_auto_commit=False,
+        group_id=None,
+        **kafka_client_config(settings),
+    )
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, at)
+        for _ in range(5):
+            got = consumer.poll(timeout_ms=1000, max_records=1).get(tp)
+            if got:
+                return int(got[0].offset)
+        end = consumer.end_offsets([tp]).get(tp)
+        return None if end is None or end <= at else at
+    finally:
+        consumer.close()
 
 
 @dataclass
@@ -184,9 +224,16 @@ class Worker:
     handler: MessageHandler
     states: TableStates
     sink: Sink
-    cadence: SaveCadence[Any]
-    save_state: Callable[[], Awaitable[None]]
-    """Save the held VC state now and acknowledge its events (what the cadence does)."""
+    routine: BatchRoutine[Any]
+    """The batch routine the job-event agent runs (:mod:`streams.checkpoint`)."""
+
+    @property
+    def cadence(self) -> SaveCadence[Any]:
+        return self.routine.cadence
+
+    async def save_state(self) -> None:
+        """Save the held VC state now and acknowledge its events (what the cadence does)."""
+        await self.routine.save_all()
 
 
 def _message(event: Any) -> Message:
@@ -263,9 +310,12 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
     vc_table = ChangelogTable(table("vc-state"))
     ces_table = ChangelogTable(table("ces-state"))
-    vc_partition: dict[str, int] = {}
     ces_partition: dict[str, int] = {}
-    states = TableStates(vc_table, on_save=lambda k, blob: vc_table.put(k, blob, vc_partition[k]))
+
+    def save_vc(key: str, blob: bytes) -> None:
+        vc_table.put(key, blob, routine.partition_of[key])  # the VC's own partition
+
+    states = TableStates(vc_table, on_save=save_vc)
     engine = HintEngine(partial(make_model, settings.model), store, states=states)
     ces = ClusterLoadProcessor(
         ClusterLoadTracker(
@@ -299,56 +349,6 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
     sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
 
-    def ack_event(event: Any) -> None:
-        """The ack the batching would have done, once the event's state is saved."""
-        if event.ack():
-            m = event.message
-            app.sensors.on_message_out(m.tp, m.offset, m)
-
-    cadence: SaveCadence[Any] = SaveCadence(ack_event, settings.state_save_interval_s)
-    batch_lock = asyncio.Lock()  # handle + flush of a batch, or one VC's save: never both
-    generation = [0]  # bumped by a rebalance: a save begun before it is dropped
-
-    save_lock = asyncio.Lock()  # one save at a time: a VC's records go out in order
-
-    async def save_keys(keys: list[str]) -> None:
-        """Save these VCs one at a time, then acknowledge each one's held events.
-
-        A VC is pickled under ``batch_lock`` (nothing mutates it meanwhile) and its held
-        events taken with it; the lock is then released while the snapshot is
-        compressed in a thread (zlib releases the GIL, so batches run meanwhile). The
-        changelog record is produced before the taken events are acknowledged; events
-        handled meanwhile stay held for the VC's next save."""
-        async with save_lock:
-            for key in keys:
-                async with batch_lock:
-                    gen = generation[0]
-                    pickled = await asyncio.to_thread(states.pickle_dirty, (key,))
-                    taken = cadence.take(key)
-                encoded = await asyncio.to_thread(states.seal_all, pickled)
-                if gen != generation[0]:  # revoked meanwhile: the taken are redelivered
-                    return
-                states.store_encoded(encoded)
-                cadence.ack(taken)
-
-    async def save_state() -> None:
-        """Save every VC with held events now."""
-        await save_keys(cadence.keys())
-
-    def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        # a rebalance: re-read each VC's and cluster's newest state from the tables.
-        # Faust waited for every event to be acked first (the save task saw the
-        # rebalance and saved); whatever is still held now (a stop) had its state
-        # dropped: it must never be acknowledged, it is redelivered.
-        if cadence.held:
-            log.warning("rebalance: %d events with unsaved state will be redelivered", cadence.held)
-        generation[0] += 1
-        cadence.drop()
-        states.forget()
-        ces.forget()
-
-    app.on_partitions_revoked.connect(forget_state)
-
     async def emit(outcome: Outcome) -> None:
         if outcome.dead_letter is not None:
             # Faust flushes its producer before it commits offsets; a record the broker
@@ -358,28 +358,29 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         for fw in outcome.forwards:
             await telemetry.send(key=fw.key, value=fw.value)
 
+    edge = FaustEdge(app, job_topic.topics[0], emit, settings)
+    routine: BatchRoutine[Any] = BatchRoutine(
+        handler, states, edge, flush=sink.flush, save_interval_s=settings.state_save_interval_s
+    )
+    # every job-event partition commits what the routine says is durable
+    app.gpuhint_commits = (job_topic.topics[0], routine.committable)  # type: ignore[attr-defined]
+
+    def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # a rebalance: re-read each VC's and cluster's newest state from the tables.
+        # Faust waited for every event to be acked first (the save task saw the
+        # rebalance and saved); whatever is still held now (a stop) had its state
+        # dropped: it must never be acknowledged, it is redelivered.
+        held = routine.forget()
+        if held:
+            log.warning("rebalance: %d events with unsaved state will be redelivered", held)
+        ces.forget()
+
+    app.on_partitions_revoked.connect(forget_state)
+
     @app.agent(job_topic, concurrency=1, name="job-events")
     async def process_job_events(stream: Any) -> None:
         async for batch in take_ready(stream, settings.batch_max, settings.batch_within_s):
-            async with batch_lock:
-                by_vc: dict[str | None, list[Any]] = {}
-                for event in batch:
-                    event.message.incref()  # held: acked by the cadence after the save
-                    msg = _message(event)
-                    outcome = handler.job_event(msg)
-                    if outcome.state_key is not None:
-                        vc_partition[outcome.state_key] = msg.partition
-                    by_vc.setdefault(outcome.state_key, []).append(event)
-                    await emit(outcome)
-                await sink.flush()
-                for key, events in by_vc.items():
-                    if key is None:  # dead-lettered: no state to save
-                        for event in events:
-                            ack_event(event)
-                    else:
-                        cadence.hold(events, key)
-            if settings.state_save_interval_s == 0:
-                await save_keys(cadence.keys())
+            await routine.run_batch(batch)
 
     tick_s = max(0.01, min(0.05, settings.state_save_interval_s / 20))
 
@@ -391,12 +392,12 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         when the app stops, before that wait.)"""
         while True:
             await asyncio.sleep(tick_s)
-            if not cadence.held:
+            if not routine.cadence.held:
                 continue
             if app.rebalancing or app.should_stop:
-                await save_state()
+                await routine.save_all()
             else:  # paced: a few VCs a tick, batches run between (no burst of encodes)
-                await save_keys(cadence.paced_due_keys(tick_s))
+                await routine.save_due(tick_s)
 
     if settings.worker_assign_by_load:
 
@@ -508,7 +509,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             f"{s.mae_log:.3f}" if s.mae_log is not None else "n/a",
             states.saves,
             states.bytes_saved,
-            cadence.saves,
+            routine.cadence.saves,
             load_view.deals,
             load_view.probes,
         )
@@ -521,4 +522,4 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             await asyncio.to_thread(sweep)
 
     app.gpuhint_ces = ces  # type: ignore[attr-defined]
-    return Worker(app, handler.stats, engine, handler, states, sink, cadence, save_state)
+    return Worker(app, handler.stats, engine, handler, states, sink, routine)

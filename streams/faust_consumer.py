@@ -1,4 +1,17 @@
-"""A Faust consumer that hands a fetched message to its stream without four tasks.
+"""Faust's consumer with the worker's own commit offsets, and a leaner fetch loop.
+
+**Commits.** faust-streaming commits a partition up to the end of the first run of
+consecutive acknowledged offsets (``Consumer._new_offset``), and its guard against a
+missing head only fires for a hole of two or more: with offset N still in flight (the
+worker holds an event's acknowledgement until its VC's state is saved) and N+1.. acked,
+it commits past N (faust-streaming issues #596, #606; fix proposed in PR #707). A
+worker killed before N's state is saved then never sees N again. Its gap bookkeeping
+(a jump in read offsets counts as acknowledged) can also commit offsets nobody
+handled. :class:`CheckpointConsumer` therefore asks the worker's batch routine for
+every job-event partition's commit offset (:meth:`streams.checkpoint.BatchRoutine.committable`:
+the lowest offset not yet durable) instead; Faust's own logic stays for other topics.
+
+**Fetch.** The lean loop hands a fetched message to its stream without four tasks.
 
 faust-streaming's fetch loop (``Consumer._drain_messages``) delivers every message
 through ``Service.wait_first(callback(message), suspend_flow.wait())``: four tasks, an
@@ -31,6 +44,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKED_VERSIONS",
+    "CheckpointApp",
+    "CheckpointConsumer",
     "LeanApp",
     "LeanConsumer",
     "app_class",
@@ -84,7 +99,43 @@ def run_inline(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
     return False, waiting_on
 
 
-class LeanConsumer(faust_aiokafka.Consumer):
+class CheckpointConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer; a job-event partition commits what the worker says.
+
+    ``app.gpuhint_commits`` (set by :func:`streams.app.build_app`) is a pair: the topic,
+    and a function partition -> offset that is safe to commit (None: nothing yet).
+    """
+
+    def _new_offset(self, tp: Any) -> int | None:
+        commits = getattr(self.app, "gpuhint_commits", None)
+        if commits is None or tp.topic != commits[0]:
+            return faust_consumer.Consumer._new_offset(self, tp)
+        # Faust's acknowledgement and gap bookkeeping is not what commits this topic
+        self._acked[tp].clear()
+        self._acked_index[tp].clear()
+        gaps = self._gap.get(tp)
+        if gaps:
+            gaps.clear()
+        offset: int | None = commits[1](tp.partition)
+        return offset
+
+
+class CheckpointApp(faust.App):
+    """A Faust app whose consumer is :class:`CheckpointConsumer`."""
+
+    def _new_consumer(self) -> Any:
+        transport = self.transport
+        return CheckpointConsumer(
+            transport,
+            callback=self.topics.on_message,
+            on_partitions_revoked=self._on_partitions_revoked,
+            on_partitions_assigned=self._on_partitions_assigned,
+            beacon=self.beacon,
+            loop=transport.loop,
+        )
+
+
+class LeanConsumer(CheckpointConsumer):
     """faust-streaming's aiokafka consumer with an inline fast path for delivery.
 
     Also, a message of a partition whose stream buffer is over its high mark (Faust
@@ -188,7 +239,7 @@ class LeanConsumer(faust_aiokafka.Consumer):
             unset_flag(flag_consumer_fetching)
 
 
-class LeanApp(faust.App):
+class LeanApp(CheckpointApp):
     """A Faust app whose consumer is :class:`LeanConsumer`."""
 
     def _new_consumer(self) -> Any:
@@ -204,9 +255,10 @@ class LeanApp(faust.App):
 
 
 def app_class(lean_fetch: bool) -> type[faust.App]:
-    """:class:`LeanApp` when asked for and the installed Faust was checked, else Faust's."""
+    """:class:`LeanApp` when asked for and the installed Faust was checked, else
+    :class:`CheckpointApp` (Faust's fetch loop, the worker's commits)."""
     if not lean_fetch:
-        return faust.App
+        return CheckpointApp
     if not lean_fetch_supported():
         log.warning(
             "faust-streaming %s is not one the lean fetch loop was checked against (%s): "
@@ -214,5 +266,5 @@ def app_class(lean_fetch: bool) -> type[faust.App]:
             faust.__version__,
             ", ".join(CHECKED_VERSIONS),
         )
-        return faust.App
+        return CheckpointApp
     return LeanApp

@@ -1,13 +1,13 @@
 """An in-process pipeline for whole-pipeline tests: partitioned log, workers, crashes.
 
-The same pieces the Faust worker wires together -- :class:`~streams.handler.MessageHandler`,
-:class:`~gpuhint.core.HintEngine`, :class:`~streams.state_table.TableStates` -- run over
-an in-memory partitioned log (records placed by Kafka's partitioner), a shared
-"changelog" table, committed offsets and a shared Redis twin. Each worker buffers its
-writes and, per batch, flushes them, saves its dirty VC states and then commits the
-batch's offsets, exactly as :mod:`streams.app` does. A crash can be injected between
-any two of those steps; a restarted (or another) worker resumes from the committed
-offsets and the saved state, in the spirit of bytewax's testing source and sink.
+Each worker runs the worker's own batch routine (:class:`streams.checkpoint.BatchRoutine`:
+admit, handle, flush, hold, save on a cadence, commit what is durable) over an in-memory
+partitioned log (records placed by Kafka's partitioner), a shared "changelog" table,
+committed offsets and a shared Redis twin: only the edge differs (:class:`LogEdge`), as
+bytewax's testing source and sink run under the same ``run_main``. A crash can be
+injected after any step of a batch (``probe``); a restarted (or another) worker resumes
+from the committed offsets and the saved state. ``save_every`` batches is the state
+save cadence (1: every batch), so a crash can fall while acknowledgements are held.
 
 >>> from gpuhint.contract import JobEvent
 >>> p = InProcessPipeline("history", partitions=2)
@@ -20,6 +20,7 @@ offsets and the saved state, in the spirit of bytewax's testing source and sink.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,7 +32,8 @@ from gpuhint.store import InMemoryStore, Op
 from gpuhint.topics import Topics, job_key
 from models.base import DurationModel
 from models.registry import make_model
-from streams.handler import Message, MessageHandler
+from streams.checkpoint import BatchRoutine, Sink
+from streams.handler import Message, MessageHandler, Outcome
 from streams.partitioning import partition_for
 from streams.state_table import TableStates
 
@@ -59,13 +61,58 @@ class _ForwardingStore(InMemoryStore):
         self._saw_epoch(created, self.target.epoch)
 
 
+_STEP = {"after_handle": "handled", "after_flush": "flushed", "after_save": "saved"}
+
+
 @dataclass
 class _Worker:
     name: str
     handler: MessageHandler
     states: TableStates
     store: _ForwardingStore
+    routine: BatchRoutine[Message]
+    sink: Sink
     partitions: set[int] = field(default_factory=set)
+    position: dict[int, int] = field(default_factory=dict)
+    """partition -> the next offset this worker reads."""
+    crash_at: str | None = None
+    """The routine step after which this worker dies (its probe raises :class:`Crash`)."""
+
+    def probe(self, step: str) -> None:
+        if step == self.crash_at:
+            raise Crash(self.name)
+
+
+class LogEdge:
+    """The batch routine's edge over the in-memory log: reads move ``position``,
+    acknowledgements need nothing (commits come from the routine), seeks move back."""
+
+    def __init__(self, pipeline: InProcessPipeline, worker: _Worker | None = None) -> None:
+        self.pipeline = pipeline
+        self.worker = worker
+
+    def message(self, event: Message) -> Message:
+        return event
+
+    def hold(self, event: Message) -> None:
+        pass
+
+    def ack(self, event: Message) -> None:
+        pass
+
+    async def emit(self, outcome: Outcome) -> None:
+        if outcome.dead_letter is not None:
+            self.pipeline.dead_letters.append(outcome.dead_letter)
+
+    async def committed(self, partition: int) -> int | None:
+        return self.pipeline.committed[partition]
+
+    async def first_offset(self, partition: int, at: int) -> int | None:
+        return at if at < len(self.pipeline.log[partition]) else None
+
+    async def seek(self, partition: int, offset: int) -> None:
+        assert self.worker is not None
+        self.worker.position[partition] = offset
 
 
 class InProcessPipeline:
@@ -77,10 +124,12 @@ class InProcessPipeline:
         partitions: int = 4,
         batch_max: int = 50,
         topics: Topics | None = None,
+        save_every: int = 1,
     ) -> None:
         self.model_factory = partial(make_model, model) if isinstance(model, str) else model
         self.n_partitions = partitions
         self.batch_max = batch_max
+        self.save_every = save_every
         self.topics = topics or Topics()
         self.log: list[list[Message]] = [[] for _ in range(partitions)]
         self.committed = [0] * partitions
@@ -91,6 +140,8 @@ class InProcessPipeline:
         self.redelivered = 0
         """Events the workers found at or below their VC's watermark (re-emitted only)."""
         self.learned = 0
+        self.gaps = 0
+        self._batches = 0.0  # the routine's clock: one tick per batch run
 
     # -- source --------------------------------------------------------------------------
     def publish_raw(self, key: bytes, value: bytes) -> None:
@@ -106,34 +157,46 @@ class InProcessPipeline:
         store = _ForwardingStore(self.redis)
         states = TableStates(self.table)
         engine = HintEngine(self.model_factory, store, states=states, clock=lambda: 0.0)
-        return _Worker(name, MessageHandler(engine, self.topics), states, store, partitions)
+        handler = MessageHandler(engine, self.topics)
+        edge = LogEdge(self)
 
-    def _batch(self, w: _Worker, p: int, crash: CrashPoint | None) -> int:
-        start = self.committed[p]
-        batch = self.log[p][start : start + self.batch_max]
-        for msg in batch:
-            out = w.handler.job_event(msg)
-            if out.dead_letter is not None:
-                self.dead_letters.append(out.dead_letter)
-        if crash == "after_handle":
-            raise Crash(w.name)
-        w.store.flush()
-        if w.store.take_empty():
-            self.rebuilds += 1
-            keys = [
-                k
-                for k in w.states.backing
-                if partition_for(k.encode(), self.n_partitions) in w.partitions
+        def owned() -> list[str]:
+            return [
+                k for k in states if partition_for(k.encode(), self.n_partitions) in w.partitions
             ]
-            w.store.mark_rebuilt(w.handler.engine.rebuild(keys))
-            w.store.flush()
-        if crash == "after_flush":
+
+        sink = Sink(store, lambda: engine.rebuild(owned()))
+        routine: BatchRoutine[Message] = BatchRoutine(
+            handler,
+            states,
+            edge,
+            flush=sink.flush,
+            save_interval_s=0 if self.save_every <= 1 else float(self.save_every),
+            clock=lambda: self._batches,
+            probe=lambda step: w.probe(step),
+        )
+        w = _Worker(name, handler, states, store, routine, sink, set(partitions))
+        edge.worker = w
+        return w
+
+    async def _batch(self, w: _Worker, p: int) -> int:
+        start = w.position.setdefault(p, self.committed[p])
+        batch = self.log[p][start : start + self.batch_max]
+        w.position[p] = start + len(batch)
+        await w.routine.run_batch(batch)
+        self._batches += 1
+        await w.routine.save(w.routine.cadence.due_keys())
+        if w.crash_at is not None:  # its step did not come in this batch: killed before the commit
             raise Crash(w.name)
-        w.states.save_dirty()
-        if crash == "after_save":
-            raise Crash(w.name)
-        self.committed[p] = start + len(batch)
+        self._commit(w)
         return len(batch)
+
+    def _commit(self, w: _Worker) -> None:
+        """What Faust's commit does with the routine's offsets."""
+        for p in w.partitions:
+            offset = w.routine.committable(p)
+            if offset is not None and offset > self.committed[p]:
+                self.committed[p] = offset
 
     def run(
         self,
@@ -143,48 +206,62 @@ class InProcessPipeline:
         after_batch: Callable[[int], None] | None = None,
     ) -> int:
         """Run ``workers`` fresh workers (partitions split round-robin) over the log:
-                batches in turn from every partition, until the log is drained or ``max_batches``
-                batches ran; then a worker dies at ``crash`` (its buffer and live state lost,
-                nothing committed for that batch). ``after_batch(n)`` runs after the n-th
-        batch (e.g. to wipe Redis mid-run). Return the events committed in this run."""
+        batches in turn from every partition, until the log is drained or ``max_batches``
+        batches ran; then a worker dies at ``crash`` (its buffer, live state and held
+        acknowledgements lost) or, without one, stops cleanly (saves and commits, as a
+        worker does on SIGTERM). ``after_batch(n)`` runs after the n-th batch (e.g. to
+        wipe Redis mid-run). Return the events committed in this run."""
         ws = [self._worker(f"w{i}", set()) for i in range(workers)]
         for p in range(self.n_partitions):
             ws[p % workers].partitions.add(p)
+        before = sum(self.committed)
         try:
-            return self._run(ws, max_batches, crash, after_batch)
+            asyncio.run(self._run(ws, max_batches, crash, after_batch))
         finally:
             for w in ws:
                 self.redelivered += w.handler.engine.stats.redelivered
                 self.learned += w.handler.engine.stats.learned
+                self.rebuilds += w.sink.rebuilds
+                self.gaps += w.routine.stats.gaps
+        return sum(self.committed) - before
 
-    def _run(
+    async def _run(
         self,
         ws: list[_Worker],
         max_batches: int | None,
         crash: CrashPoint | None,
         after_batch: Callable[[int], None] | None,
-    ) -> int:
-        done = 0
+    ) -> None:
         batches = 0
         while True:
             progressed = False
             for w in ws:
                 for p in sorted(w.partitions):
-                    if self.committed[p] >= len(self.log[p]):
+                    if w.position.get(p, self.committed[p]) >= len(self.log[p]):
                         continue
                     last = max_batches is not None and batches + 1 >= max_batches
+                    if last and crash is not None:
+                        w.crash_at = _STEP[crash]
                     try:
-                        done += self._batch(w, p, crash if last else None)
+                        await self._batch(w, p)
                     except Crash:
-                        return done
+                        return
                     batches += 1
                     progressed = True
                     if after_batch is not None:
                         after_batch(batches)
                     if max_batches is not None and batches >= max_batches:
-                        return done
+                        await self._stop(ws)
+                        return
             if not progressed:
-                return done
+                await self._stop(ws)
+                return
+
+    async def _stop(self, ws: list[_Worker]) -> None:
+        """A clean stop: every held state saved, then committed."""
+        for w in ws:
+            await w.routine.save_all()
+            self._commit(w)
 
     def pending_hints(self) -> dict[tuple[str, str], str]:
         """Every hint in the Redis twin, as JSON (what a final-state comparison reads)."""

@@ -13,7 +13,15 @@ from faust.transport import consumer as faust_consumer
 from faust.types import TP
 
 from streams import faust_consumer as lean
-from streams.faust_consumer import LeanApp, LeanConsumer, app_class, finish, run_inline
+from streams.faust_consumer import (
+    CheckpointApp,
+    CheckpointConsumer,
+    LeanApp,
+    LeanConsumer,
+    app_class,
+    finish,
+    run_inline,
+)
 
 
 async def _no_wait(log: list[str]) -> str:
@@ -123,11 +131,12 @@ def test_cancelling_finish_cancels_the_callback_at_its_await() -> None:
 def test_app_class_uses_the_lean_consumer_only_on_checked_versions(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert app_class(False) is faust.App
-    assert app_class(True) is (LeanApp if lean.lean_fetch_supported() else faust.App)
+    assert app_class(False) is CheckpointApp
+    assert app_class(True) is (LeanApp if lean.lean_fetch_supported() else CheckpointApp)
+    assert issubclass(LeanApp, CheckpointApp) and issubclass(LeanConsumer, CheckpointConsumer)
     monkeypatch.setattr(faust, "__version__", "99.0.0")
     with caplog.at_level("WARNING"):
-        assert app_class(True) is faust.App
+        assert app_class(True) is CheckpointApp
     assert "not one the lean fetch loop was checked against" in caplog.text
 
 
@@ -152,3 +161,42 @@ def test_lean_app_builds_a_lean_consumer() -> None:
     assert isinstance(consumer, LeanConsumer)
     consumer.on_buffer_drop(TP("t", 0))
     assert consumer._buffer_dropped.is_set()
+
+
+class _Offsets:
+    """What ``Consumer._new_offset`` reads of a consumer, without one."""
+
+    def __init__(self, committed: int, acked: list[int], commits: Any = None) -> None:
+        from collections import defaultdict
+
+        from intervaltree import IntervalTree
+
+        self.tp = TP("gpuhint.job-events", 0)
+        self._acked: Any = defaultdict(list, {self.tp: list(acked)})
+        self._acked_index: Any = defaultdict(set, {self.tp: set(acked)})
+        self._gap: Any = defaultdict(IntervalTree)
+        self._committed_offset: Any = defaultdict(lambda: None, {self.tp: committed})
+        self.app = type("App", (), {"gpuhint_commits": commits})()
+
+
+def test_fausts_own_commit_skips_an_offset_still_held() -> None:
+    """Why the worker commits its own offsets: offset 10 is held (its VC's state not yet
+    saved) while 11..13 are acknowledged, and faust-streaming 0.15 commits 14 -- a
+    worker killed now never sees offset 10 again (faust-streaming #596/#606)."""
+    c = _Offsets(committed=10, acked=[11, 12, 13])
+    assert faust_consumer.Consumer._new_offset(c, c.tp) == 14  # type: ignore[arg-type]
+
+
+def test_the_checkpoint_consumer_commits_what_the_routine_says() -> None:
+    asked: list[int] = []
+
+    def committable(partition: int) -> int:
+        asked.append(partition)
+        return 10  # the routine: offset 10 is still held
+
+    c = _Offsets(committed=10, acked=[11, 12, 13], commits=("gpuhint.job-events", committable))
+    assert CheckpointConsumer._new_offset(c, c.tp) == 10  # type: ignore[arg-type]
+    assert asked == [0] and c._acked[c.tp] == [] and not c._acked_index[c.tp]
+    # another topic keeps Faust's own logic
+    other = _Offsets(committed=3, acked=[3, 4], commits=("elsewhere", committable))
+    assert CheckpointConsumer._new_offset(other, other.tp) == 5  # type: ignore[arg-type]

@@ -40,6 +40,14 @@ Idempotent redelivery: an event whose input ``offset`` is at or below its VC's
 the offset was committed). It changes no state; its store writes are re-emitted from
 the current state (they are idempotent), so the store converges to the state.
 
+Exactly once per (job, phase): a producer's resend is a new record (a new offset) that
+the watermark does not catch. A ``submitted`` of a job already waiting, running or
+recently finished, a ``started`` of a job running or recently finished and a
+``finished`` of a job recently finished (the VC's last :data:`RECENT_FINISHED_MAX`
+finished ids, :attr:`VcState.recent_finished`) change no state either: counted as
+``EngineStats.duplicates``, their job's current store writes re-emitted. A ``finished``
+of a job never seen (a replay that starts mid-way) is learned, once.
+
 >>> from gpuhint.store import InMemoryStore
 >>> from models.history import HistoryEstimator
 >>> from gpuhint.contract import JobEvent
@@ -58,7 +66,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 from gpuhint.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
 from gpuhint.store import HintStore
@@ -154,12 +162,22 @@ def _pending_job(event: bytes, hint: bytes) -> PendingJob:
     return job
 
 
+RECENT_FINISHED_MAX = 4096
+"""How many finished job ids each VC remembers (:attr:`VcState.recent_finished`), to
+recognise a producer's resend of any phase of a finished job. A resend that arrives
+after this many later finishes of its VC is applied again (learned twice). A full
+memory adds 45-145 KB to the VC's pickled state (Slurm-like to Philly-like ids), about
+10 KB once compressed as the state table stores it."""
+
+
 @dataclass
 class VcState:
     """All QSSF state of one (cluster, VC): pure and picklable.
 
     ``applied_offset`` is the highest input offset applied (a VC lives on one
     partition); -1 before any, and untouched by events that carry no offset.
+
+    Pickles of before a field existed load with that field's default (:meth:`__setstate__`).
     """
 
     model: DurationModel
@@ -174,6 +192,28 @@ class VcState:
     while the FIFO guard has fallen back)."""
     guard: FifoGuard = field(default_factory=FifoGuard)
     running_gpus: int = 0
+    recent_finished: dict[str, None] = field(default_factory=dict)
+    """The VC's last :data:`RECENT_FINISHED_MAX` finished job ids, oldest first (an LRU):
+    a resent event of one of these jobs changes nothing."""
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restore a pickle, filling the fields that a pickle of before lacks."""
+        self.__dict__.update(state)
+        for f in fields(self):
+            if f.name in state:
+                continue
+            if f.default_factory is not MISSING:
+                setattr(self, f.name, f.default_factory())
+            elif f.default is not MISSING:
+                setattr(self, f.name, f.default)
+
+    def remember_finished(self, job_id: str) -> None:
+        """Add (or refresh) a finished job id, forgetting the oldest beyond the cap."""
+        recent = self.recent_finished
+        recent.pop(job_id, None)
+        recent[job_id] = None
+        while len(recent) > RECENT_FINISHED_MAX:
+            del recent[next(iter(recent))]
 
 
 @dataclass
@@ -193,6 +233,9 @@ class EngineStats:
     """Waiting jobs whose priority moved after a job they bear on finished."""
     redelivered: int = 0
     """Events at or below their VC's offset watermark: re-emitted, not re-applied."""
+    duplicates: int = 0
+    """Resent events (a new offset, a phase its job already went through): re-emitted,
+    not re-applied. Not counted in ``submitted`` / ``started`` / ``finished``."""
     abs_log_error_sum: float = 0.0
     abs_pct_errors: list[float] = field(default_factory=list)
 
@@ -282,11 +325,31 @@ class HintEngine:
         st = self.state(ev.cluster, ev.vc)
         if offset is not None and offset <= st.applied_offset:
             return self._reemit(st, ev)
-        hint = self._apply(st, ev)
+        if self._is_duplicate(st, ev):
+            s.duplicates += 1
+            if ev.job_id in st.recent_finished:
+                st.remember_finished(ev.job_id)  # an LRU: a hit is recent again
+            hint = self._reemit_job(st, ev)
+        else:
+            hint = self._apply(st, ev)
         if offset is not None:
             st.applied_offset = offset
         self.states[state_key(ev.cluster, ev.vc)] = st  # mark dirty
         return hint
+
+    @staticmethod
+    def _is_duplicate(st: VcState, ev: JobEvent) -> bool:
+        """Whether the job already went through this phase (a producer's resend): a
+        submit of a job waiting, running or recently finished; a start of a job running
+        or recently finished; a finish of a job recently finished."""
+        jid = ev.job_id
+        if jid in st.recent_finished:
+            return True
+        if ev.phase is JobPhase.SUBMITTED:
+            return jid in st.pending or jid in st.running
+        if ev.phase is JobPhase.STARTED:
+            return jid in st.running
+        return False
 
     def _apply(self, st: VcState, ev: JobEvent) -> PriorityHint | None:
         s = self.stats
@@ -336,6 +399,7 @@ class HintEngine:
             self._rerank(st, ev.time, keys, everyone=flipped)
         if was_running:
             st.running_gpus = max(0, st.running_gpus - ev.num_gpus)
+        st.remember_finished(ev.job_id)
         return None
 
     def _rerank(self, st: VcState, now: float, keys: tuple[str, ...], everyone: bool) -> None:
@@ -414,6 +478,11 @@ class HintEngine:
             self._reemitted.add(key)
             for waiting in st.pending.values():
                 self.store.put_hint(waiting.hint)
+        return self._reemit_job(st, ev)
+
+    def _reemit_job(self, st: VcState, ev: JobEvent) -> PriorityHint | None:
+        """Write what the current state says about the event's job (idempotent): its
+        hint while it waits (returned for a submit), else its hint's removal."""
         job = st.pending.get(ev.job_id)
         if job is not None:
             self.store.put_hint(job.hint)

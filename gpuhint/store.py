@@ -21,12 +21,18 @@ The Redis implementation lives in ``streams.redis_store``; this module has no I/
 from __future__ import annotations
 
 import abc
+import logging
 import threading
 import uuid
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from gpuhint.contract import ClusterLoad, PowerAdvisory, PriorityHint
+
+log = logging.getLogger(__name__)
+
+HINT_VC_CONFLICTS = "hint_vc_conflicts"
+"""Counter of hint writes refused because the job's live hint belongs to another VC."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,25 @@ class MarkRebuilt:
 Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | Count | MarkRebuilt
 
 
+@dataclass(frozen=True)
+class VcConflict:
+    """A hint write refused: job ``job_id`` sent under ``vc``, its hint ``owner``'s."""
+
+    cluster: str
+    job_id: str
+    vc: str
+    owner: str
+
+
+def op_target(op: Op) -> tuple[str, str, str] | None:
+    """``(cluster, job_id, vc)`` of a hint write, None for any other op."""
+    if isinstance(op, PutHint | UpdateHint):
+        return op.hint.cluster, op.hint.job_id, op.hint.vc
+    if isinstance(op, RemoveHint):
+        return op.cluster, op.job_id, op.vc
+    return None
+
+
 @runtime_checkable
 class HintStore(Protocol):
     """What the core needs from a store (write side) and what readers use (read side)."""
@@ -119,6 +144,28 @@ class BufferedStore(abc.ABC):
         worker re-created it first); the worker then rebuilds hints from state."""
         self.epoch_seen: str | None = None
         self.empty_reason = ""
+        self.vc_conflicts = 0
+        """Hint writes refused since start: the job's live hint belongs to another VC
+        (also counted in the sink as :data:`HINT_VC_CONFLICTS`)."""
+
+    def _refused(self, conflicts: list[VcConflict]) -> None:
+        """Count a flush's refused hint writes and log them in one warning."""
+        if not conflicts:
+            return
+        self.vc_conflicts += len(conflicts)
+        shown = "; ".join(
+            f"job {c.job_id!r} of cluster {c.cluster!r} sent under VC {c.vc!r} "
+            f"belongs to VC {c.owner!r}"
+            for c in conflicts[:3]
+        )
+        more = f" (and {len(conflicts) - 3} more)" if len(conflicts) > 3 else ""
+        log.warning(
+            "refused %d hint write(s) from another VC (counter %s): %s%s",
+            len(conflicts),
+            HINT_VC_CONFLICTS,
+            shown,
+            more,
+        )
 
     def _saw_epoch(self, created: bool, current: str) -> None:
         if created or (self.epoch_seen is not None and current != self.epoch_seen):
@@ -201,7 +248,13 @@ class Change:
 
 
 class InMemoryStore(BufferedStore):
-    """The in-process twin of the Redis store: same operations, same lifecycle."""
+    """The in-process twin of the Redis store: same operations, same lifecycle.
+
+    A job id belongs to the VC whose hint for it lives: a put, update or removal sent
+    under another VC is refused and counted (:data:`HINT_VC_CONFLICTS`); a refused
+    removal still drops the job from its own VC's queue. A put of the hint already
+    stored (same JSON, same score) is rewritten without a ``hint`` change.
+    """
 
     def __init__(self, max_buffer: int = 10_000, keep_changes: int = 10_000) -> None:
         super().__init__(max_buffer)
@@ -236,15 +289,35 @@ class InMemoryStore(BufferedStore):
         if self.epoch is None:
             self.epoch = uuid.uuid4().hex
         self._saw_epoch(created, self.epoch)
+        conflicts: list[VcConflict] = []
         for op in ops:
+            target = op_target(op)
+            owner: PriorityHint | None = None  # the job's live hint, if any
+            if target is not None:
+                cluster, job_id, vc = target
+                owner = self.hints.get((cluster, job_id))
+                if owner is not None and owner.vc != vc:
+                    conflicts.append(VcConflict(cluster, job_id, vc, owner.vc))
+                    self._counters[HINT_VC_CONFLICTS] = self._counters.get(HINT_VC_CONFLICTS, 0) + 1
+                    if isinstance(op, RemoveHint):  # still leaves its own VC's queue
+                        self.queues.get((cluster, vc), {}).pop(job_id, None)
+                    continue
             if isinstance(op, PutHint):
                 h = op.hint
+                payload = h.model_dump_json()
+                queue = self.queues.setdefault((h.cluster, h.vc), {})
+                same = (
+                    owner is not None
+                    and queue.get(h.job_id) == h.priority
+                    and owner.model_dump_json() == payload
+                )
                 self.hints[(h.cluster, h.job_id)] = h
-                self.queues.setdefault((h.cluster, h.vc), {})[h.job_id] = h.priority
-                self._change(Change(keys.CHANGE_HINT, h.cluster, h.job_id, h.model_dump_json()))
+                queue[h.job_id] = h.priority
+                if not same:
+                    self._change(Change(keys.CHANGE_HINT, h.cluster, h.job_id, payload))
             elif isinstance(op, UpdateHint):
                 h = op.hint
-                if (h.cluster, h.job_id) in self.hints:
+                if owner is not None:
                     self.hints[(h.cluster, h.job_id)] = h
                     self.queues.setdefault((h.cluster, h.vc), {})[h.job_id] = h.priority
                     self._change(
@@ -270,6 +343,7 @@ class InMemoryStore(BufferedStore):
                 self._counters[op.name] = self._counters.get(op.name, 0) + op.n
             elif isinstance(op, MarkRebuilt):
                 self._change(Change(keys.CHANGE_REBUILT, "", op.reason, str(op.hints)))
+        self._refused(conflicts)
 
     def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
         return self.hints.get((cluster, job_id))

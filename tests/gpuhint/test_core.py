@@ -121,8 +121,10 @@ def test_redelivered_events_change_no_state_and_reemit_current_writes() -> None:
 def test_events_without_offsets_are_always_applied() -> None:
     engine = HintEngine(HistoryEstimator, InMemoryStore())
     engine.on_job_event(ev("finished", "z", 5, dur=30))
-    engine.on_job_event(ev("finished", "z", 5, dur=30))
+    engine.on_job_event(ev("finished", "y", 5, dur=30))
     assert engine.stats.learned == 2 and engine.states["default/v"].applied_offset == -1
+    engine.on_job_event(ev("finished", "z", 5, dur=30))  # a resend: once per (job, phase)
+    assert engine.stats.learned == 2 and engine.stats.duplicates == 1
 
 
 def test_started_job_is_scored_at_finish_and_rebuild_rewrites_waiting_jobs() -> None:

@@ -103,6 +103,7 @@ def test_without_the_watermark_a_crash_would_change_priorities(events: list[JobE
         w = p._worker("x", set())
         st = w.states[k]
         st.applied_offset = -1
+        st.recent_finished.clear()  # and the finished jobs it remembers
         w.states[k] = st
         w.states.save_dirty()
     p.run(workers=1)

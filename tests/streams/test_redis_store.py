@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -164,3 +165,129 @@ def test_scripts_lost_by_redis_are_loaded_again_and_the_batch_applied(store: Red
     assert store.queue("default", "a") == [("a2", 1.0), ("a3", 3.0)]
     assert store.get_hint("default", "a1") is None
     assert store.r.script_exists(store._remove.sha, store._update.sha) == [True, True]
+
+
+# -- a job id belongs to the VC that first hinted it while its hint lives ---------------
+
+
+def _types(s: HintStore) -> list[tuple[str, str]]:
+    """The change stream as (type, job_id), of either store."""
+    if isinstance(s, InMemoryStore):
+        return [(c.type, c.key) for c in s.changes if c.type.startswith("hint")]
+    entries = s.r.xrange(s.k.changes)  # type: ignore[attr-defined]
+    return [
+        (f[b"type"].decode(), f[b"job_id"].decode())
+        for _, f in entries
+        if f[b"type"].startswith(b"hint")
+    ]
+
+
+def test_a_vc_cannot_clobber_another_vcs_hint(
+    store: RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    twin = InMemoryStore()
+    for s in (store, twin):
+        s.put_hint(hint("x", 10, vc="a"))
+        s.put_hint(hint("y", 20, vc="a"))
+        s.flush()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            s.remove_hint("default", "b", "x")  # a started x sent under VC b
+            s.put_hint(hint("x", 1, vc="b"))  # a submitted x under VC b
+            s.update_hint(hint("x", 2, vc="b"))
+            s.flush()
+        assert s.get_hint("default", "x") == hint("x", 10, vc="a")
+        assert s.queue("default", "a") == [("x", 10.0), ("y", 20.0)]
+        assert s.queue("default", "b") == []
+        assert s.counters() == {"hint_vc_conflicts": 3}
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1  # once per flush
+        assert "3" in warned[0].getMessage() and "'x'" in warned[0].getMessage()
+        assert "VC 'b'" in warned[0].getMessage() and "VC 'a'" in warned[0].getMessage()
+        # the owner's own writes still apply; once its hint is gone, x is anyone's
+        s.update_hint(hint("x", 5, vc="a"))
+        s.remove_hint("default", "a", "y")
+        s.flush()
+        assert s.queue("default", "a") == [("x", 5.0)]
+        s.remove_hint("default", "a", "x")
+        s.put_hint(hint("x", 3, vc="b"))
+        s.flush()
+        assert s.queue("default", "a") == [] and s.queue("default", "b") == [("x", 3.0)]
+        assert s.counters() == {"hint_vc_conflicts": 3}
+    assert (
+        _types(store)
+        == _types(twin)
+        == [
+            ("hint", "x"),
+            ("hint", "y"),
+            ("hint_updated", "x"),
+            ("hint_removed", "y"),
+            ("hint_removed", "x"),
+            ("hint", "x"),
+        ]
+    )
+
+
+def test_a_refused_removal_still_clears_the_events_own_queue(store: RedisStore) -> None:
+    twin = InMemoryStore()
+    for s in (store, twin):
+        s.put_hint(hint("x", 10, vc="b"))
+        s.flush()
+        s.remove_hint("default", "b", "x")
+        s.put_hint(hint("x", 4, vc="a"))  # x now belongs to a
+        s.flush()
+        if isinstance(s, RedisStore):  # a stale member of b's queue (as after a crash)
+            s.r.zadd(s.k.queue("default", "b"), {"x": 10})
+        else:
+            s.queues[("default", "b")]["x"] = 10
+        s.remove_hint("default", "b", "x")
+        s.flush()
+        assert s.queue("default", "b") == [] and s.queue("default", "a") == [("x", 4.0)]
+        assert s.counters() == {"hint_vc_conflicts": 1}
+
+
+def test_an_identical_hint_is_rewritten_without_a_new_change(store: RedisStore) -> None:
+    twin = InMemoryStore()
+    for s in (store, twin):
+        s.put_hint(hint("x", 10))
+        s.flush()
+        s.put_hint(hint("x", 10))  # a re-emit of an already-applied event
+        s.flush()
+        assert _types(s) == [("hint", "x")]
+        s.put_hint(hint("x", 12))  # a new hint is announced
+        s.flush()
+        assert _types(s) == [("hint", "x"), ("hint", "x")]
+        assert s.queue("default", "a") == [("x", 12.0)]
+    # the TTL is still refreshed by the silent rewrite
+    store.r.expire(store.k.hint("default", "x"), 5)
+    store.put_hint(hint("x", 12))
+    store.flush()
+    assert store.r.ttl(store.k.hint("default", "x")) > 5
+    # a queue member lost meanwhile (swept) is written back and announced
+    for s in (store, twin):
+        if isinstance(s, RedisStore):
+            s.r.zrem(s.k.queue("default", "a"), "x")
+        else:
+            del s.queues[("default", "a")]["x"]
+        s.put_hint(hint("x", 12))
+        s.flush()
+        assert s.queue("default", "a") == [("x", 12.0)]
+        assert len(_types(s)) == 3
+
+
+def test_rebuild_after_redis_came_back_empty_still_writes(store: RedisStore) -> None:
+    twin = InMemoryStore()
+    for s in (store, twin):
+        s.put_hint(hint("x", 10))
+        s.flush()
+        if isinstance(s, RedisStore):
+            for k in s.r.scan_iter(match=f"{s.k.root}:*"):
+                s.r.delete(k)
+        else:
+            s.wipe()
+        s.put_hint(hint("x", 10), rebuilt=True)
+        s.flush()
+        assert s.take_empty()
+        assert s.queue("default", "a") == [("x", 10.0)]
+        assert s.get_hint("default", "x") == hint("x", 10)
+        assert _types(s) == [("hint", "x")]

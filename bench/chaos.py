@@ -2,6 +2,13 @@
 
     python bench/chaos.py --json                   # all scenarios, JSON on stdout
     python bench/chaos.py --scenario reference --scenario malformed_10000
+    python bench/chaos.py --scenario kill_storm --trace ../shared/traces/itp/cluster04.csv \
+        --spread-vcs 8 --seeds 1-10 --json         # the kill storm on a big backlog
+
+kill_storm: the whole trace waits in Kafka, then 1 and 2 workers (``--workers``) are
+SIGKILLed ``--kills`` times each run (at least two kills while a restarted worker
+restores its state), one run per seed and worker count; its counts are summed over
+the runs, and every job's *first* published priority is compared too.
 
 Each scenario replays the Philly excerpt (cut so that jobs are left pending) through a
 real Kafka broker into real ``gpuhint worker`` processes and a real Redis, injects its
@@ -25,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gpuhint.testing.chaos import SCENARIOS, Chaos  # noqa: E402
+from gpuhint.topics import spread_vc  # noqa: E402
 from gpuhint.traces import job_events, parse_time, read_trace  # noqa: E402
 
 TRACE = REPO / "tests" / "data" / "philly_excerpt.json"
@@ -39,6 +47,15 @@ def _mem_gb() -> int:
         return 0
 
 
+def _ints(spec: str) -> tuple[int, ...]:
+    """``1-3`` -> (1, 2, 3); ``1,4`` -> (1, 4)."""
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="repeatable")
@@ -46,16 +63,50 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="history_mix", help="duration model (GPUHINT_MODEL)")
     p.add_argument("--timeout", type=float, default=300.0, help="settle timeout per scenario")
     p.add_argument("--bad", type=int, default=10_000, help="hostile messages in malformed_*")
+    p.add_argument(
+        "--trace",
+        type=Path,
+        help="any trace gpuhint reads (default: the Philly excerpt up to " + CUT + ")",
+    )
+    p.add_argument(
+        "--fraction",
+        type=float,
+        default=0.8,
+        help="with --trace: replay this first share of its events (jobs stay pending)",
+    )
+    p.add_argument("--spread-vcs", type=int, default=1, help="spread each VC over N keys")
+    p.add_argument("--seeds", default="1-3", help="kill_storm seeds: 1-10 or 1,4,7")
+    p.add_argument("--workers", default="1,2", help="kill_storm worker counts: 1,2")
+    p.add_argument("--kills", type=int, default=4, help="kill_storm SIGKILLs per run (>= 2)")
     args = p.parse_args(argv)
     names = args.scenario or list(SCENARIOS)
-    cut = parse_time(CUT)
-    events = [e for e in job_events(read_trace(TRACE).jobs, cluster="philly") if e.time <= cut]
+    if args.trace is None:
+        cut = parse_time(CUT)
+        events = [e for e in job_events(read_trace(TRACE).jobs, cluster="philly") if e.time <= cut]
+        trace_name = f"{TRACE.name} up to {CUT}"
+    else:
+        all_events = job_events(read_trace(args.trace).jobs, cluster="chaos")
+        events = all_events[: int(len(all_events) * args.fraction)]
+        trace_name = f"{args.trace.name}, first {args.fraction:.0%}"
+    if args.spread_vcs > 1:
+        events = [
+            e.model_copy(update={"vc": spread_vc(e.vc, e.user, args.spread_vcs, e.job_id)})
+            for e in events
+        ]
+        trace_name += f", VCs spread over {args.spread_vcs}"
+    cluster = events[0].cluster
     results = {}
     t0 = time.time()
     tmp = tempfile.TemporaryDirectory(prefix="gpuhint-chaos-")
-    with tmp, Chaos(Path(tmp.name), events, "philly", model=args.model) as chaos:
+    with tmp, Chaos(Path(tmp.name), events, cluster, model=args.model) as chaos:
         for name in names:
-            kw = {"bad": args.bad} if name.startswith("malformed") else {}
+            kw: dict[str, object] = {"bad": args.bad} if name.startswith("malformed") else {}
+            if name == "kill_storm":
+                kw = {
+                    "seeds": _ints(args.seeds),
+                    "workers": _ints(args.workers),
+                    "kills": max(2, args.kills),
+                }
             res = chaos.run(name, timeout_s=args.timeout, **kw)
             results[res.name] = res
     out = {
@@ -63,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
         "machine": f"{os.cpu_count()} cores, {_mem_gb()} GB, {platform.machine()}, "
         f"{platform.python_implementation()} {platform.python_version()}",
-        "trace": f"{TRACE.name} up to {CUT}: {len(events)} events, "
-        f"{len(chaos.reference)} hints expected",
+        "trace": f"{trace_name}: {len(events)} events, {len(chaos.reference)} hints expected",
         "model": args.model,
         "scenarios": {n: r.as_json() for n, r in results.items()},
         "all_ok": all(r.ok for r in results.values()),

@@ -33,6 +33,7 @@ import redis
 from agents.publisher import KafkaTransport, Record, TransportError
 from gpuhint.contract import JobEvent, PriorityHint, encode_message
 from gpuhint.core import HintEngine
+from gpuhint.kafka_io import ensure_topics
 from gpuhint.keys import RedisKeys
 from gpuhint.store import InMemoryStore
 from gpuhint.testing.hostile import hostile_messages
@@ -56,12 +57,25 @@ class ScenarioResult:
     wall_s: float = 0.0
     settled: bool = True
     notes: list[str] = field(default_factory=list)
+    lost_first_hints: int = 0
+    """Jobs the reference hinted that no worker ever hinted (its change stream)."""
+    wrong_first_priority: int = 0
+    """Jobs whose first published priority differs from the reference's."""
+    kills: int = 0
+    """SIGKILLs the scenario sent."""
+    gaps_sought_back: int = 0
+    """Skipped offsets the workers found and sought back to (their logs)."""
+    stuck_commit_max_s: float = 0.0
+    """The longest a partition's committed offset stayed put with events behind it."""
+    runs: int = 1
+    events: int = 0
 
     @property
     def ok(self) -> bool:
         return (
             self.settled
             and self.lost_hints == self.extra_hints == self.wrong_priority == 0
+            and self.lost_first_hints == self.wrong_first_priority == 0
             and self.worker_crashes == 0
             and self.dead_letters == self.bad_messages_sent
         )
@@ -70,6 +84,18 @@ class ScenarioResult:
         d = asdict(self)
         d.pop("name")
         return d
+
+
+def reference_first_hints(events: list[JobEvent], model: str) -> dict[str, float]:
+    """job id -> the priority of the first hint one uninterrupted engine publishes."""
+    engine = HintEngine(lambda: make_model(model), InMemoryStore(max_buffer=10**9))
+    first: dict[str, float] = {}
+    for ev in events:
+        hint = engine.on_job_event(ev)
+        if hint is not None and ev.job_id not in first:
+            first[ev.job_id] = hint.priority
+        engine.store.flush()
+    return first
 
 
 def reference_hints(events: list[JobEvent], model: str) -> dict[str, float]:
@@ -179,6 +205,7 @@ class Chaos:
         self.redis_port = free_port()
         self.redis: LocalRedis | None = None
         self.reference = reference_hints(events, model)
+        self._first: dict[str, float] | None = None
         self.maybe_resent = 0
 
     # --- servers -------------------------------------------------------------------------
@@ -222,6 +249,8 @@ class Chaos:
             GPUHINT_CLUSTER=self.cluster,
             GPUHINT_MODEL=self.model,
             GPUHINT_STATE_DIR=str(self.workdir / prefix / "state"),
+            # every hint entry kept: the first published priority of each job is compared
+            GPUHINT_CHANGES_MAXLEN=str(max(100_000, 4 * len(self.events))),
             PYTHONUNBUFFERED="1",
         )
 
@@ -346,6 +375,59 @@ class Chaos:
             if abs(got[j] - ref[j]) > 1e-6 * max(1.0, abs(ref[j]))
         )
         r.close()
+
+    @property
+    def reference_first(self) -> dict[str, float]:
+        if self._first is None:
+            self._first = reference_first_hints(self.events, self.model)
+        return self._first
+
+    def compare_first(self, prefix: str, res: ScenarioResult) -> None:
+        """Each job's first published priority (the change stream) against the reference."""
+        assert self.redis is not None
+        r = redis.Redis.from_url(self.redis.url)
+        first: dict[str, float] = {}
+        lower = "-"
+        try:
+            while True:
+                entries: Any = r.xrange(RedisKeys(prefix).changes, min=lower, count=10_000)
+                if not entries:
+                    break
+                for _id, f in entries:
+                    if f.get(b"type") == b"hint":
+                        first.setdefault(f[b"job_id"].decode(), float(f[b"priority"]))
+                lower = "(" + entries[-1][0].decode()  # exclusive: after the last one read
+        finally:
+            r.close()
+        ref = self.reference_first
+        res.lost_first_hints += len(ref.keys() - first.keys())
+        res.wrong_first_priority += sum(
+            1
+            for j in ref.keys() & first.keys()
+            if abs(first[j] - ref[j]) > 1e-6 * max(1.0, abs(ref[j]))
+        )
+
+    def committed_offsets(self, prefix: str) -> tuple[dict[int, int], dict[int, int]] | None:
+        """The worker group's committed and end offsets per job-event partition."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        topic = Topics(prefix).job_events
+        tps = [TopicPartition(topic, p) for p in range(self.partitions)]
+        try:
+            consumer = KafkaConsumer(
+                bootstrap_servers=self.kafka.bootstrap,
+                group_id=f"{prefix}-worker",
+                enable_auto_commit=False,
+                request_timeout_ms=5000,
+            )
+            try:
+                committed = {tp.partition: consumer.committed(tp) or 0 for tp in tps}
+                ends = {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
+            finally:
+                consumer.close()
+        except Exception:
+            return None
+        return committed, ends
 
     def settle(self, prefix: str, workers: Workers, timeout_s: float) -> float | None:
         """Wait until every job event is committed; return when (None: never)."""
@@ -521,6 +603,125 @@ def redis_restart(chaos: Chaos, timeout_s: float, aof: bool = False) -> Scenario
     return res
 
 
+class CommitWatch:
+    """Samples the group's commits every second: how long did a partition's commit stay
+    put while events waited behind it (the longest, over the whole scenario)?"""
+
+    def __init__(self, chaos: Chaos, prefix: str) -> None:
+        self.chaos, self.prefix = chaos, prefix
+        self.since: dict[int, tuple[int, float]] = {}
+        self.stuck_max_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CommitWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            got = self.chaos.committed_offsets(self.prefix)
+            if got is None:
+                continue
+            now = time.monotonic()
+            committed, ends = got
+            for p, c in committed.items():
+                prev = self.since.get(p)
+                if prev is None or prev[0] != c or ends.get(p, 0) <= c:
+                    self.since[p] = (c, now)
+                else:
+                    self.stuck_max_s = max(self.stuck_max_s, now - prev[1])
+
+
+def _gaps_logged(workers: Workers) -> int:
+    return sum(
+        p.read_bytes().count(b"were skipped on the way")
+        for p in workers.logdir.glob("worker-*.log")
+        if p.is_file()
+    )
+
+
+def kill_storm_run(
+    chaos: Chaos, timeout_s: float, kills: int = 4, workers: int = 1, seed: int = 1
+) -> ScenarioResult:
+    """One run of the kill storm: the whole trace waits in Kafka (a backlog), then
+    ``workers`` workers start and are SIGKILLed ``kills`` times at random points and
+    restarted at once; at least two kills land while a restarted worker restores its
+    state from the changelog (within ~3 s of its start). Every job's first and final
+    priority is compared with the reference."""
+    rng = random.Random(seed)
+    with chaos.scenario(f"kill_storm_w{workers}_s{seed}") as (prefix, res, w):
+        recs, _ = chaos.records(prefix, 0, 0)
+        ensure_topics(chaos.kafka.bootstrap, Topics(prefix), chaos.partitions)
+        chaos.send(recs)  # the backlog, before any worker
+        with CommitWatch(chaos, prefix) as watch:
+            for slot in range(workers):
+                w.start(slot)
+            during_restore = (
+                set(rng.sample(range(1, kills), min(2, kills - 1))) if kills > 1 else set()
+            )
+            for i in range(kills):
+                if i in during_restore:
+                    time.sleep(rng.uniform(0.5, 3.0))  # the successor is still restoring
+                else:
+                    seen = _changes(chaos, prefix)
+                    want = seen + rng.randint(200, max(400, len(chaos.events) // (2 * kills)))
+                    deadline = time.monotonic() + timeout_s / (kills + 1)
+                    while _changes(chaos, prefix) < want and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                slot = rng.randrange(workers)
+                if slot in w.procs:
+                    w.kill(slot)
+                    res.kills += 1
+                    w.start(slot)
+            _finish(chaos, prefix, res, w, timeout_s)
+            res.stuck_commit_max_s = round(watch.stuck_max_s, 1)
+        res.gaps_sought_back = _gaps_logged(w)
+        chaos.compare_first(prefix, res)
+    return res
+
+
+def kill_storm(
+    chaos: Chaos,
+    timeout_s: float,
+    seeds: tuple[int, ...] = (1, 2, 3),
+    workers: tuple[int, ...] = (1, 2),
+    kills: int = 4,
+) -> ScenarioResult:
+    """:func:`kill_storm_run` for every seed and worker count; the counts summed."""
+    total = ScenarioResult("kill_storm")
+    runs = 0
+    for n in workers:
+        for seed in seeds:
+            r = kill_storm_run(chaos, timeout_s, kills=kills, workers=n, seed=seed)
+            runs += 1
+            for f in (
+                "lost_hints",
+                "extra_hints",
+                "wrong_priority",
+                "dead_letters",
+                "bad_messages_sent",
+                "worker_crashes",
+                "lost_first_hints",
+                "wrong_first_priority",
+                "kills",
+                "gaps_sought_back",
+            ):
+                setattr(total, f, getattr(total, f) + getattr(r, f))
+            total.wall_s = round(total.wall_s + r.wall_s, 1)
+            total.settled = total.settled and r.settled
+            total.stuck_commit_max_s = max(total.stuck_commit_max_s, r.stuck_commit_max_s)
+            if not r.ok:
+                total.notes.append(f"{r.name}: {json.dumps(r.as_json())}"[:400])
+    total.runs = runs
+    total.events = len(chaos.events) * runs
+    return total
+
+
 SCENARIOS: dict[str, Callable[..., ScenarioResult]] = {
     "reference": reference,
     "sigkill_worker": sigkill_worker,
@@ -530,5 +731,6 @@ SCENARIOS: dict[str, Callable[..., ScenarioResult]] = {
     "redis_restart_empty": lambda c, timeout_s: redis_restart(c, timeout_s, aof=False),
     "redis_restart_aof": lambda c, timeout_s: redis_restart(c, timeout_s, aof=True),
     "malformed_10000": malformed,
+    "kill_storm": kill_storm,
 }
 """Every scenario of ``bench/chaos.py``, by the name it reports under."""

@@ -140,6 +140,12 @@ class KafkaTransport:
             from kafka import KafkaProducer
             from kafka.errors import KafkaError
 
+            from gpuhint.kafka_io import KafkaSecurityMismatch, probe_broker
+
+            try:  # a broker that answers but not in our security protocol: say so at once
+                probe_broker(self.bootstrap, self.config, 5.0)
+            except KafkaSecurityMismatch as exc:
+                raise TransportError(str(exc)) from None
             try:
                 self._producer = KafkaProducer(
                     bootstrap_servers=self.bootstrap.split(","), **self.config

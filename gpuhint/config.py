@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
@@ -36,6 +37,14 @@ _CONFIG_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
 
 class ConfigError(ValueError):
     """Bad configuration, with a message meant for the user."""
+
+
+class _FieldsError(ValueError):
+    """A check across settings (a model validator) that names the settings involved."""
+
+    def __init__(self, message: str, *fields: str) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 class Settings(BaseSettings):
@@ -210,24 +219,31 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _kafka_security(self) -> Self:
         sasl = self.kafka_security_protocol.startswith("SASL_")
-        if sasl and not (
-            self.kafka_sasl_mechanism and self.kafka_sasl_username and self.kafka_sasl_password
-        ):
-            raise ValueError(
+        sasl_fields = ("kafka_sasl_mechanism", "kafka_sasl_username", "kafka_sasl_password")
+        if sasl and not all(getattr(self, f) for f in sasl_fields):
+            raise _FieldsError(
                 f"security protocol {self.kafka_security_protocol} needs "
-                "GPUHINT_KAFKA_SASL_MECHANISM, _USERNAME and _PASSWORD"
+                "GPUHINT_KAFKA_SASL_MECHANISM, _USERNAME and _PASSWORD",
+                "kafka_security_protocol",
+                *(f for f in sasl_fields if not getattr(self, f)),
             )
         if not sasl and (self.kafka_sasl_mechanism or self.kafka_sasl_username):
-            raise ValueError(
+            raise _FieldsError(
                 "SASL settings are given but GPUHINT_KAFKA_SECURITY_PROTOCOL is "
-                f"{self.kafka_security_protocol} (use SASL_SSL or SASL_PLAINTEXT)"
+                f"{self.kafka_security_protocol} (use SASL_SSL or SASL_PLAINTEXT)",
+                "kafka_security_protocol",
+                *(f for f in sasl_fields[:2] if getattr(self, f)),
             )
         for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
             path = getattr(self, name)
             if path is not None and not path.is_file():
-                raise ValueError(f"{name} {path} is not a readable file")
+                raise _FieldsError(f"{path} is not a readable file", name)
         if (self.kafka_ssl_certfile is None) != (self.kafka_ssl_keyfile is None):
-            raise ValueError("kafka_ssl_certfile and kafka_ssl_keyfile go together")
+            raise _FieldsError(
+                "kafka_ssl_certfile and kafka_ssl_keyfile go together",
+                "kafka_ssl_certfile",
+                "kafka_ssl_keyfile",
+            )
         return self
 
     @classmethod
@@ -271,13 +287,63 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
     if path is not None and not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     token = _CONFIG_FILE.set(path)
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(map(str, e['loc'])) or '?'}: {e['msg']}" for e in exc.errors()]
+        lines = [_describe(e, given, path) for e in exc.errors(include_url=False)]
         where = f" (flags, GPUHINT_* env, file {path})" if path else " (flags or GPUHINT_* env)"
         raise ConfigError("invalid configuration" + where + ":\n" + "\n".join(lines)) from None
     except Exception as exc:  # TOML syntax errors and the like
-        raise ConfigError(f"cannot read configuration {path}: {exc}") from None
+        what = f"configuration file {path}" if path else "the configuration"
+        raise ConfigError(f"cannot read {what}: {type(exc).__name__}: {exc}") from None
     finally:
         _CONFIG_FILE.reset(token)
+
+
+def _describe(error: Any, given: dict[str, Any], path: Path | None) -> str:
+    """One line for one validation error, naming each setting as the user wrote it.
+
+    A field's value comes from (in order) a flag, ``GPUHINT_<FIELD>``, the TOML file
+    (named with its line) or the default; a check across settings names all of them.
+    """
+    loc = [str(p) for p in error.get("loc", ())]
+    fields: tuple[str, ...] = getattr((error.get("ctx") or {}).get("error"), "fields", ())
+    if loc:
+        fields = (loc[0],)
+    msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    if len(loc) > 1:  # e.g. a union member or list item
+        msg = f"{'.'.join(loc[1:])}: {msg}"
+    names = ", ".join(_source(f, given, path) for f in fields) or "settings"
+    return f"  {names}: {msg}"
+
+
+def _source(field: str, given: dict[str, Any], path: Path | None) -> str:
+    if field in given:
+        return f"{field} (flag)"
+    env = f"GPUHINT_{field}".upper()
+    for name in os.environ:  # pydantic-settings matches names case-insensitively
+        if name.upper() == env:
+            return f"{name} ({field})"
+    if path is not None:
+        line = _toml_line(path, field)
+        if line is not None:
+            return f"{field} ({path}, line {line})"
+    if field in Settings.model_fields:
+        return f"GPUHINT_{field.upper()} (not set)"
+    return field
+
+
+def _toml_line(path: Path, key: str) -> int | None:
+    """The line of ``path`` that sets ``key`` at the top level, if one plainly does."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    pattern = re.compile(rf"""^\s*(["']?){re.escape(key)}\1\s*=""")
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("["):
+            return None  # a table: keys below are not top-level settings
+        if pattern.match(line):
+            return number
+    return None

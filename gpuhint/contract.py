@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import time as _time
+import typing
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
@@ -103,8 +104,12 @@ class _Wire(BaseModel):
     @field_validator("schema_version", mode="before")
     @classmethod
     def _version_is_an_int(cls, v: Any) -> Any:
-        if isinstance(v, bool):  # Literal[1] alone takes true == 1
-            raise ValueError(f"schema_version must be the integer {SCHEMA_VERSION}")
+        # Literal[1] alone takes true == 1 and 1.0 == 1
+        if type(v) is not int:
+            raise ValueError(
+                f"schema_version must be the integer {SCHEMA_VERSION}, "
+                f"not {_short(v)} ({_json_type(v)})"
+            )
         return v
 
 
@@ -376,16 +381,22 @@ def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_L
         except ValidationError:
             pass
         else:
-            if "schema_version" in msg.model_fields_set:
+            # the parser keeps the last of duplicate keys; every key is followed by a
+            # ':', so as many ':' as keys validated means there is none (the usual case)
+            if "schema_version" in msg.model_fields_set and (
+                data.count(b":") == _n_keys(msg) or _parse(data) is not None
+            ):
                 return msg
-        try:
-            obj = json.loads(data, parse_constant=_no_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidMessage(f"not JSON: {exc}") from None
+        obj = _parse(data)
         if not isinstance(obj, dict):
             raise InvalidMessage(f"expected a JSON object, got {type(obj).__name__}")
         version = obj.get("schema_version")
-        if version != SCHEMA_VERSION or isinstance(version, bool):
+        if type(version) is not int and version == SCHEMA_VERSION:  # 1.0, true
+            raise InvalidMessage(
+                f"unsupported schema_version {json.dumps(version)} ({_json_type(version)}): "
+                f"it must be the integer {SCHEMA_VERSION}"
+            )
+        if version != SCHEMA_VERSION:
             raise InvalidMessage(
                 f"unsupported schema_version {_short(version)} (this build reads {SCHEMA_VERSION})"
             )
@@ -406,8 +417,66 @@ def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_L
         raise InvalidMessage(f"undecodable: {type(exc).__name__}: {_short(str(exc))}") from None
 
 
+def _parse(data: bytes) -> Any:
+    """``json.loads`` that refuses NaN/Infinity and duplicate keys (at any depth)."""
+    try:
+        return json.loads(data, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidMessage(f"not JSON: {exc}") from None
+
+
 def _no_constant(name: str) -> None:
     raise InvalidMessage(f"not JSON: {name} is not a number")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidMessage(f"duplicate key {_short(key)} (a key may appear once)")
+            seen.add(key)
+    return obj
+
+
+_PART_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _part_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``cls`` that hold nested :class:`_Part` objects (cached)."""
+    names = _PART_FIELDS.get(cls)
+    if names is None:
+
+        def holds_part(tp: Any) -> bool:
+            if isinstance(tp, type) and issubclass(tp, BaseModel):
+                return True
+            return any(holds_part(arg) for arg in typing.get_args(tp))
+
+        names = tuple(n for n, f in cls.model_fields.items() if holds_part(f.annotation))
+        _PART_FIELDS[cls] = names
+    return names
+
+
+def _n_keys(model: BaseModel) -> int:
+    """How many distinct keys the JSON that validated into ``model`` had, nesting included."""
+    n = len(model.model_fields_set)
+    for name in _part_fields(type(model)):
+        value = getattr(model, name)
+        for part in value if isinstance(value, tuple) else (value,):
+            if isinstance(part, BaseModel):
+                n += _n_keys(part)
+    return n
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a float"
+    return {str: "a string", type(None): "null", list: "an array", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _short(value: object, n: int = 60) -> str:

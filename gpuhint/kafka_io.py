@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import ssl
+import struct
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kafka import KafkaProducer
@@ -33,6 +36,10 @@ log = logging.getLogger(__name__)
 
 class KafkaUnavailable(RuntimeError):
     """The broker cannot be reached; the message names the address."""
+
+
+class KafkaSecurityMismatch(KafkaUnavailable):
+    """The broker is up but its listener does not match the configured TLS/SASL settings."""
 
 
 class TopicMismatch(RuntimeError):
@@ -100,11 +107,227 @@ def faust_credentials(settings: Settings) -> Any:
     return creds
 
 
+def start_kafka_hint() -> str:
+    """How to get a broker: the repository's script in a source checkout, else the docs."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "kafka" / "run-kafka.sh"
+    if script.is_file():
+        return "is Kafka running? see scripts/kafka/run-kafka.sh"
+    return "is Kafka running? start a broker, or see docs/operations.md"
+
+
+_TLS_RECORD = (b"\x15\x03", b"\x16\x03")  # a TLS alert or handshake record
+_SASL_ERRORS = {33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE"}
+
+
+class _Closed(Exception):
+    """The peer closed the connection."""
+
+
+def probe_broker(
+    bootstrap: str, security: Mapping[str, Any] | None = None, timeout_s: float = 5.0
+) -> None:
+    """Raise :class:`KafkaSecurityMismatch` quickly if the first bootstrap broker is up
+    but does not speak the configured security protocol.
+
+    It connects over TCP; with ``*SSL`` shakes hands in TLS (with the configured CA and
+    client certificate); asks for the broker's API versions; with ``SASL_*`` starts the
+    SASL handshake (and, for PLAIN, authenticates). Only a clear mismatch raises (TLS
+    refused or not spoken, the wrong SASL mechanism, a listener without SASL, rejected
+    credentials, an answer that is not Kafka's); a broker that cannot be reached or
+    answers ambiguously is left to the Kafka client and its retries. Each step waits
+    at most ``timeout_s``.
+    """
+    security = security or {}
+    proto = str(security.get("security_protocol", "PLAINTEXT")).upper()
+    first = bootstrap.split(",")[0].strip().removeprefix("kafka://")
+    host, _, port_s = first.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_s.isdigit():
+        return
+    where = f"{host}:{port_s}"
+    tried = f"GPUHINT_KAFKA_SECURITY_PROTOCOL={proto}"
+    if security.get("sasl_mechanism"):
+        tried += f" with SASL mechanism {security['sasl_mechanism']}"
+
+    def mismatch(what: str, advice: str) -> KafkaSecurityMismatch:
+        return KafkaSecurityMismatch(
+            f"the Kafka broker at {where} is up, but the security settings do not match: "
+            f"{what} (tried {tried}); {advice}"
+        )
+
+    try:
+        sock = socket.create_connection((host, int(port_s)), timeout=timeout_s)
+    except OSError:
+        return  # nothing listens (yet): the client's own retries and message
+    with contextlib.closing(sock):
+        conn: socket.socket = sock
+        if proto.endswith("SSL"):
+            try:
+                ctx = _probe_ssl_context(security)
+            except (OSError, ssl.SSLError) as exc:
+                raise mismatch(
+                    f"cannot load the TLS files ({exc})",
+                    "check GPUHINT_KAFKA_SSL_CAFILE, _CERTFILE and _KEYFILE",
+                ) from None
+            try:
+                conn = ctx.wrap_socket(sock, server_hostname=host)
+            except ssl.SSLCertVerificationError as exc:
+                raise mismatch(
+                    f"its TLS certificate is not trusted ({exc.verify_message or exc})",
+                    "set GPUHINT_KAFKA_SSL_CAFILE to the CA that signed it "
+                    "(or GPUHINT_KAFKA_SSL_CHECK_HOSTNAME=false for a name mismatch)",
+                ) from None
+            except TimeoutError:
+                raise mismatch(
+                    f"no TLS handshake within {timeout_s:g} s (a plaintext listener?)",
+                    _use_plaintext(proto),
+                ) from None
+            except (ssl.SSLError, OSError) as exc:
+                raise mismatch(
+                    f"the TLS handshake failed ({_why(exc)}): the listener does not speak TLS",
+                    _use_plaintext(proto),
+                ) from None
+        try:
+            _request(conn, 18, 0, b"")  # ApiVersions v0: every listener answers it
+            if proto.startswith("SASL_"):
+                _sasl_probe(conn, security, mismatch)
+        except KafkaSecurityMismatch:
+            raise
+        except _NotKafka as exc:
+            if exc.head.startswith(_TLS_RECORD):
+                tls = "SASL_SSL" if "SASL" in proto else "SSL"
+                raise mismatch(
+                    "the broker answered in TLS: its listener uses SSL or SASL_SSL",
+                    f"set GPUHINT_KAFKA_SECURITY_PROTOCOL={tls} and GPUHINT_KAFKA_SSL_CAFILE",
+                ) from None
+            raise mismatch(
+                f"the answer is not Kafka's (first bytes {exc.head!r})",
+                "check that the address is a Kafka listener and its security protocol",
+            ) from None
+        except ssl.SSLError as exc:  # e.g. the broker wants a client certificate
+            raise mismatch(
+                f"the broker ended the TLS session ({_why(exc)})",
+                "check GPUHINT_KAFKA_SSL_CERTFILE and _KEYFILE (mutual TLS)",
+            ) from None
+        except (OSError, _Closed):
+            return  # closed or silent: ambiguous, left to the client
+
+
+def _use_plaintext(proto: str) -> str:
+    other = "SASL_PLAINTEXT" if proto.startswith("SASL_") else "PLAINTEXT"
+    return f"if the listener is plaintext set GPUHINT_KAFKA_SECURITY_PROTOCOL={other}"
+
+
+def _why(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", None) or exc or type(exc).__name__)
+
+
+def _probe_ssl_context(security: Mapping[str, Any]) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=security.get("ssl_cafile"))
+    ctx.check_hostname = bool(security.get("ssl_check_hostname", True))
+    if security.get("ssl_certfile"):
+        ctx.load_cert_chain(security["ssl_certfile"], security.get("ssl_keyfile"))
+    return ctx
+
+
+class _NotKafka(Exception):
+    def __init__(self, head: bytes) -> None:
+        super().__init__(head)
+        self.head = head
+
+
+def _recv(conn: socket.socket, n: int, head: bytes = b"") -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            if buf:
+                raise _NotKafka(head + bytes(buf))
+            raise _Closed
+        buf += chunk
+    return bytes(buf)
+
+
+_CORRELATION = 0
+
+
+def _request(conn: socket.socket, api_key: int, version: int, body: bytes) -> bytes:
+    """Send one Kafka request (header v1) and return the response body after its header."""
+    global _CORRELATION
+    _CORRELATION = (_CORRELATION + 1) % 2**31
+    client = b"gpuhint-probe"
+    header = struct.pack(">hhih", api_key, version, _CORRELATION, len(client)) + client
+    conn.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+    head = _recv(conn, 4)
+    (size,) = struct.unpack(">i", head)
+    if not 4 <= size <= 1 << 20:
+        raise _NotKafka(head)
+    data = _recv(conn, size, head)
+    if struct.unpack(">i", data[:4])[0] != _CORRELATION:
+        raise _NotKafka(head + data[:8])
+    return data[4:]
+
+
+def _sasl_probe(conn: socket.socket, security: Mapping[str, Any], mismatch: Any) -> None:
+    mechanism = str(security.get("sasl_mechanism") or "PLAIN")
+    name = mechanism.encode()
+    body = _request(conn, 17, 1, struct.pack(">h", len(name)) + name)  # SaslHandshake v1
+    (error,) = struct.unpack(">h", body[:2])
+    if error == 34:  # ILLEGAL_SASL_STATE: the listener has no SASL
+        raise mismatch(
+            "the listener does not use SASL",
+            "set GPUHINT_KAFKA_SECURITY_PROTOCOL="
+            f"{'SSL' if str(security.get('security_protocol')).endswith('SSL') else 'PLAINTEXT'}",
+        )
+    if error == 33:
+        enabled = _strings(body[2:])
+        raise mismatch(
+            f"the broker does not enable SASL mechanism {mechanism} "
+            f"(it enables {', '.join(enabled) or 'none'})",
+            "set GPUHINT_KAFKA_SASL_MECHANISM to one of those",
+        )
+    if error != 0 or mechanism != "PLAIN":
+        return  # SCRAM's exchange is left to the client
+    user = str(security.get("sasl_plain_username") or "").encode()
+    password = str(security.get("sasl_plain_password") or "").encode()
+    token = b"\0" + user + b"\0" + password
+    try:
+        body = _request(conn, 36, 0, struct.pack(">i", len(token)) + token)  # SaslAuthenticate
+    except _Closed:
+        return
+    (error,) = struct.unpack(">h", body[:2])
+    if error != 0:
+        (n,) = struct.unpack(">h", body[2:4])
+        reason = body[4 : 4 + n].decode(errors="replace") if n > 0 else f"error {error}"
+        raise mismatch(
+            f"SASL authentication failed ({reason})",
+            "check GPUHINT_KAFKA_SASL_USERNAME, _PASSWORD and _MECHANISM",
+        )
+
+
+def _strings(data: bytes) -> list[str]:
+    """A Kafka ``ARRAY[STRING]`` (best effort)."""
+    out: list[str] = []
+    with contextlib.suppress(struct.error):
+        (count,) = struct.unpack(">i", data[:4])
+        pos = 4
+        for _ in range(max(0, min(count, 32))):
+            (n,) = struct.unpack(">h", data[pos : pos + 2])
+            out.append(data[pos + 2 : pos + 2 + n].decode(errors="replace"))
+            pos += 2 + n
+    return out
+
+
 @contextlib.contextmanager
 def _admin(
     bootstrap: str, timeout_s: float, security: Mapping[str, Any] | None = None
 ) -> Iterator[KafkaAdminClient]:
-    """An admin client whose Kafka errors become :class:`KafkaUnavailable`."""
+    """An admin client whose Kafka errors become :class:`KafkaUnavailable`.
+
+    A broker that is up but speaks another security protocol fails fast
+    (:func:`probe_broker`), not after ``timeout_s``.
+    """
+    probe_broker(bootstrap, security, min(timeout_s, 5.0))
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap,
@@ -176,6 +399,7 @@ def make_producer(
         **(security or {}),
     }
     config.update(overrides)
+    probe_broker(bootstrap, config, 5.0)
     try:
         return KafkaProducer(**config)
     except KafkaError as exc:

@@ -58,10 +58,12 @@ def run(args: argparse.Namespace) -> int:
     import redis
 
     from gpuhint.kafka_io import (
+        KafkaSecurityMismatch,
         KafkaUnavailable,
         TopicMismatch,
         ensure_topics,
         kafka_client_config,
+        start_kafka_hint,
     )
     from gpuhint.metrics.store import MeteredRedisStore
     from gpuhint.metrics.worker import start_worker_metrics
@@ -103,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
             security=kafka_client_config(settings),
             check=(settings.topics.job_events, settings.topics.cluster_telemetry),
         )
+    except KafkaSecurityMismatch as exc:
+        raise UserError(str(exc)) from None
     except KafkaUnavailable as exc:
-        raise UserError(f"{exc} (is Kafka running? see scripts/kafka/run-kafka.sh)") from None
+        raise UserError(f"{exc} ({start_kafka_hint()})") from None
     except TopicMismatch as exc:
         raise UserError(str(exc)) from None
     try:

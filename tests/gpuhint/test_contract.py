@@ -7,6 +7,8 @@ from pydantic import ValidationError
 
 from gpuhint.contract import (
     ClusterLoad,
+    FeatureContribution,
+    GpuProcess,
     GpuSample,
     InvalidMessage,
     JobEvent,
@@ -93,3 +95,69 @@ def test_decode_job_event_insists_on_jobs() -> None:
 def test_messages_are_frozen() -> None:
     with pytest.raises(ValidationError):
         MESSAGES[0].job_id = "2"  # type: ignore[misc]
+
+
+_JOB = (
+    '{"schema_version": 1, "kind": "job", "phase": "submitted", "job_id": "j1", '
+    '"num_gpus": 1, "time": 0.0, "submit_time": 0.0'
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        (_JOB + ', "num_gpus": 2048}', "num_gpus"),  # the last would win
+        (_JOB + ', "num_gpus": 1}', "num_gpus"),  # even with the same value
+        (_JOB + ', "num_gpus": -5}', "num_gpus"),  # or an invalid one
+        (_JOB + ', "schema_version": 1}', "schema_version"),
+        (_JOB.replace('"j1"', '"a:b"') + ', "time": 0.0}', "time"),  # ':' in a string
+        (_JOB + ', "bogus": 1, "bogus": 2}', "bogus"),
+    ],
+)
+def test_duplicate_keys_are_refused(raw: str, key: str) -> None:
+    with pytest.raises(InvalidMessage) as err:
+        decode_message(raw)
+    assert f"duplicate key {key!r}" in err.value.reason
+    with pytest.raises(InvalidMessage, match="duplicate key"):
+        decode_job_event(raw.encode())
+
+
+def test_duplicate_keys_in_nested_objects_are_refused() -> None:
+    sample = GpuSample(
+        node="n1",
+        gpu_index=0,
+        time=1.0,
+        processes=(GpuProcess(pid=1, used_memory_mb=3.0), GpuProcess(pid=2)),
+    )
+    raw = encode_message(sample)
+    assert decode_message(raw) == sample
+    bad = raw.replace(b'"pid":2', b'"pid":2,"pid":3')
+    with pytest.raises(InvalidMessage, match="duplicate key 'pid'"):
+        decode_message(bad)
+    hint = MESSAGES[3].model_copy(
+        update={"reasons": (FeatureContribution(feature="a", contribution=1.0),)}
+    )
+    bad = encode_message(hint).replace(b'"feature":"a"', b'"feature":"a","feature":"b"')
+    with pytest.raises(InvalidMessage, match="duplicate key 'feature'"):
+        decode_message(bad)
+
+
+def test_colons_in_strings_are_not_duplicates() -> None:
+    ev = MESSAGES[0].model_copy(update={"job_id": "a:b:c", "user": 'x":y', "name": "::"})
+    assert decode_message(encode_message(ev)) == ev
+    assert decode_message(json.dumps(json.loads(encode_message(ev)), indent=2)) == ev
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [("1.0", "1.0 (a float)"), ("1e0", "1.0 (a float)"), ("true", "true (a boolean)")],
+)
+def test_schema_version_must_be_the_integer_1(version: str, says: str) -> None:
+    raw = _JOB.replace('"schema_version": 1', f'"schema_version": {version}') + "}"
+    with pytest.raises(InvalidMessage) as err:
+        decode_message(raw)
+    assert err.value.reason.startswith(f"unsupported schema_version {says}")
+    assert "must be the integer 1" in err.value.reason
+    with pytest.raises(ValidationError, match="must be the integer 1"):
+        JobEvent(schema_version=1.0, phase="submitted", job_id="1", time=0, submit_time=0)  # type: ignore[arg-type]
+    assert decode_message(_JOB + "}").schema_version == 1

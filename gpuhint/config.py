@@ -135,6 +135,19 @@ class Settings(BaseSettings):
         le=1_000_000,
         description="worker: fetched messages buffered per stream before the fetch pauses",
     )
+    state_max_live_vcs: int = Field(
+        2000,
+        ge=10,
+        description="worker: VC states kept decoded in memory; idle ones beyond this are "
+        "evicted (kept as bytes) and decoded again on their next event",
+    )
+    state_max_record_bytes: int = Field(
+        512 * 1024,
+        ge=4096,
+        le=900_000,
+        description="worker: a VC state record larger than this is split into parts, so no "
+        "record exceeds the broker's message size (Kafka's default is 1 MB)",
+    )
     batch_max: int = Field(500, ge=1, description="events per worker batch before a flush")
     batch_within_s: float = Field(0.01, gt=0, description="max wait to fill a batch")
     state_save_interval_s: float = Field(

@@ -104,7 +104,8 @@ class ChangelogTable(MutableMapping[str, bytes]):
     """A Faust table of bytes written on an explicit partition (outside stream context).
 
     Faust derives a changelog record's partition from the *current* event, which is
-    wrong inside a batch; the worker knows each key's partition and passes it.
+    wrong inside a batch; the worker knows each key's partition and passes it (a part
+    of a split VC record goes to its VC's partition: ``TableStates.owner_key``).
     """
 
     def __init__(self, table: Any) -> None:
@@ -120,7 +121,7 @@ class ChangelogTable(MutableMapping[str, bytes]):
         raise TypeError("write with put(key, value, partition)")
 
     def __delitem__(self, key: str) -> None:
-        raise TypeError("VC state is never deleted")
+        raise TypeError("delete with delete(key, partition)")
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self.table.keys()))
@@ -131,6 +132,12 @@ class ChangelogTable(MutableMapping[str, bytes]):
     def put(self, key: str, value: bytes, partition: int) -> None:
         self.table.data[key] = value
         self.table.send_changelog(partition, key, value)
+
+    def delete(self, key: str, partition: int) -> None:
+        """Drop ``key`` here and write its tombstone (a None value: compaction removes
+        the key, and Faust's recovery of a None value pops it from the store)."""
+        self.table.data.pop(key, None)
+        self.table.send_changelog(partition, key, None, value_serializer="raw")
 
 
 class FaustEdge:
@@ -313,9 +320,19 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     ces_partition: dict[str, int] = {}
 
     def save_vc(key: str, blob: bytes) -> None:
-        vc_table.put(key, blob, routine.partition_of[key])  # the VC's own partition
+        # the VC's own partition, for a part of its split record too
+        vc_table.put(key, blob, routine.partition_of[TableStates.owner_key(key)])
 
-    states = TableStates(vc_table, on_save=save_vc)
+    def delete_vc(key: str) -> None:  # a superseded part of a split record
+        vc_table.delete(key, routine.partition_of[TableStates.owner_key(key)])
+
+    states = TableStates(
+        vc_table,
+        on_save=save_vc,
+        on_delete=delete_vc,
+        max_record_bytes=settings.state_max_record_bytes,
+        max_live=settings.state_max_live_vcs,
+    )
     engine = HintEngine(partial(make_model, settings.model), store, states=states)
     ces = ClusterLoadProcessor(
         ClusterLoadTracker(

@@ -92,6 +92,24 @@ class WorkerCollector(Collector):
             "Job events seen again (offset already applied): no state change, writes re-emitted.",
             s.redelivered,
         )
+        yield _counter(
+            "gpuhint_events_duplicate",
+            "Resent job events (a phase their job already went through): not re-applied.",
+            s.duplicates,
+        )
+        r = self.worker.routine.stats
+        yield _counter(
+            "gpuhint_offset_gaps",
+            "Skipped job-event offsets found (delivered past an offset never handled): "
+            "the partition was sought back to it.",
+            r.gaps,
+        )
+        yield _counter(
+            "gpuhint_events_discarded_while_seeking",
+            "Job events dropped while their partition was sought back past a gap "
+            "(they come again).",
+            r.discarded,
+        )
         err = SummaryMetricFamily(
             "gpuhint_prediction_abs_log_error",
             "|log(predicted duration) - log(actual)| of each scored finished job; "

@@ -131,7 +131,14 @@ class Workers:
         log = self.logdir / f"worker-{slot}-{self._n}.log"
         fh = open(log, "wb")  # noqa: SIM115 - the child keeps it
         self.procs[slot] = subprocess.Popen(
-            [sys.executable, "-m", "gpuhint", "worker", "--loglevel", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "gpuhint",
+                "worker",
+                "--loglevel",
+                os.environ.get("GPUHINT_CHAOS_WORKER_LOGLEVEL", "warning"),
+            ],
             env=self.env,
             stdout=fh,
             stderr=subprocess.STDOUT,

@@ -208,6 +208,8 @@ def _check_worker(
     assert value(got, "gpuhint_prediction_abs_log_error_sum") > 0
     assert value(got, "gpuhint_redis_errors_total") == 0
     assert value(got, "gpuhint_events_redelivered_total") == 0  # one clean run: none seen twice
+    assert value(got, "gpuhint_events_duplicate_total") == 0
+    assert value(got, "gpuhint_offset_gaps_total") == 0  # contiguous offsets: nothing sought
     rebuilds = value(got, "gpuhint_redis_rebuilds_total")
     assert rebuilds <= 1  # at most the first start's marker
     # each submit's hint once; a first-start rebuild re-writes (counted apart) what the

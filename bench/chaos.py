@@ -10,6 +10,10 @@ SIGKILLed ``--kills`` times each run (at least two kills while a restarted worke
 restores its state), one run per seed and worker count; its counts are summed over
 the runs, and every job's *first* published priority is compared too.
 
+big_vc / many_vcs: one worker drains a VC with ``--big-vc`` waiting jobs (beside a
+small VC that must keep working), or ``--many-vcs`` VCs with one job each; reported
+with the worker's crashes and peak RSS (``rss_max_mb``). Each runs on its own servers.
+
 Each scenario replays the Philly excerpt (cut so that jobs are left pending) through a
 real Kafka broker into real ``gpuhint worker`` processes and a real Redis, injects its
 fault, waits until every job event is committed, and compares each hint's presence and
@@ -31,7 +35,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpuhint.testing.chaos import SCENARIOS, Chaos  # noqa: E402
+from gpuhint.testing.chaos import (  # noqa: E402
+    SCENARIOS,
+    Chaos,
+    ScenarioResult,
+    big_vc_events,
+    load_run,
+    many_vcs_events,
+)
 from gpuhint.topics import spread_vc  # noqa: E402
 from gpuhint.traces import job_events, parse_time, read_trace  # noqa: E402
 
@@ -58,7 +69,12 @@ def _ints(spec: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="repeatable")
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=sorted([*SCENARIOS, "big_vc", "many_vcs"]),
+        help="repeatable (default: all)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--model", default="history_mix", help="duration model (GPUHINT_MODEL)")
     p.add_argument("--timeout", type=float, default=300.0, help="settle timeout per scenario")
@@ -78,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="1-3", help="kill_storm seeds: 1-10 or 1,4,7")
     p.add_argument("--workers", default="1,2", help="kill_storm worker counts: 1,2")
     p.add_argument("--kills", type=int, default=4, help="kill_storm SIGKILLs per run (>= 2)")
+    p.add_argument("--big-vc", type=int, default=25_000, help="big_vc: waiting jobs in one VC")
+    p.add_argument("--many-vcs", type=int, default=100_000, help="many_vcs: distinct VCs")
     args = p.parse_args(argv)
-    names = args.scenario or list(SCENARIOS)
+    loads = {"big_vc", "many_vcs"}
+    names = args.scenario or [*SCENARIOS, *sorted(loads)]
     if args.trace is None:
         cut = parse_time(CUT)
         events = [e for e in job_events(read_trace(TRACE).jobs, cluster="philly") if e.time <= cut]
@@ -95,26 +114,36 @@ def main(argv: list[str] | None = None) -> int:
         ]
         trace_name += f", VCs spread over {args.spread_vcs}"
     cluster = events[0].cluster
-    results = {}
+    results: dict[str, ScenarioResult] = {}
     t0 = time.time()
-    tmp = tempfile.TemporaryDirectory(prefix="gpuhint-chaos-")
-    with tmp, Chaos(Path(tmp.name), events, cluster, model=args.model) as chaos:
-        for name in names:
-            kw: dict[str, object] = {"bad": args.bad} if name.startswith("malformed") else {}
-            if name == "kill_storm":
-                kw = {
-                    "seeds": _ints(args.seeds),
-                    "workers": _ints(args.workers),
-                    "kills": max(2, args.kills),
-                }
-            res = chaos.run(name, timeout_s=args.timeout, **kw)
-            results[res.name] = res
+    expected = None
+    with tempfile.TemporaryDirectory(prefix="gpuhint-chaos-") as tmp:
+        for name in [n for n in names if n in loads]:
+            evs = big_vc_events(args.big_vc) if name == "big_vc" else many_vcs_events(args.many_vcs)
+            with Chaos(Path(tmp) / name, evs, "chaos", model=args.model) as c:
+                results[name] = load_run(c, args.timeout, name)
+        names = [n for n in names if n not in loads]
+        if names:
+            with Chaos(Path(tmp) / "trace", events, cluster, model=args.model) as chaos:
+                expected = len(chaos.reference)
+                for name in names:
+                    kw: dict[str, object] = (
+                        {"bad": args.bad} if name.startswith("malformed") else {}
+                    )
+                    if name == "kill_storm":
+                        kw = {
+                            "seeds": _ints(args.seeds),
+                            "workers": _ints(args.workers),
+                            "kills": max(2, args.kills),
+                        }
+                    res = chaos.run(name, timeout_s=args.timeout, **kw)
+                    results[res.name] = res
     out = {
         "command": "python bench/chaos.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
         "machine": f"{os.cpu_count()} cores, {_mem_gb()} GB, {platform.machine()}, "
         f"{platform.python_implementation()} {platform.python_version()}",
-        "trace": f"{trace_name}: {len(events)} events, {len(chaos.reference)} hints expected",
+        "trace": f"{trace_name}: {len(events)} events, {expected} hints expected",
         "model": args.model,
         "scenarios": {n: r.as_json() for n, r in results.items()},
         "all_ok": all(r.ok for r in results.values()),

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from functools import partial
@@ -65,18 +64,12 @@ from models.registry import make_model
 from streams.batching import take_ready
 from streams.checkpoint import BatchRoutine, Sink
 from streams.cluster_load import ClusterLoadProcessor
-from streams.faust_assignor import (
-    LoadView,
-    assignor_class,
-    group_generation,
-    group_offsets,
-    request_rejoin,
-)
+from streams.faust_assignor import LoadSampler, LoadView, assignor_class
 from streams.faust_consumer import app_class
 from streams.gc_policy import HeapFreezer
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
 from streams.partitioning import partition_for
-from streams.placement import PartitionLoad, RebalanceProbe, busiest
+from streams.placement import RebalanceProbe
 from streams.state_table import SaveCadence, TableStates
 
 log = logging.getLogger(__name__)
@@ -308,7 +301,6 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     # the load of every job-event partition, sampled from the broker by a timer below
     load_view = LoadView(job_topic=job_topic.topics[0])
     app.gpuhint_load = load_view  # type: ignore[attr-defined]
-    partition_load = PartitionLoad(horizon_s=10.0, half_life_s=30.0)
     probe = RebalanceProbe(
         min_gain=settings.worker_rebalance_min_gain,
         min_events=settings.worker_rebalance_min_events,
@@ -417,61 +409,13 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 await routine.save_due(tick_s)
 
     if settings.worker_assign_by_load:
-
-        @app.timer(interval=1.0)
-        async def sample_partition_load() -> None:
-            """The job-event partitions' load (lag + recent rate, from the broker: any
-            worker may lead the next rebalance) for the assignor to deal them by; as the
-            leader, ask for a rebalance when a deal by load would be much better."""
-            if app.rebalancing:
-                return  # the group's commits move meanwhile: keep the last view
-            now = time.monotonic()
-            generation = group_generation(app)
-            probe.in_generation(generation)  # a rebalance ran: sample afresh
-            try:
-                end, committed = await group_offsets(
-                    app, load_view.job_topic, settings.partitions, timeout=3.0
-                )
-            except Exception as exc:  # broker busy or consumer stopping: keep the last view
-                log.debug("partition load not sampled: %s: %s", type(exc).__name__, exc)
-                return
-            partition_load.sample(now, end, committed)
-            load_view.snapshot = weights = partition_load.weights()
-            if app.rebalancing or group_generation(app) != generation:
-                return  # a rebalance ran meanwhile: this sample's deal may not be ours
-            dealt = load_view.dealt
-            if dealt is not None and log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "partition load (generation %s, dealt for %s): %s; busiest worker %.0f",
-                    generation,
-                    load_view.dealt_generation,
-                    {p: round(v) for p, v in weights.items()},
-                    busiest(dealt, weights),
-                )
-            if (
-                settings.worker_rebalance_for_load
-                and dealt is not None
-                and generation is not None
-                and load_view.dealt_generation == generation
-                and set(weights) == set().union(*dealt.values())  # all the deal covers
-                and probe.observe(now, dealt, weights, len(weights))
-            ):
-                log.info(
-                    "asking the group to rebalance for load: the busiest worker carries %.0f "
-                    "of %.0f (events behind + 10 s at the recent rate)",
-                    busiest(dealt, weights),
-                    sum(weights.values()),
-                )
-                probe.asked(now)
-                try:
-                    asked = await request_rejoin(app, generation)
-                except Exception as exc:  # consumer stopping or busy
-                    asked = False
-                    log.debug("rejoin: %s: %s", type(exc).__name__, exc)
-                if asked:
-                    load_view.probes += 1
-                else:
-                    log.info("rebalance for load not asked: the group moved on meanwhile")
+        sampler = LoadSampler(
+            app,
+            load_view,
+            partitions=settings.partitions,
+            probe=probe if settings.worker_rebalance_for_load else None,
+        )
+        app.timer(interval=1.0, name="sample_partition_load")(sampler.tick)
 
     freezer = HeapFreezer(settings.gc_freeze_interval_s, settings.gc_full_interval_s)
 

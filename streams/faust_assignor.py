@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +37,13 @@ from faust.assignor import PartitionAssignor
 from faust.types import TP
 
 from streams.faust_consumer import CHECKED_VERSIONS
-from streams.placement import balance_by_load, busiest
+from streams.placement import PartitionLoad, RebalanceProbe, balance_by_load, busiest
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "LoadAwareAssignor",
+    "LoadSampler",
     "LoadView",
     "assignor_class",
     "deal_by_load",
@@ -240,3 +242,76 @@ def assignor_class(by_load: bool) -> type[Any]:
             ", ".join(CHECKED_VERSIONS),
         )
     return PartitionAssignor
+
+
+class LoadSampler:
+    """The worker's timer (every second): the job-event partitions' load (lag + recent
+    rate, from the broker: any worker may lead the next rebalance) into
+    :attr:`LoadView.snapshot` for the assignor to deal them by; as the leader, with a
+    ``probe``, ask the group to rebalance when a deal by load would be much better."""
+
+    def __init__(
+        self, app: Any, view: LoadView, partitions: int, probe: RebalanceProbe | None
+    ) -> None:
+        self.app = app
+        self.view = view
+        self.partitions = partitions
+        self.probe = probe
+        self.load = PartitionLoad(horizon_s=10.0, half_life_s=30.0)
+
+    async def tick(self) -> None:
+        app, view = self.app, self.view
+        if app.rebalancing:
+            return  # the group's commits move meanwhile: keep the last view
+        now = time.monotonic()
+        generation = group_generation(app)
+        if self.probe is not None:
+            self.probe.in_generation(generation)  # a rebalance ran: sample afresh
+        try:
+            end, committed = await group_offsets(app, view.job_topic, self.partitions, timeout=3.0)
+        except Exception as exc:  # broker busy or consumer stopping: keep the last view
+            log.debug("partition load not sampled: %s: %s", type(exc).__name__, exc)
+            return
+        self.load.sample(now, end, committed)
+        view.snapshot = weights = self.load.weights()
+        if app.rebalancing or group_generation(app) != generation:
+            return  # a rebalance ran meanwhile: this sample's deal may not be ours
+        dealt = view.dealt
+        if dealt is not None and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "partition load (generation %s, dealt for %s): %s; busiest worker %.0f",
+                generation,
+                view.dealt_generation,
+                {p: round(v) for p, v in weights.items()},
+                busiest(dealt, weights),
+            )
+        if (
+            self.probe is not None
+            and dealt is not None
+            and generation is not None
+            and view.dealt_generation == generation
+            and set(weights) == set().union(*dealt.values())  # all the deal covers
+            and self.probe.observe(now, dealt, weights, len(weights))
+        ):
+            await self._ask(now, generation, dealt, weights)
+
+    async def _ask(
+        self, now: float, generation: int, dealt: Any, weights: Mapping[int, float]
+    ) -> None:
+        assert self.probe is not None
+        log.info(
+            "asking the group to rebalance for load: the busiest worker carries %.0f "
+            "of %.0f (events behind + 10 s at the recent rate)",
+            busiest(dealt, weights),
+            sum(weights.values()),
+        )
+        self.probe.asked(now)
+        try:
+            asked = await request_rejoin(self.app, generation)
+        except Exception as exc:  # consumer stopping or busy
+            asked = False
+            log.debug("rejoin: %s: %s", type(exc).__name__, exc)
+        if asked:
+            self.view.probes += 1
+        else:
+            log.info("rebalance for load not asked: the group moved on meanwhile")

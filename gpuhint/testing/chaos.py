@@ -69,6 +69,8 @@ class ScenarioResult:
     """The longest a partition's committed offset stayed put with events behind it."""
     runs: int = 1
     events: int = 0
+    rss_max_mb: float | None = None
+    """The largest peak RSS (VmHWM) of a worker process, where measured."""
 
     @property
     def ok(self) -> bool:
@@ -727,6 +729,75 @@ def kill_storm(
     total.runs = runs
     total.events = len(chaos.events) * runs
     return total
+
+
+def _peak_rss_mb(workers: Workers) -> float | None:
+    """The largest VmHWM among the live worker processes, in MB."""
+    best = None
+    for p in workers.procs.values():
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        mb = int(line.split()[1]) / 1024
+                        best = mb if best is None else max(best, mb)
+        except OSError:
+            continue
+    return None if best is None else round(best, 1)
+
+
+def big_vc_events(waiting: int = 25_000, cluster: str = "chaos") -> list[JobEvent]:
+    """One VC with ``waiting`` jobs submitted and never started (one large sweep), and a
+    small VC beside it whose jobs run and finish: nothing the big one does may stop it."""
+    raw: list[dict[str, Any]] = [
+        dict(phase="submitted", job_id=f"sweep-{i}", vc="sweep", user="u1", num_gpus=1,
+             time=float(i), submit_time=float(i))
+        for i in range(waiting)
+    ]  # fmt: skip
+    for i in range(200):
+        t = float(i * 10)
+        base = dict(job_id=f"small-{i}", vc="small", user="u2", num_gpus=2, submit_time=t)
+        raw.append(dict(base, phase="submitted", time=t))
+        if i % 4:  # three in four run; the rest wait
+            raw.append(dict(base, phase="started", time=t + 1, start_time=t + 1))
+            raw.append(
+                dict(base, phase="finished", time=t + 5, start_time=t + 1,
+                     duration_s=4.0)
+            )  # fmt: skip
+    evs = [JobEvent.model_validate(dict(r, cluster=cluster)) for r in raw]
+    return sorted(evs, key=lambda e: e.time)
+
+
+def many_vcs_events(vcs: int = 100_000, cluster: str = "chaos") -> list[JobEvent]:
+    """``vcs`` distinct VCs, one waiting job each (a producer naming a VC per sweep)."""
+    return [
+        JobEvent.model_validate(
+            dict(
+                phase="submitted",
+                job_id=f"j{i}",
+                cluster=cluster,
+                vc=f"vc{i}",
+                num_gpus=1,
+                time=float(i),
+                submit_time=float(i),
+            )
+        )
+        for i in range(vcs)
+    ]
+
+
+def load_run(chaos: Chaos, timeout_s: float, name: str) -> ScenarioResult:
+    """One worker drains the whole trace (already in Kafka); its peak RSS is recorded.
+    For ``big_vc`` / ``many_vcs`` (their events are the chaos' trace)."""
+    with chaos.scenario(name) as (prefix, res, w):
+        recs, _ = chaos.records(prefix, 0, 0)
+        ensure_topics(chaos.kafka.bootstrap, Topics(prefix), chaos.partitions)
+        chaos.send(recs)
+        w.start()
+        _finish(chaos, prefix, res, w, timeout_s)
+        res.rss_max_mb = _peak_rss_mb(w)
+        res.events = len(recs)
+    return res
 
 
 SCENARIOS: dict[str, Callable[..., ScenarioResult]] = {

@@ -52,3 +52,24 @@ def test_hostile_messages_interleaved_with_a_replay(chaos: Chaos) -> None:
 
 def test_sigkill_of_the_worker_mid_stream(chaos: Chaos) -> None:
     _assert_clean(chaos.run("sigkill_worker", timeout_s=240, kills=1))
+
+
+def test_a_kill_storm_with_kills_during_restore(chaos: Chaos) -> None:
+    """The short kill storm: a backlog, one worker SIGKILLed four times (two of them
+    while its successor restores the changelog), then two workers; every job's first
+    and final priority equal the reference's."""
+    res = chaos.run("kill_storm", timeout_s=240, seeds=(7,), workers=(1, 2), kills=4)
+    assert res.runs == 2 and res.kills == 8
+    _assert_clean(res)
+
+
+def test_one_vc_with_25000_waiting_jobs_neither_crashes_nor_stops_the_others(
+    tmp_path: Path,
+) -> None:
+    from gpuhint.testing.chaos import big_vc_events, load_run
+
+    with Chaos(tmp_path, big_vc_events(25_000), "chaos", log=print) as c:
+        res = load_run(c, 300, "big_vc")
+    assert res.worker_crashes == 0 and res.settled
+    _assert_clean(res)  # every hint of both VCs, each with the reference's priority
+    assert len(c.reference) > 25_000

@@ -94,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="1-3", help="kill_storm seeds: 1-10 or 1,4,7")
     p.add_argument("--workers", default="1,2", help="kill_storm worker counts: 1,2")
     p.add_argument("--kills", type=int, default=4, help="kill_storm SIGKILLs per run (>= 2)")
+    p.add_argument(
+        "--static-membership",
+        action="store_true",
+        help="each worker slot keeps its GPUHINT_WORKER_INSTANCE_ID across restarts",
+    )
     p.add_argument("--big-vc", type=int, default=25_000, help="big_vc: waiting jobs in one VC")
     p.add_argument("--many-vcs", type=int, default=100_000, help="many_vcs: distinct VCs")
     args = p.parse_args(argv)
@@ -125,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in names if n not in loads]
         if names:
             with Chaos(Path(tmp) / "trace", events, cluster, model=args.model) as chaos:
+                chaos.static_membership = args.static_membership
                 expected = len(chaos.reference)
                 for name in names:
                     kw: dict[str, object] = (

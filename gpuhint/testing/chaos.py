@@ -118,9 +118,12 @@ def reference_hints(events: list[JobEvent], model: str) -> dict[str, float]:
 class Workers:
     """``gpuhint worker`` processes; one that dies on its own is a crash, and is restarted."""
 
-    def __init__(self, env: dict[str, str], logdir: Path) -> None:
+    def __init__(self, env: dict[str, str], logdir: Path, static: bool = False) -> None:
         self.env = env
         self.logdir = logdir
+        self.static = static
+        """Each slot keeps one ``GPUHINT_WORKER_INSTANCE_ID`` across restarts (static
+        group membership, as a StatefulSet's pod names give)."""
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.logs: dict[int, Path] = {}
         self.died_at: dict[int, float] = {}
@@ -141,7 +144,9 @@ class Workers:
                 "--loglevel",
                 os.environ.get("GPUHINT_CHAOS_WORKER_LOGLEVEL", "warning"),
             ],
-            env=self.env,
+            env=self.env
+            if not self.static
+            else dict(self.env, GPUHINT_WORKER_INSTANCE_ID=f"{self.env['GPUHINT_APP_ID']}-{slot}"),
             stdout=fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -214,6 +219,8 @@ class Chaos:
         self.redis_port = free_port()
         self.redis: LocalRedis | None = None
         self.reference = reference_hints(events, model)
+        self.static_membership = False
+        """Workers keep their group instance id across restarts (``Workers.static``)."""
         self._first: dict[str, float] | None = None
         self.maybe_resent = 0
 
@@ -457,7 +464,7 @@ class Chaos:
         res = ScenarioResult(name)
         self.maybe_resent = 0
         (self.workdir / prefix).mkdir(parents=True, exist_ok=True)
-        workers = Workers(self.env(prefix), self.workdir / prefix)
+        workers = Workers(self.env(prefix), self.workdir / prefix, self.static_membership)
         t0 = time.monotonic()
         self.say(f"[chaos] {name}: prefix {prefix}")
         try:
@@ -800,6 +807,37 @@ def load_run(chaos: Chaos, timeout_s: float, name: str) -> ScenarioResult:
     return res
 
 
+def resent(records: list[Record], share: float, seed: int) -> tuple[list[Record], int]:
+    """``records`` with ``share`` of them sent a second time, 1-300 records later (as a
+    producer's retry does: a new record, a new offset, same key)."""
+    rng = random.Random(seed)
+    picks = sorted(rng.sample(range(len(records)), max(1, int(len(records) * share))))
+    later: dict[int, list[Record]] = {}
+    for i in picks:
+        later.setdefault(min(len(records) - 1, i + rng.randint(1, 300)), []).append(records[i])
+    out: list[Record] = []
+    for i, rec in enumerate(records):
+        out.append(rec)
+        out.extend(later.get(i, []))
+    return out, len(picks)
+
+
+def duplicates(
+    chaos: Chaos, timeout_s: float, share: float = 0.01, seed: int = 1
+) -> ScenarioResult:
+    """1% of the job events resent (a new record each): every job's first and final
+    priority must equal the reference's, which saw each event once."""
+    with chaos.scenario(f"duplicates_{share:.0%}") as (prefix, res, w):
+        recs, _ = chaos.records(prefix, 0, 0)
+        recs, n = resent(recs, share, seed)
+        res.notes.append(f"{n} events resent")
+        w.start()
+        chaos.send(recs)
+        _finish(chaos, prefix, res, w, timeout_s)
+        chaos.compare_first(prefix, res)
+    return res
+
+
 SCENARIOS: dict[str, Callable[..., ScenarioResult]] = {
     "reference": reference,
     "sigkill_worker": sigkill_worker,
@@ -810,5 +848,6 @@ SCENARIOS: dict[str, Callable[..., ScenarioResult]] = {
     "redis_restart_aof": lambda c, timeout_s: redis_restart(c, timeout_s, aof=True),
     "malformed_10000": malformed,
     "kill_storm": kill_storm,
+    "duplicates_1pct": duplicates,
 }
 """Every scenario of ``bench/chaos.py``, by the name it reports under."""

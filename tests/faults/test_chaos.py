@@ -73,3 +73,9 @@ def test_one_vc_with_25000_waiting_jobs_neither_crashes_nor_stops_the_others(
     assert res.worker_crashes == 0 and res.settled
     _assert_clean(res)  # every hint of both VCs, each with the reference's priority
     assert len(c.reference) > 25_000
+
+
+def test_resent_events_change_no_priority(chaos: Chaos) -> None:
+    """1% of the events sent twice (a producer's retry: new records): every first and
+    final priority as in the reference, which saw each event once."""
+    _assert_clean(chaos.run("duplicates_1pct", timeout_s=180, share=0.01))

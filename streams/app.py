@@ -58,7 +58,7 @@ from gpuhint.ces_core import CesEngine, ClusterLoadTracker
 from gpuhint.config import Settings
 from gpuhint.core import HintEngine
 from gpuhint.kafka_io import faust_credentials, kafka_client_config
-from gpuhint.store import HintStore
+from gpuhint.store import BufferedStore, HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.batching import take_ready
@@ -356,6 +356,8 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         # pending jobs from earlier, already flushed batches too
         return [k for k in list(states) if partition_for(k.encode(), settings.partitions) in mine]
 
+    if not isinstance(store, BufferedStore):  # the worker flushes in batches, detects wipes
+        raise TypeError(f"the worker needs a BufferedStore, got {type(store).__name__}")
     sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
 
     async def emit(outcome: Outcome) -> None:

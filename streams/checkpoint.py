@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar
 
-from gpuhint.store import HintStore
+from gpuhint.store import BufferedStore
 from streams.handler import Message, MessageHandler, Outcome
 from streams.state_table import SaveCadence, TableStates
 
@@ -389,9 +389,10 @@ class ListEdge:
 
 
 class Sink:
-    """The store's flush, off the event loop, retried until it succeeds."""
+    """The store's flush, off the event loop, retried until it succeeds; when the flush
+    finds the store came back empty, ``rebuild()`` rewrites the pending hints."""
 
-    def __init__(self, store: HintStore, rebuild: Callable[[], int]) -> None:
+    def __init__(self, store: BufferedStore, rebuild: Callable[[], int]) -> None:
         self.store = store
         self.rebuild = rebuild
         self.failures = 0
@@ -410,7 +411,7 @@ class Sink:
                     "store flush failed (%s: %s); %d writes held, retrying in %.2f s",
                     type(exc).__name__,
                     exc,
-                    getattr(self.store, "pending", -1),
+                    self.store.pending,
                     delay,
                 )
                 await asyncio.sleep(delay)
@@ -418,16 +419,16 @@ class Sink:
 
     def _flush_once(self) -> None:
         self.store.flush()
-        if getattr(self.store, "empty_detected", False):  # Redis was empty: rewrite from state
+        if self.store.empty_detected:  # Redis was empty: rewrite from state
             self.rebuilds += 1
             n = self.rebuild()  # if it raises, the flag stays set: retried with the flush
-            self.store.take_empty()  # type: ignore[attr-defined]
-            reason = getattr(self.store, "empty_reason", "")
+            self.store.take_empty()
+            reason = self.store.empty_reason
             log.log(
                 logging.WARNING if reason == "redis_empty" else logging.INFO,
                 "re-wrote %d pending hints from state (%s)",
                 n,
                 reason,
             )
-            self.store.mark_rebuilt(n)  # type: ignore[attr-defined]
+            self.store.mark_rebuilt(n)
             self.store.flush()

@@ -241,9 +241,10 @@ def _message(event: Any) -> Message:
     return Message(m.topic, m.partition, m.offset, event.key, event.value)
 
 
-def build_app(settings: Settings, store: HintStore) -> Worker:
-    """Build the Faust app (agents, tables) around a store."""
-    app = app_class(settings.worker_lean_fetch)(
+def make_faust_app(settings: Settings) -> faust.App:
+    """The Faust app with the worker's consumer (its own commits), memory tables and
+    group settings."""
+    return app_class(settings.worker_lean_fetch)(
         settings.app_id,
         broker=faust_broker_url(settings.kafka_bootstrap),
         broker_credentials=faust_credentials(settings),
@@ -266,67 +267,75 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         # committed offset) instead of Faust restarting that agent past the failed event.
         agent_supervisor=mode.CrashingSupervisor,
     )
-    topics = settings.topics
 
-    def raw_topic(name: str) -> Any:
-        """Bytes in, bytes out: decoding is ours, so a bad message reaches our handler."""
-        return app.topic(
-            name,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
+
+@dataclass
+class Channels:
+    """The worker's topics (bytes in, bytes out: decoding is the handler's, so a bad
+    message reaches it) and changelog-backed tables, co-partitioned."""
+
+    job: Any
+    dead_letter: Any
+    node_status: Any
+    telemetry: Any
+    vc_table: ChangelogTable
+    ces_table: ChangelogTable
+
+    @classmethod
+    def of(cls, app: faust.App, settings: Settings) -> Channels:
+        def raw_topic(name: str) -> Any:
+            return app.topic(
+                name,
+                key_type=bytes,
+                value_type=bytes,
+                key_serializer="raw",
+                value_serializer="raw",
+                partitions=settings.partitions,
+            )
+
+        def table(name: str) -> ChangelogTable:
+            # value_type=bytes: Faust picks the changelog's serializer from the types (the
+            # schema alone leaves it json, and recovery then fails to decode the bytes)
+            return ChangelogTable(
+                app.Table(
+                    name,
+                    default=None,
+                    key_type=str,
+                    value_type=bytes,
+                    partitions=settings.partitions,
+                    schema=faust.Schema(key_serializer="json", value_serializer="raw"),
+                )
+            )
+
+        t = settings.topics
+        return cls(
+            raw_topic(t.job_events),
+            raw_topic(t.dead_letter),
+            raw_topic(t.node_status),
+            raw_topic(t.cluster_telemetry),
+            table("vc-state"),
+            table("ces-state"),
         )
 
-    def table(name: str) -> Any:
-        """A changelog-backed table of bytes co-partitioned with gpuhint's topics."""
-        # value_type=bytes: Faust picks the changelog's serializer from the types (the
-        # schema alone leaves it json, and recovery then fails to decode the bytes)
-        return app.Table(
-            name,
-            default=None,
-            key_type=str,
-            value_type=bytes,
-            partitions=settings.partitions,
-            schema=faust.Schema(key_serializer="json", value_serializer="raw"),
-        )
+    @property
+    def job_topic(self) -> str:
+        return str(self.job.topics[0])
 
-    job_topic = raw_topic(topics.job_events)
-    dead_letter = raw_topic(topics.dead_letter)
-    node_topic = raw_topic(topics.node_status)
-    telemetry = raw_topic(topics.cluster_telemetry)
+    async def emit(self, outcome: Outcome) -> None:
+        """Produce a dead letter and forwards. Faust flushes its producer before it
+        commits offsets; a record the broker refuses stops the worker there, so its
+        offset is never committed (redelivered)."""
+        if outcome.dead_letter is not None:
+            fut = await self.dead_letter.send(value=outcome.dead_letter)
+            fut.add_done_callback(_dead_letter_acked)
+        for fw in outcome.forwards:
+            await self.telemetry.send(key=fw.key, value=fw.value)
 
-    # what the assignor reads should this worker lead a rebalance (streams/faust_assignor.py):
-    # the load of every job-event partition, sampled from the broker by a timer below
-    load_view = LoadView(job_topic=job_topic.topics[0])
-    app.gpuhint_load = load_view  # type: ignore[attr-defined]
-    probe = RebalanceProbe(
-        min_gain=settings.worker_rebalance_min_gain,
-        min_events=settings.worker_rebalance_min_events,
-        cooldown_s=settings.worker_rebalance_cooldown_s,
-    )
 
-    vc_table = ChangelogTable(table("vc-state"))
-    ces_table = ChangelogTable(table("ces-state"))
-    ces_partition: dict[str, int] = {}
-
-    def save_vc(key: str, blob: bytes) -> None:
-        # the VC's own partition, for a part of its split record too
-        vc_table.put(key, blob, routine.partition_of[TableStates.owner_key(key)])
-
-    def delete_vc(key: str) -> None:  # a superseded part of a split record
-        vc_table.delete(key, routine.partition_of[TableStates.owner_key(key)])
-
-    states = TableStates(
-        vc_table,
-        on_save=save_vc,
-        on_delete=delete_vc,
-        max_record_bytes=settings.state_max_record_bytes,
-        max_live=settings.state_max_live_vcs,
-    )
-    engine = HintEngine(partial(make_model, settings.model), store, states=states)
-    ces = ClusterLoadProcessor(
+def _ces_processor(
+    settings: Settings, store: HintStore, ch: Channels, partition_of: dict[str, int]
+) -> ClusterLoadProcessor:
+    return ClusterLoadProcessor(
         ClusterLoadTracker(
             slot_s=settings.ces_slot_s,
             stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
@@ -337,12 +346,37 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
                 slot_s=settings.ces_slot_s, watts_per_node=settings.ces_watts_per_node
             ),
         ),
-        checkpoints=ces_table,
-        on_save=lambda k, blob: ces_table.put(k, blob, ces_partition[k]),
+        checkpoints=ch.ces_table,
+        on_save=lambda k, blob: ch.ces_table.put(k, blob, partition_of[k]),
     )
+
+
+def _vc_states(settings: Settings, ch: Channels, partition_of: dict[str, int]) -> TableStates:
+    """VC states over the ``vc-state`` table; each record (a part of a split one too)
+    goes to its VC's partition."""
+    return TableStates(
+        ch.vc_table,
+        on_save=lambda k, blob: ch.vc_table.put(k, blob, partition_of[TableStates.owner_key(k)]),
+        on_delete=lambda k: ch.vc_table.delete(k, partition_of[TableStates.owner_key(k)]),
+        max_record_bytes=settings.state_max_record_bytes,
+        max_live=settings.state_max_live_vcs,
+    )
+
+
+def build_app(settings: Settings, store: HintStore) -> Worker:
+    """Build the Faust app (agents, tables, timers) around a store: wiring only."""
+    if not isinstance(store, BufferedStore):  # the worker flushes in batches, detects wipes
+        raise TypeError(f"the worker needs a BufferedStore, got {type(store).__name__}")
+    app = make_faust_app(settings)
+    ch = Channels.of(app, settings)
+    vc_partition: dict[str, int] = {}
+    ces_partition: dict[str, int] = {}
+    states = _vc_states(settings, ch, vc_partition)
+    engine = HintEngine(partial(make_model, settings.model), store, states=states)
+    ces = _ces_processor(settings, store, ch, ces_partition)
     handler = MessageHandler(
         engine,
-        topics,
+        settings.topics,
         ces if settings.ces_enabled else None,
         limits=settings.limits,
         dead_letter_max_bytes=settings.dead_letter_max_bytes,
@@ -351,30 +385,21 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     def owned_vcs() -> list[str]:
         """VC keys on the job-event partitions this worker holds now (the table also
         keeps revoked partitions' last state, which another worker may have moved on)."""
-        mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == job_topic.topics[0]}
-        # saved and live (not yet saved) VCs: a VC first seen since the last save has
-        # pending jobs from earlier, already flushed batches too
+        mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == ch.job_topic}
         return [k for k in list(states) if partition_for(k.encode(), settings.partitions) in mine]
 
-    if not isinstance(store, BufferedStore):  # the worker flushes in batches, detects wipes
-        raise TypeError(f"the worker needs a BufferedStore, got {type(store).__name__}")
     sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
-
-    async def emit(outcome: Outcome) -> None:
-        if outcome.dead_letter is not None:
-            # Faust flushes its producer before it commits offsets; a record the broker
-            # refuses stops the worker there, so its offset is never committed (redelivered).
-            fut = await dead_letter.send(value=outcome.dead_letter)
-            fut.add_done_callback(_dead_letter_acked)
-        for fw in outcome.forwards:
-            await telemetry.send(key=fw.key, value=fw.value)
-
-    edge = FaustEdge(app, job_topic.topics[0], emit, settings)
     routine: BatchRoutine[Any] = BatchRoutine(
-        handler, states, edge, flush=sink.flush, save_interval_s=settings.state_save_interval_s
+        handler,
+        states,
+        FaustEdge(app, ch.job_topic, ch.emit, settings),
+        flush=sink.flush,
+        save_interval_s=settings.state_save_interval_s,
+        partition_of=vc_partition,
     )
     # every job-event partition commits what the routine says is durable
-    app.gpuhint_commits = (job_topic.topics[0], routine.committable)  # type: ignore[attr-defined]
+    app.gpuhint_commits = (ch.job_topic, routine.committable)  # type: ignore[attr-defined]
+    app.gpuhint_ces = ces  # type: ignore[attr-defined]
 
     def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         # a rebalance: re-read each VC's and cluster's newest state from the tables.
@@ -387,8 +412,22 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         ces.forget()
 
     app.on_partitions_revoked.connect(forget_state)
+    _job_agent(app, settings, ch, routine)
+    load_view = _load_sampler(app, settings, ch)
+    _housekeeping(app, settings, store)
+    if settings.ces_enabled:
+        _ces_agents(app, settings, ch, handler, sink, ces, ces_partition)
+    worker = Worker(app, handler.stats, engine, handler, states, sink, routine)
+    app.timer(interval=60.0, name="report")(partial(_report, worker, load_view))
+    return worker
 
-    @app.agent(job_topic, concurrency=1, name="job-events")
+
+def _job_agent(
+    app: faust.App, settings: Settings, ch: Channels, routine: BatchRoutine[Any]
+) -> None:
+    """The job-event agent (the batch routine) and its state-save task."""
+
+    @app.agent(ch.job, concurrency=1, name="job-events")
     async def process_job_events(stream: Any) -> None:
         async for batch in take_ready(stream, settings.batch_max, settings.batch_within_s):
             await routine.run_batch(batch)
@@ -403,6 +442,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         when the app stops, before that wait.)"""
         while True:
             await asyncio.sleep(tick_s)
+            await routine.reseek_stalled()
             if not routine.cadence.held:
                 continue
             if app.rebalancing or app.should_stop:
@@ -410,7 +450,18 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             else:  # paced: a few VCs a tick, batches run between (no burst of encodes)
                 await routine.save_due(tick_s)
 
+
+def _load_sampler(app: faust.App, settings: Settings, ch: Channels) -> LoadView:
+    """What the assignor reads should this worker lead a rebalance (the load of every
+    job-event partition, sampled every second), and the probe that asks for one."""
+    load_view = LoadView(job_topic=ch.job_topic)
+    app.gpuhint_load = load_view  # type: ignore[attr-defined]
     if settings.worker_assign_by_load:
+        probe = RebalanceProbe(
+            min_gain=settings.worker_rebalance_min_gain,
+            min_events=settings.worker_rebalance_min_events,
+            cooldown_s=settings.worker_rebalance_cooldown_s,
+        )
         sampler = LoadSampler(
             app,
             load_view,
@@ -418,7 +469,11 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             probe=probe if settings.worker_rebalance_for_load else None,
         )
         app.timer(interval=1.0, name="sample_partition_load")(sampler.tick)
+    return load_view
 
+
+def _housekeeping(app: faust.App, settings: Settings, store: HintStore) -> None:
+    """Heap freezing (short GC pauses) and the sweep of stale queue entries."""
     freezer = HeapFreezer(settings.gc_freeze_interval_s, settings.gc_full_interval_s)
 
     @app.task
@@ -431,52 +486,6 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
             freezer.tick()
             await asyncio.sleep(min(settings.gc_freeze_interval_s, 1.0))
 
-    if settings.ces_enabled:
-
-        @app.agent(node_topic, concurrency=1, name="node-status")
-        async def route_node_status(stream: Any) -> None:
-            """Validate node status and re-key it by cluster for the CES agent.
-
-            One event at a time (no batch): the order in which nodes' reports from
-            several partitions interleave onto the cluster's topic is what the CES
-            tracker's slot clock sees, so keep it close to arrival order."""
-            async for event in stream.events():
-                await emit(handler.node_status(_message(event)))
-
-        @app.agent(telemetry, concurrency=1, name="cluster-load")
-        async def process_cluster_load(stream: Any) -> None:
-            async for batch in stream.take_events(
-                settings.batch_max, within=settings.batch_within_s
-            ):
-                for event in batch:
-                    msg = _message(event)
-                    if msg.key is not None:
-                        ces_partition[msg.key.decode(errors="replace")] = msg.partition
-                    await emit(handler.telemetry(msg))
-                await sink.flush()
-                ces.checkpoint_dirty()
-
-    @app.timer(interval=60.0)
-    async def report() -> None:
-        s, w = engine.stats, handler.stats
-        log.info(
-            "events %d (dead-letter %d, redelivered %d), hints written %d removed %d, "
-            "learned %d, MAE(log) %s, state records %d (%d bytes) in %d saves, "
-            "partition deals by load %d, rebalances asked for load %d",
-            w.processed,
-            w.dead_letter,
-            s.redelivered,
-            s.hints_written,
-            s.hints_removed,
-            s.learned,
-            f"{s.mae_log:.3f}" if s.mae_log is not None else "n/a",
-            states.saves,
-            states.bytes_saved,
-            routine.cadence.saves,
-            load_view.deals,
-            load_view.probes,
-        )
-
     sweep = getattr(store, "sweep_stale", None)
     if sweep is not None:
 
@@ -484,5 +493,61 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         async def sweep_stale_queue_entries() -> None:
             await asyncio.to_thread(sweep)
 
-    app.gpuhint_ces = ces  # type: ignore[attr-defined]
-    return Worker(app, handler.stats, engine, handler, states, sink, routine)
+
+def _ces_agents(
+    app: faust.App,
+    settings: Settings,
+    ch: Channels,
+    handler: MessageHandler,
+    sink: Sink,
+    ces: ClusterLoadProcessor,
+    ces_partition: dict[str, int],
+) -> None:
+    """Node status re-keyed by cluster, and the cluster-load agent (CES)."""
+
+    @app.agent(ch.node_status, concurrency=1, name="node-status")
+    async def route_node_status(stream: Any) -> None:
+        """Validate node status and re-key it by cluster for the CES agent.
+
+        One event at a time (no batch): the order in which nodes' reports from
+        several partitions interleave onto the cluster's topic is what the CES
+        tracker's slot clock sees, so keep it close to arrival order."""
+        async for event in stream.events():
+            await ch.emit(handler.node_status(_message(event)))
+
+    @app.agent(ch.telemetry, concurrency=1, name="cluster-load")
+    async def process_cluster_load(stream: Any) -> None:
+        async for batch in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+            for event in batch:
+                msg = _message(event)
+                if msg.key is not None:
+                    ces_partition[msg.key.decode(errors="replace")] = msg.partition
+                await ch.emit(handler.telemetry(msg))
+            await sink.flush()
+            ces.checkpoint_dirty()
+
+
+async def _report(worker: Worker, load_view: LoadView) -> None:
+    """The worker's one-minute summary line."""
+    s, w, states = worker.engine.stats, worker.handler.stats, worker.states
+    r = worker.routine.stats
+    log.info(
+        "events %d (dead-letter %d, redelivered %d, duplicates %d), hints written %d "
+        "removed %d, learned %d, MAE(log) %s, state records %d (%d bytes) in %d saves, "
+        "offset gaps sought back %d, partition deals by load %d, rebalances asked for "
+        "load %d",
+        w.processed,
+        w.dead_letter,
+        s.redelivered,
+        s.duplicates,
+        s.hints_written,
+        s.hints_removed,
+        s.learned,
+        f"{s.mae_log:.3f}" if s.mae_log is not None else "n/a",
+        states.saves,
+        states.bytes_saved,
+        worker.routine.cadence.saves,
+        r.gaps,
+        load_view.deals,
+        load_view.probes,
+    )

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -144,6 +145,8 @@ class PartitionProgress:
     next_offset: int | None = None
     open: dict[int, None] = field(default_factory=dict)
     seeking: int | None = None
+    sought_at: float = 0.0
+    """When the last seek back was asked (the routine's clock)."""
 
     def open_offset(self, offset: int) -> None:
         self.open[offset] = None
@@ -196,6 +199,7 @@ class BatchRoutine(Generic[E]):
         clock: Callable[[], float] | None = None,
         probe: Callable[[str], None] | None = None,
         offload: Callable[..., Awaitable[Any]] = _in_thread,
+        partition_of: dict[str, int] | None = None,
     ) -> None:
         self.handler = handler
         self.states = states
@@ -203,10 +207,10 @@ class BatchRoutine(Generic[E]):
         self._flush = flush
         self.probe = probe or (lambda step: None)
         self.offload = offload
-        kw = {} if clock is None else {"clock": clock}
-        self.cadence: SaveCadence[E] = SaveCadence(self._release, save_interval_s, **kw)
+        self.clock = clock or time.monotonic
+        self.cadence: SaveCadence[E] = SaveCadence(self._release, save_interval_s, self.clock)
         self.partitions: dict[int, PartitionProgress] = {}
-        self.partition_of: dict[str, int] = {}
+        self.partition_of: dict[str, int] = {} if partition_of is None else partition_of
         """VC state key -> its partition (where the VC's changelog record goes)."""
         self.stats = RoutineStats()
         self.batch_lock = asyncio.Lock()
@@ -262,9 +266,26 @@ class BatchRoutine(Generic[E]):
             first,
         )
         p.seeking = first
+        p.sought_at = self.clock()
         await self.edge.seek(msg.partition, first)
         self.stats.discarded += 1
         return Admission.DISCARD
+
+    async def reseek_stalled(self, after_s: float = 2.0) -> int:
+        """Seek again every partition whose seek back has not been answered for
+        ``after_s`` (a fetch already under way when it was asked can deliver past it,
+        and the consumer may then drop the re-read offsets as old); return how many."""
+        now = self.clock()
+        n = 0
+        for partition, p in list(self.partitions.items()):
+            if p.seeking is not None and now - p.sought_at >= after_s:
+                log.info(
+                    "partition %d: offset %d not delivered yet; seeking again", partition, p.seeking
+                )
+                p.sought_at = now
+                await self.edge.seek(partition, p.seeking)
+                n += 1
+        return n
 
     # -- the batch -------------------------------------------------------------------------
     async def run_batch(self, batch: Sequence[E]) -> None:

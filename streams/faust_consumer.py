@@ -106,6 +106,20 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
     and a function partition -> offset that is safe to commit (None: nothing yet).
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sought: dict[Any, int] = {}
+        """tp -> the offset a seek back asked for and the fetch loop has not yet delivered
+        (the lean loop drops what an earlier fetch still delivers past it)."""
+
+    async def seek(self, partition: Any, offset: int) -> None:
+        self._sought[partition] = offset
+        await super().seek(partition, offset)
+
+    async def perform_seek(self) -> None:
+        self._sought.clear()  # a rebalance: every partition restarts from its commit
+        await super().perform_seek()
+
     def _new_offset(self, tp: Any) -> int | None:
         commits = getattr(self.app, "gpuhint_commits", None)
         if commits is None or tp.topic != commits[0]:
@@ -193,6 +207,12 @@ class LeanConsumer(CheckpointConsumer):
                             num_since_yield = 0
 
                         offset = message.offset
+                        sought = self._sought.get(tp)
+                        if sought is not None:
+                            if offset != sought:
+                                # fetched before a seek back: it comes again after it
+                                continue
+                            del self._sought[tp]
                         r_offset = get_read_offset(tp)
                         if r_offset is None or offset >= r_offset:
                             gap = offset - (r_offset or 0)

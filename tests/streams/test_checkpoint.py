@@ -57,6 +57,24 @@ def test_a_skipped_offset_is_sought_back_and_nothing_past_it_is_applied() -> Non
     assert [j for j, _ in store.queue("default", "a")] == ["j0", "j1", "j2", "j3", "j4", "j5"]
 
 
+def test_a_seek_back_not_answered_is_asked_again() -> None:
+    """A fetch under way when the seek was asked can deliver past it (and the consumer
+    then drops the re-read offsets as old): the routine asks again after a while."""
+    now = [0.0]
+    edge = ListEdge(committed={0: 0})
+    routine, _ = _routine(edge, now=now)
+    asyncio.run(routine.run_batch([_msg(0), _msg(3)]))
+    assert edge.seeks == [(0, 1)]
+    now[0] = 1.0
+    assert asyncio.run(routine.reseek_stalled(after_s=2.0)) == 0
+    now[0] = 2.5
+    assert asyncio.run(routine.reseek_stalled(after_s=2.0)) == 1
+    assert edge.seeks == [(0, 1), (0, 1)]
+    asyncio.run(routine.run_batch([_msg(1), _msg(2), _msg(3)]))
+    assert asyncio.run(routine.reseek_stalled(after_s=0.0)) == 0  # answered: no more
+    assert routine.committable(0) == 4
+
+
 def test_offsets_the_log_lacks_are_passed_over() -> None:
     edge = ListEdge(committed={0: 0}, log={0: [0, 1, 5, 6]})  # 2..4: transaction markers
     routine, _ = _routine(edge)

@@ -51,6 +51,15 @@ the table:
   xFIFO         policy's avg JCT / FIFO's: below 1 is better than FIFO
   xoracle       policy's avg JCT / qssf-oracle's: 1.10 means 10% behind the oracle
 
+the tails table (per job, then over jobs; waits in hours):
+  max wait      longest wait before a job's (first) start, start - submit
+  p99 wait      99th percentile of those waits
+  p99 bsld      99th percentile of bounded slowdown, JCT / max(duration, 60 s)
+  >2x FIFO      share of jobs whose JCT is over 2x their own JCT under FIFO (same run)
+  >10x FIFO     the same over 10x
+and the QSSF hints as written at submit against the true durations: the share inside
+the hint's 80% band (p10..p90), and the share off by a factor of 2 or more either way.
+
 JCT depends on how big each VC is: --vc-config gives node counts (a CSV with a header
 and rows vc,nodes: the artifact's vc_config files read as they are); VCs it does not
 list are sized so that their offered load (GPU-seconds submitted / (GPUs x time from the
@@ -71,6 +80,11 @@ FIFO), jct_ratio_qssf_over_sjf, jct_ratio_qssf_over_oracle, loop ("closed" or "o
 hint_updates (waiting jobs re-ranked during the closed-loop run; 0 in open loop),
 mae_log (mean |log(1+predicted) - log(1+true)|), median_abs_pct_error (a fraction:
 0.5 = 50%), vc_sizes. Progress goes to stderr.
+Tails, under each policy: max_wait_s, p99_wait_s, p99_bounded_slowdown,
+share_jct_over_2x_fifo, share_jct_over_10x_fifo (fractions; 0 for fifo). The qssf
+policy's hints at submit, top level: band_coverage (share of band_jobs whose true
+duration is within [p10, p90]), share_off_2x (point forecast off by >= 2x either way),
+share_off_2x_expected (the same for the expected duration the priority ranks by).
 """
 
 
@@ -216,6 +230,61 @@ def _fmt_ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _fmt_hours(seconds: float) -> str:
+    """``12.3 h``; ``0.43 h`` below an hour (``-`` for NaN)."""
+    if not math.isfinite(seconds):
+        return "-"
+    h = seconds / 3600
+    return f"{h:,.1f} h" if h >= 1 else f"{h:.2f} h"
+
+
+def _fmt_share(x: float) -> str:
+    """A share as a percentage: ``12.3%``, ``<0.1%`` for a small non-zero share."""
+    if not math.isfinite(x):
+        return "-"
+    if 0 < x < 0.001:
+        return "<0.1%"
+    return f"{100 * x:.1f}%"
+
+
+def _fmt_num(x: float) -> str:
+    return "-" if not math.isfinite(x) else f"{x:,.1f}"
+
+
+def _print_tails(report: Any) -> None:
+    print("tails (waits in hours; bsld = JCT / max(duration, 60 s); jobs over 2x / 10x")
+    print("their own JCT under FIFO):")
+    head = (
+        f"{'policy':<22} {'max wait':>10} {'p99 wait':>10} {'p99 bsld':>10} "
+        f"{'>2x FIFO':>9} {'>10x FIFO':>10}"
+    )
+    print(head)
+    print("-" * len(head))
+    for name, res in report.policies.items():
+        t = res.tails
+        if t is None:
+            continue
+        print(
+            f"{name:<22} {_fmt_hours(t.max_wait_s):>10} {_fmt_hours(t.p99_wait_s):>10} "
+            f"{_fmt_num(t.p99_bounded_slowdown):>10} {_fmt_share(t.share_jct_over_2x_fifo):>9} "
+            f"{_fmt_share(t.share_jct_over_10x_fifo):>10}"
+        )
+    b = report.band
+    if b is not None and b.jobs:
+        print("QSSF hints as written at submit, against the true durations:")
+        if b.band_jobs:
+            print(
+                f"  inside the 80% band (p10..p90): {_fmt_share(b.band_coverage)} "
+                f"of {b.band_jobs:,} jobs"
+            )
+        else:
+            print("  no 80% band from this model")
+        print(
+            f"  off by 2x or more: {_fmt_share(b.share_off_2x)} (point forecast), "
+            f"{_fmt_share(b.share_off_2x_expected)} (expected duration, as ranked)"
+        )
+
+
 def _print_text(
     args: argparse.Namespace, fmt: str, report: Any, plot_path: Path | None, elapsed: float
 ) -> None:
@@ -273,6 +342,8 @@ def _print_text(
     for name, res in r.policies.items():
         by = res.summary.by_gpus
         print(f"{name:<22}" + "".join(f"{by[b].avg_jct_s:>10,.0f}" for b in buckets))
+    print()
+    _print_tails(r)
     print()
     fq, qs, qo = (
         r.ratio("fifo", "qssf"),

@@ -9,6 +9,10 @@
    keeps the priority of the hint written at its submit.
 2. Each VC is simulated (``models.simulator``) under FIFO, SJF, SRTF, the QSSF oracle
    (true GPUs x duration), QSSF with those hints, and QSSF with given priorities.
+3. Each policy is summarized by averages and percentiles and by its tails (max / p99
+   wait, p99 bounded slowdown, share of jobs over 2x / 10x their FIFO JCT:
+   :func:`models.simulator.metrics.tail_stats`); the QSSF hints at submit are scored
+   against the true durations (80% band coverage, share off by 2x: :class:`BandStats`).
 
 No printing here: the CLI (``gpuhint/cli/evaluate_qssf.py``) formats the report.
 """
@@ -35,6 +39,7 @@ from models.simulator import (
     size_vcs,
     summarize,
 )
+from models.simulator.metrics import Tails, tail_stats
 
 Loop = Literal["closed", "open"]
 
@@ -146,6 +151,11 @@ class OnlinePredictions:
     median_abs_pct_error: float | None
     scored: int
     hint_updates: int = 0
+    # the hint's 80% band at submit (NaN where the model gives none) and its priority
+    # then (``priority`` is the latest one: hint updates move it), by trace index
+    p10: list[float] = field(default_factory=list)
+    p90: list[float] = field(default_factory=list)
+    submit_priority: list[float] = field(default_factory=list)
 
 
 def predict_online(
@@ -166,6 +176,8 @@ def predict_online(
         pending[j.job_id].append(k)
     priority = [math.nan] * len(jobs)
     predicted = [math.nan] * len(jobs)
+    p10 = [math.nan] * len(jobs)
+    p90 = [math.nan] * len(jobs)
     events = job_events(jobs, cluster=cluster)
     t0 = time.perf_counter()
     for ev in events:
@@ -174,6 +186,7 @@ def predict_online(
             k = pending[ev.job_id].popleft()
             priority[k] = hint.priority
             predicted[k] = hint.predicted_duration_s
+            p10[k], p90[k] = _band(hint)
     engine.store.flush()
     s = engine.stats
     return OnlinePredictions(
@@ -186,7 +199,16 @@ def predict_online(
         mae_log=s.mae_log,
         median_abs_pct_error=s.median_abs_pct_error,
         scored=s.scored,
+        p10=p10,
+        p90=p90,
+        submit_priority=list(priority),
     )
+
+
+def _band(hint: PriorityHint) -> tuple[float, float]:
+    """The hint's 80% band (p10, p90); NaN where the model gives none."""
+    lo, hi = hint.duration_p10_s, hint.duration_p90_s
+    return (math.nan if lo is None else lo, math.nan if hi is None else hi)
 
 
 class _DiscardStore(BufferedStore):
@@ -242,7 +264,10 @@ class ClosedLoopRanker:
         self.model_name = model_name
         self.index_of = {j.job_id: k for k, j in enumerate(jobs)}
         self.priority: list[float] = [math.nan] * len(jobs)
-        self.predicted: list[float] = [math.nan] * len(jobs)
+        self.predicted: list[float] = [math.nan] * len(jobs)  # at submit
+        self.p10: list[float] = [math.nan] * len(jobs)  # the band at submit
+        self.p90: list[float] = [math.nan] * len(jobs)
+        self.submit_priority: list[float] = [math.nan] * len(jobs)
         self.hint_updates = 0
         self.model_version = ""
         self.events = 0
@@ -306,6 +331,8 @@ class ClosedLoopRanker:
         assert hint is not None
         self.priority[i] = hint.priority
         self.predicted[i] = hint.predicted_duration_s
+        self.p10[i], self.p90[i] = _band(hint)
+        self.submit_priority[i] = hint.priority
         self.model_version = hint.model_version
         return hint.priority
 
@@ -339,6 +366,9 @@ class ClosedLoopRanker:
             median_abs_pct_error=s.median_abs_pct_error,
             scored=s.scored,
             hint_updates=self.hint_updates,
+            p10=self.p10,
+            p90=self.p90,
+            submit_priority=self.submit_priority,
         )
 
 
@@ -357,6 +387,85 @@ class PolicyResult:
     summary: Summary
     jct: list[float]
     seconds: float
+    wait: list[float] = field(default_factory=list)  # start - submit, aligned with jct
+    tails: Tails | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The policy's JSON object: description, summary, then the tails (added keys)."""
+        out: dict[str, Any] = {"description": self.spec.describe, **self.summary.as_dict()}
+        if self.tails is not None:
+            out.update(self.tails.as_dict())
+        return out
+
+
+@dataclass(frozen=True)
+class BandStats:
+    """How the QSSF hints written at submit compare with the true durations.
+
+    ``band_coverage``: share of jobs whose true duration lies in the hint's 80% band
+    [p10, p90] (over ``band_jobs``: the jobs whose hint has a band). ``share_off_2x``:
+    share whose point forecast (``predicted_duration_s``) is off from the true duration
+    by a factor of 2 or more either way; ``share_off_2x_expected`` the same for the
+    expected duration the priority ranks by (priority / GPUs). Both over ``jobs``, with
+    durations floored at 1 s so a 0-second job is not infinitely far off.
+    """
+
+    jobs: int
+    band_jobs: int
+    band_coverage: float
+    share_off_2x: float
+    share_off_2x_expected: float
+
+    @staticmethod
+    def empty() -> dict[str, Any]:
+        return dict.fromkeys(
+            ("band_coverage", "band_jobs", "share_off_2x", "share_off_2x_expected")
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "band_coverage": self.band_coverage,
+            "band_jobs": self.band_jobs,
+            "share_off_2x": self.share_off_2x,
+            "share_off_2x_expected": self.share_off_2x_expected,
+        }
+
+
+def _off_2x(predicted: float, true: float) -> bool:
+    a, b = max(predicted, 1.0), max(true, 1.0)
+    return max(a, b) >= 2.0 * min(a, b)
+
+
+def band_stats(
+    true: Sequence[float],
+    predicted: Sequence[float],
+    expected: Sequence[float],
+    p10: Sequence[float],
+    p90: Sequence[float],
+) -> BandStats:
+    """Score per-job predictions (one order; NaN: no prediction / no band).
+
+    >>> b = band_stats([100, 10, 50], [90, 30, 50], [120, 10, 200], [50, 1, 60], [200, 5, 90])
+    >>> b.band_coverage, b.share_off_2x, b.share_off_2x_expected
+    (0.3333333333333333, 0.3333333333333333, 0.3333333333333333)
+    """
+    jobs = band = inside = off = off_exp = 0
+    for t, p, e, lo, hi in zip(true, predicted, expected, p10, p90, strict=True):
+        if math.isnan(p):
+            continue
+        jobs += 1
+        off += _off_2x(p, t)
+        off_exp += _off_2x(e if not math.isnan(e) else p, t)
+        if not (math.isnan(lo) or math.isnan(hi)):
+            band += 1
+            inside += lo <= t <= hi
+    return BandStats(
+        jobs=jobs,
+        band_jobs=band,
+        band_coverage=inside / band if band else math.nan,
+        share_off_2x=off / jobs if jobs else math.nan,
+        share_off_2x_expected=off_exp / jobs if jobs else math.nan,
+    )
 
 
 @dataclass
@@ -372,6 +481,7 @@ class QssfReport:
     given: dict[str, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     loop: Loop = "closed"
+    band: BandStats | None = None  # the qssf policy's hints at submit vs true durations
 
     def avg(self, name: str) -> float:
         return self.policies[name].summary.avg_jct_s
@@ -397,10 +507,7 @@ class QssfReport:
             "mae_log": p.mae_log,
             "median_abs_pct_error": p.median_abs_pct_error,
             "jobs_scored": p.scored,
-            "policies": {
-                name: {"description": r.spec.describe, **r.summary.as_dict()}
-                for name, r in self.policies.items()
-            },
+            "policies": {name: r.as_dict() for name, r in self.policies.items()},
             "loop": self.loop,
             "hint_updates": p.hint_updates,
             "jct_ratio_fifo_over_qssf": self.ratio("fifo", "qssf"),
@@ -409,6 +516,9 @@ class QssfReport:
             "jct_ratio_qssf_over_oracle": self.ratio("qssf", "qssf-oracle"),
             "given_priorities": self.given,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            # the qssf policy's hints as written at submit (band_coverage, band_jobs,
+            # share_off_2x, share_off_2x_expected): top level, beside mae_log
+            **(self.band.as_dict() if self.band is not None else BandStats.empty()),
         }
 
 
@@ -543,6 +653,7 @@ def evaluate_qssf(
         gpus: list[int] = []
         jct: list[float] = []
         queue: list[float] = []
+        wait: list[float] = []
         for vc, ks in by_vc.items():
             sj = sim_jobs[vc]
             prios = None
@@ -566,11 +677,18 @@ def evaluate_qssf(
                 gpus.append(job.gpus)
                 jct.append(o.end - job.submit)
                 queue.append(o.queue)
+                wait.append(o.start - job.submit)
         secs = time.perf_counter() - t0
-        results[spec.name] = PolicyResult(spec, summarize(gpus, jct, queue), jct, secs)
+        results[spec.name] = PolicyResult(spec, summarize(gpus, jct, queue), jct, secs, wait=wait)
         say(f"  simulated {spec.name:<22} {secs:6.2f} s")
+    # tails: per job, in the order every policy appended (VC by VC, trace order within)
+    durations = [jobs[k].duration for ks in by_vc.values() for k in ks]
+    fifo_jct = results["fifo"].jct
+    for r in results.values():
+        r.tails = tail_stats(r.wait, r.jct, durations, fifo_jct)
     if preds is None:
         preds = _merge_predictions(len(jobs), list(loop_preds.values()), model)
+    band = _score_hints(jobs, gpu_idx, preds)
     total = time.perf_counter() - t_start
     return QssfReport(
         jobs_total=len(jobs),
@@ -588,6 +706,25 @@ def evaluate_qssf(
             "total": total,
         },
         loop=loop,
+        band=band,
+    )
+
+
+def _score_hints(
+    jobs: Sequence[TraceJob], idx: Sequence[int], preds: OnlinePredictions
+) -> BandStats:
+    """The scheduled jobs' hints at submit (band, point forecast, expected duration =
+    priority at submit / GPUs) against their true durations."""
+
+    def at(xs: list[float]) -> list[float]:
+        return [xs[k] for k in idx] if xs else [math.nan] * len(idx)
+
+    return band_stats(
+        [jobs[k].duration for k in idx],
+        at(preds.predicted_duration),
+        [p / max(jobs[k].num_gpus, 1) for p, k in zip(at(preds.submit_priority), idx, strict=True)],
+        at(preds.p10),
+        at(preds.p90),
     )
 
 
@@ -598,10 +735,16 @@ def _merge_predictions(
     priorities and predictions back in trace order, NaN for jobs not scheduled)."""
     priority = [math.nan] * n
     predicted = [math.nan] * n
+    p10 = [math.nan] * n
+    p90 = [math.nan] * n
+    submit_priority = [math.nan] * n
     for ks, p in per_vc:
         for pos, k in enumerate(ks):
             priority[k] = p.priority[pos]
             predicted[k] = p.predicted_duration[pos]
+            if p.p10:
+                p10[k], p90[k] = p.p10[pos], p.p90[pos]
+                submit_priority[k] = p.submit_priority[pos]
     parts = [p for _, p in per_vc]
     scored = sum(p.scored for p in parts)
     mae = sum((p.mae_log or 0.0) * p.scored for p in parts) / scored if scored else None
@@ -617,6 +760,9 @@ def _merge_predictions(
         median_abs_pct_error=sorted(meds)[len(meds) // 2] if meds else None,
         scored=scored,
         hint_updates=sum(p.hint_updates for p in parts),
+        p10=p10,
+        p90=p90,
+        submit_priority=submit_priority,
     )
 
 

@@ -1,4 +1,5 @@
-"""Summaries of a simulated schedule: average JCT and queueing, JCT percentiles, per size.
+"""Summaries of a simulated schedule: average JCT and queueing, JCT percentiles, per size,
+and the tails operators judge a policy by (:func:`tail_stats`).
 
 >>> s = summarize([1, 1, 2], [10.0, 20.0, 30.0], [0.0, 5.0, 10.0])
 >>> s.avg_jct_s, s.p50_jct_s, s.by_gpus["1"].jobs
@@ -96,4 +97,71 @@ def summarize(gpus: Sequence[int], jct: Sequence[float], queue: Sequence[float])
         p95_jct_s=percentile(xs, 95),
         p99_jct_s=percentile(xs, 99),
         by_gpus=by,
+    )
+
+
+#: Bounded slowdown divides a job's JCT by ``max(duration, BSLD_BOUND_S)``: a job of a few
+#: seconds that waits a minute is not "60x slowed down".
+BSLD_BOUND_S = 60.0
+
+
+@dataclass(frozen=True)
+class Tails:
+    """The tails of one policy's schedule (per job, then over jobs).
+
+    ``max_wait_s`` / ``p99_wait_s``: wait = start - submit (the first start: for a
+    preemptive policy the waits after a preemption are not in it). ``p99_bounded_slowdown``:
+    99th percentile of JCT / max(duration, 60 s). ``share_jct_over_2x_fifo`` /
+    ``share_jct_over_10x_fifo``: share of jobs whose JCT is more than 2x / 10x the same
+    job's JCT under FIFO (NaN when no FIFO schedule is given; 0 for FIFO itself).
+    """
+
+    max_wait_s: float
+    p99_wait_s: float
+    p99_bounded_slowdown: float
+    share_jct_over_2x_fifo: float
+    share_jct_over_10x_fifo: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "max_wait_s": self.max_wait_s,
+            "p99_wait_s": self.p99_wait_s,
+            "p99_bounded_slowdown": self.p99_bounded_slowdown,
+            "share_jct_over_2x_fifo": self.share_jct_over_2x_fifo,
+            "share_jct_over_10x_fifo": self.share_jct_over_10x_fifo,
+        }
+
+
+def tail_stats(
+    wait: Sequence[float],
+    jct: Sequence[float],
+    duration: Sequence[float],
+    fifo_jct: Sequence[float] | None = None,
+) -> Tails:
+    """Tails of one schedule from per-job waits, JCTs and true durations (one order),
+    against the same jobs' JCTs under FIFO (``fifo_jct``, same order) if given.
+
+    >>> t = tail_stats([0.0, 10.0, 100.0], [30.0, 110.0, 400.0], [30.0, 100.0, 300.0],
+    ...                fifo_jct=[10.0, 50.0, 400.0])
+    >>> t.max_wait_s, round(t.p99_bounded_slowdown, 4), t.share_jct_over_2x_fifo
+    (100.0, 1.3287, 0.6666666666666666)
+    """
+    n = len(jct)
+    if len(wait) != n or len(duration) != n or (fifo_jct is not None and len(fifo_jct) != n):
+        raise ValueError("wait, jct, duration and fifo_jct must have one entry per job")
+    if n == 0:
+        nan = math.nan
+        return Tails(nan, nan, nan, nan, nan)
+    waits = sorted(wait)
+    bsld = sorted(j / max(d, BSLD_BOUND_S) for j, d in zip(jct, duration, strict=True))
+    over2 = over10 = math.nan
+    if fifo_jct is not None:
+        over2 = sum(1 for j, f in zip(jct, fifo_jct, strict=True) if j > 2.0 * f) / n
+        over10 = sum(1 for j, f in zip(jct, fifo_jct, strict=True) if j > 10.0 * f) / n
+    return Tails(
+        max_wait_s=waits[-1],
+        p99_wait_s=percentile(waits, 99),
+        p99_bounded_slowdown=percentile(bsld, 99),
+        share_jct_over_2x_fifo=over2,
+        share_jct_over_10x_fifo=over10,
     )

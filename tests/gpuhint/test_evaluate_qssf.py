@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from gpuhint.cli import main
 from gpuhint.evaluation.qssf import (
+    band_stats,
     evaluate_qssf,
     predict_online,
     read_priorities,
@@ -197,3 +199,119 @@ def test_closed_loop_learns_from_the_simulated_schedule() -> None:
     assert rep.policies["qssf"].summary.avg_jct_s == pytest.approx(oracle)
     opened = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1}, loop="open")
     assert opened.predictions.hint_updates == 0
+
+
+# --- tails and band coverage --------------------------------------------------------------
+
+# every key the JSON had before the tails: users' automation reads them
+OLD_TOP_KEYS = {
+    "trace", "format", "rows_skipped", "jobs", "jobs_simulated", "jobs_without_gpus",
+    "vc_sizes", "vc_sizing", "target_load", "gpus_per_node", "model", "model_version",
+    "mae_log", "median_abs_pct_error", "jobs_scored", "policies", "loop", "hint_updates",
+    "jct_ratio_fifo_over_qssf", "jct_ratio_qssf_over_fifo", "jct_ratio_qssf_over_sjf",
+    "jct_ratio_qssf_over_oracle", "given_priorities", "seconds", "plot",
+}  # fmt: skip
+OLD_POLICY_KEYS = {
+    "description", "jobs", "avg_jct_s", "avg_queue_s", "p50_jct_s", "p95_jct_s",
+    "p99_jct_s", "by_gpus",
+}  # fmt: skip
+TAIL_KEYS = {
+    "max_wait_s",
+    "p99_wait_s",
+    "p99_bounded_slowdown",
+    "share_jct_over_2x_fifo",
+    "share_jct_over_10x_fifo",
+}
+BAND_KEYS = {"band_coverage", "band_jobs", "share_off_2x", "share_off_2x_expected"}
+
+
+@pytest.mark.parametrize("extra", [[], ["--backfill", "--open-loop"]])
+def test_json_adds_tails_and_band_and_keeps_every_old_key(
+    capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    doc = run_json(
+        capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--priorities", str(PRIOS),
+        "--priority-times-gpus", "--no-plot", *extra,
+    )  # fmt: skip
+    assert doc.keys() >= OLD_TOP_KEYS | BAND_KEYS
+    assert set(doc["policies"]) >= POLICIES
+    for name, pol in doc["policies"].items():
+        assert pol.keys() >= OLD_POLICY_KEYS | TAIL_KEYS, name
+        assert pol["max_wait_s"] >= pol["p99_wait_s"] >= 0, name
+        assert pol["p99_bounded_slowdown"] > 0, name
+        assert 0 <= pol["share_jct_over_10x_fifo"] <= pol["share_jct_over_2x_fifo"] <= 1, name
+    fifo = doc["policies"]["fifo"]
+    assert fifo["share_jct_over_2x_fifo"] == 0 and fifo["share_jct_over_10x_fifo"] == 0
+    assert doc["band_jobs"] == 300
+    assert 0 < doc["band_coverage"] < 1
+    assert 0 <= doc["share_off_2x"] <= 1 and 0 <= doc["share_off_2x_expected"] <= 1
+
+
+def test_tails_are_per_job_against_fifo() -> None:
+    # One 8-GPU node. FIFO: long 0..1000, then s1 (submitted 10) 1000..1005, z (20)
+    # 1005..5005. The QSSF oracle runs s1 before z as well (smaller service): same order.
+    # SJF is the same too. Tails by hand for FIFO: waits 0, 990, 985.
+    jobs = [
+        TraceJob("long", submit_time=0, duration=1000, num_gpus=8, user="x"),
+        TraceJob("s1", submit_time=10, duration=5, num_gpus=8, user="u"),
+        TraceJob("z", submit_time=20, duration=4000, num_gpus=8, user="v"),
+    ]
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1})
+    fifo = rep.policies["fifo"]
+    assert fifo.wait == [0, 990, 985]
+    assert fifo.jct == [1000, 995, 4985]
+    t = fifo.tails
+    assert t is not None
+    assert t.max_wait_s == 990
+    assert t.p99_wait_s == pytest.approx(985 + 0.98 * 5)
+    # bounded slowdowns 1, 995/60, 4985/4000: sorted 1, 1.246, 16.58
+    bs = sorted([1.0, 995 / 60, 4985 / 4000])
+    assert t.p99_bounded_slowdown == pytest.approx(bs[1] + 0.98 * (bs[2] - bs[1]))
+    assert t.share_jct_over_2x_fifo == 0
+    # SRTF preempts long for s1: s1's JCT is 5 + 1 s tick (995 under FIFO), long's grows
+    # by s1's run and the checkpoint cost: nobody is over 2x their FIFO JCT.
+    srtf = rep.policies["srtf"].tails
+    assert srtf is not None and srtf.share_jct_over_2x_fifo == 0
+    d = rep.as_dict()
+    assert d["policies"]["fifo"]["max_wait_s"] == 990
+    assert d["band_jobs"] == 3 and d["band_coverage"] is not None
+
+
+def test_band_stats_by_hand() -> None:
+    b = band_stats(
+        true=[100, 10, 50, 0, 7],
+        predicted=[90, 30, 50, 0.5, math.nan],  # the last job has no prediction
+        expected=[120, 10, 200, 3, math.nan],
+        p10=[50, 1, 60, math.nan, 1],  # the 4th job's hint has no band
+        p90=[200, 5, 90, math.nan, 9],
+    )
+    assert b.jobs == 4 and b.band_jobs == 3
+    assert b.band_coverage == pytest.approx(1 / 3)  # only 100 in [50, 200]
+    # point forecast off 2x: 30 vs 10 only (0.5 vs 0 floors to 1 s vs 1 s)
+    assert b.share_off_2x == pytest.approx(1 / 4)
+    # expected off 2x: 200 vs 50 (4x), 3 vs 0 (3 s vs 1 s)
+    assert b.share_off_2x_expected == pytest.approx(2 / 4)
+    assert b.as_dict().keys() == BAND_KEYS
+    none = band_stats([], [], [], [], [])
+    assert math.isnan(none.band_coverage) and none.jobs == 0
+
+
+def test_band_uses_the_hint_at_submit_not_later_updates() -> None:
+    # Closed loop with hint updates: the band scored is the one of the hint written at
+    # submit; the priorities the run ends with may differ.
+    rep = evaluate_qssf(
+        [
+            TraceJob("long", submit_time=0, duration=1000, num_gpus=8, user="x"),
+            TraceJob("s1", submit_time=10, duration=5, num_gpus=8, user="u"),
+            TraceJob("z", submit_time=20, duration=4000, num_gpus=8, user="v"),
+            TraceJob("s2", submit_time=30, duration=5, num_gpus=8, user="u"),
+            TraceJob("s3", submit_time=31, duration=5, num_gpus=8, user="u"),
+        ],
+        model="history_mix",
+        vc_nodes={"default": 1},
+    )
+    p = rep.predictions
+    assert p.hint_updates > 0
+    assert p.submit_priority != p.priority  # updates moved some priorities
+    assert all(lo <= hi for lo, hi in zip(p.p10, p.p90, strict=True))
+    assert rep.band is not None and rep.band.band_jobs == 5

@@ -22,6 +22,7 @@ from models.simulator import (
     size_vcs,
     summarize,
 )
+from models.simulator.metrics import BSLD_BOUND_S, tail_stats
 
 
 def jcts(jobs: list[SimJob], out: list) -> list[float]:  # type: ignore[type-arg]
@@ -356,3 +357,67 @@ def test_summary_percentiles_and_buckets() -> None:
     assert s.avg_jct_s == 3.5 and s.avg_queue_s == 1.0
     assert list(s.by_gpus) == ["1", "2", "3-4", "5-8", "9-16", "65+"]
     assert s.by_gpus["65+"].avg_queue_s == 6
+
+
+# --- tails -------------------------------------------------------------------------------
+
+
+def test_tails_of_a_hand_made_schedule() -> None:
+    # One 8-GPU node, FIFO: a (8 GPUs, 1000 s) runs 0..1000; b (8 GPUs, 10 s, submitted
+    # at 10) waits 990 s; c (8 GPUs, 30 s, submitted at 20) waits 990 s (b ends at 1010).
+    jobs = [SimJob("a", 0, 1000, 8), SimJob("b", 10, 10, 8), SimJob("c", 20, 30, 8)]
+    out = simulate_vc(jobs, 1, "fifo")
+    wait = [o.start - j.submit for j, o in zip(jobs, out, strict=True)]
+    jct = jcts(jobs, out)
+    assert wait == [0, 990, 990] and jct == [1000, 1000, 1020]
+    t = tail_stats(wait, jct, [j.duration for j in jobs], jct)
+    assert t.max_wait_s == 990
+    assert t.p99_wait_s == pytest.approx(990)
+    # bounded slowdown: 1000/1000 = 1, 1000/max(10, 60) = 16.67, 1020/60 = 17
+    assert BSLD_BOUND_S == 60
+    assert t.p99_bounded_slowdown == pytest.approx(1000 / 60 + 0.98 * (17 - 1000 / 60))
+    assert t.share_jct_over_2x_fifo == 0 and t.share_jct_over_10x_fifo == 0  # FIFO itself
+
+
+def test_tails_against_fifo_per_job() -> None:
+    wait = [0.0, 5.0, 50.0, 500.0, 5000.0]
+    jct = [10.0, 25.0, 100.0, 1000.0, 6000.0]
+    dur = [10.0, 20.0, 50.0, 500.0, 1000.0]
+    fifo = [10.0, 12.0, 10.0, 99.0, 7000.0]
+    t = tail_stats(wait, jct, dur, fifo)
+    # over 2x FIFO: job 1 (25 > 24), job 2 (100 > 20), job 3 (1000 > 198); not 0 (equal), 4
+    assert t.share_jct_over_2x_fifo == pytest.approx(3 / 5)
+    # over 10x: job 3 (1000 > 990); job 2 is exactly 10x: not over
+    assert t.share_jct_over_10x_fifo == pytest.approx(1 / 5)
+    assert t.max_wait_s == 5000
+    # waits sorted 0, 5, 50, 500, 5000: p99 at position 3.96 = 500 + 0.96 * 4500
+    assert t.p99_wait_s == pytest.approx(500 + 0.96 * 4500)
+    # bounded slowdowns: 10/60, 25/60, 100/60, 1000/500 = 2, 6000/1000 = 6
+    assert t.p99_bounded_slowdown == pytest.approx(2 + 0.96 * 4)
+    assert sorted(t.as_dict()) == [
+        "max_wait_s",
+        "p99_bounded_slowdown",
+        "p99_wait_s",
+        "share_jct_over_10x_fifo",
+        "share_jct_over_2x_fifo",
+    ]
+
+
+def test_tails_without_fifo_or_jobs_and_misaligned_input() -> None:
+    t = tail_stats([1.0], [2.0], [1.0])
+    assert math.isnan(t.share_jct_over_2x_fifo) and t.max_wait_s == 1.0
+    empty = tail_stats([], [], [], [])
+    assert math.isnan(empty.max_wait_s) and math.isnan(empty.p99_bounded_slowdown)
+    with pytest.raises(ValueError):
+        tail_stats([1.0, 2.0], [1.0], [1.0])
+
+
+def test_tails_of_srtf_count_the_wait_before_the_first_start() -> None:
+    # long (8 GPUs, 1000 s) starts at 0, is preempted at 10 by short (8 GPUs, 5 s) and
+    # resumes: its wait before the first start is 0; short waits 0 too.
+    jobs = [SimJob("long", 0, 1000, 8), SimJob("short", 10, 5, 8)]
+    out = simulate_vc(jobs, 1, "srtf")
+    assert out[0].preemptions == 1 and out[0].queue > 0
+    wait = [o.start - j.submit for j, o in zip(jobs, out, strict=True)]
+    t = tail_stats(wait, jcts(jobs, out), [j.duration for j in jobs])
+    assert t.max_wait_s == 0

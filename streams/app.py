@@ -62,6 +62,7 @@ from gpuhint.store import BufferedStore, HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.batching import take_ready
+from streams.cadence import SaveCadence
 from streams.checkpoint import BatchRoutine, Sink
 from streams.cluster_load import ClusterLoadProcessor
 from streams.faust_assignor import LoadSampler, LoadView, assignor_class
@@ -70,7 +71,7 @@ from streams.gc_policy import HeapFreezer
 from streams.handler import Message, MessageHandler, Outcome, WorkerStats
 from streams.partitioning import partition_for
 from streams.placement import RebalanceProbe
-from streams.state_table import SaveCadence, TableStates
+from streams.state_table import TableStates
 
 log = logging.getLogger(__name__)
 

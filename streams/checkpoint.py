@@ -62,8 +62,9 @@ from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar
 
 from gpuhint.store import BufferedStore
+from streams.cadence import SaveCadence
 from streams.handler import Message, MessageHandler, Outcome
-from streams.state_table import SaveCadence, TableStates
+from streams.state_table import TableStates
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from streams.partitioning import murmur2, partition_for
 from streams.state_table import (
     MAGIC,
     SPLIT_MAGIC,
-    SaveCadence,
     SplitHeader,
     StateCodecError,
     TableStates,
@@ -75,51 +74,6 @@ def test_partitioner_matches_kafka_clients() -> None:
     assert {partition_for(f"c/vc{i}".encode(), 8) for i in range(64)} == set(range(8))
 
 
-def test_save_cadence_holds_acks_until_saved() -> None:
-    acked: list[str] = []
-    now = [0.0]
-    c: SaveCadence[str] = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
-    assert not c.due()  # nothing held
-    c.hold(["a"], "c/v")
-    now[0] = 0.5
-    c.hold(["b"], "c/v")
-    assert not c.due() and acked == []  # oldest held 0.5 s < 1 s
-    now[0] = 1.0
-    assert c.due() and c.due_keys() == ["c/v"]
-    assert c.saved() == 2
-    assert acked == ["a", "b"] and c.held == 0 and not c.due()
-    c.hold([], "c/v")  # an empty batch starts no clock
-    now[0] = 5.0
-    assert not c.due()
-
-
-def test_save_cadence_is_per_vc_oldest_first() -> None:
-    acked: list[str] = []
-    now = [0.0]
-    c: SaveCadence[str] = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
-    c.hold(["a1"], "c/a")
-    now[0] = 0.6
-    c.hold(["b1"], "c/b")
-    c.hold(["a2"], "c/a")  # joins c/a's clock (started at 0)
-    now[0] = 1.2
-    assert c.due_keys() == ["c/a"] and c.keys() == ["c/a", "c/b"]
-    assert c.saved(["c/a"]) == 2 and acked == ["a1", "a2"] and c.held == 1
-    c.hold(["a3"], "c/a")  # a new clock for c/a, after c/b's
-    now[0] = 1.6
-    assert c.due_keys() == ["c/b"] and c.keys() == ["c/b", "c/a"]
-    assert c.saved() == 2 and acked == ["a1", "a2", "b1", "a3"]
-
-
-def test_save_cadence_drop_never_acks() -> None:
-    acked: list[str] = []
-    c: SaveCadence[str] = SaveCadence(acked.append, 0.0)
-    c.hold(["a", "b"], "c/a")
-    c.hold(["x"], "c/b")
-    assert c.due()  # interval 0: every batch
-    assert c.drop() == 3
-    assert c.saved() == 0 and acked == []
-
-
 def test_encode_then_store_is_save_dirty() -> None:
     table: dict[str, bytes] = {}
     states = TableStates(table)
@@ -148,24 +102,6 @@ def test_a_change_after_the_snapshot_keeps_the_key_dirty() -> None:
     assert TableStates(table)["c/a"].applied_offset == 1 and states.dirty == {"c/a"}
     assert states.save_dirty() == 1 and states.dirty == frozenset()
     assert TableStates(table)["c/a"].applied_offset == 2
-
-
-def test_save_cadence_take_then_ack_leaves_later_items_held() -> None:
-    acked: list[str] = []
-    now = [0.0]
-    c: SaveCadence[str] = SaveCadence(acked.append, 1.0, clock=lambda: now[0])
-    c.hold(["a1", "a2"], "c/a")
-    taken = c.take("c/a")  # the snapshot of c/a is being taken
-    now[0] = 0.5
-    c.hold(["a3"], "c/a")  # handled while it is compressed: a new clock
-    assert c.ack(taken) == 2 and acked == ["a1", "a2"] and c.held == 1
-    now[0] = 1.2
-    assert not c.due()  # a3's clock started at 0.5
-    now[0] = 1.5
-    assert c.due_keys() == ["c/a"]
-
-
-# -- big VCs: records split under the broker's limit ---------------------------------------
 
 
 def _deep_vc(states: TableStates, jobs: int, start: int = 0) -> VcState:

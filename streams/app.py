@@ -11,26 +11,18 @@ State (see docs/architecture.md):
   ``cluster/vc``), so a VC's state moves with its partition;
 * ``ces-state``: one checkpoint per cluster, co-partitioned with cluster telemetry.
 
-Delivery, per batch (:func:`streams.batching.take_ready`: up to ``batch_max`` events,
-what the stream has ready, waiting ``batch_within_s`` at most): handle every event;
-await the Redis flush in a worker thread (retried with backoff while Redis is down:
-consumption pauses, nothing is dead-lettered because the sink failed). Each event's
-acknowledgement is then held (its message reference count is raised, so the batching's
-own ack does not release it) under the VC it changed, until that VC's state is saved:
-once a VC's oldest held event is ``state_save_interval_s`` old (and for every VC at once
-when a rebalance starts), its changelog record is written and only then are its held
-events acknowledged, one VC at a time so that batches run between two VCs' saves. Faust
-never commits an offset whose writes and state are not out (it commits a partition up to
-its lowest unacknowledged offset, and flushes the producer, changelog records included,
-before committing). Dead-lettered events change no state: they are acknowledged after
-the flush. A crash redelivers uncommitted events: those whose state was saved change
-nothing (the offset watermark in each VcState), the others are re-applied to the older
-saved state; in both cases their Redis writes are re-emitted (idempotent). Handling +
-flush and the snapshot (pickle) of a VC's state exclude each other (one lock), so a
-saved state never holds an event whose Redis writes are not out; the snapshot is
-compressed outside the lock. Redis coming back empty is detected by a marker key; the
-worker then rewrites every pending hint from the VcStates it owns and adds a ``rebuilt``
-entry to the change stream.
+Delivery: the job-event agent runs the batch routine of :mod:`streams.checkpoint`
+(admit in offset order, handle, flush to Redis with retries, hold each event's
+acknowledgement until its VC's state is saved, save on a cadence, release) on batches
+of what the stream has ready (:func:`streams.batching.take_ready`); the edge is
+:class:`streams.faust_io.FaustEdge`. Every job-event partition commits what the routine
+says is durable (:class:`streams.faust_consumer.CheckpointConsumer`), never Faust's own
+choice (which can pass an offset still held: faust-streaming #596/#606). A crash
+redelivers uncommitted events: those whose state was saved change nothing (the offset
+watermark in each VcState), the others are re-applied to the older saved state; their
+Redis writes are re-emitted (idempotent). Redis coming back empty is detected by a
+marker key; the worker then rewrites every pending hint from the VcStates it owns and
+adds a ``rebuilt`` entry to the change stream.
 
 Partitions: when a worker joins or leaves, the leader deals the job-event partitions
 by their load (lag + recent rate, sampled from the broker) rather than by count when
@@ -44,20 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import faust
-import mode
-from faust.types import TP
 
 from gpuhint.ces_core import CesEngine, ClusterLoadTracker
 from gpuhint.config import Settings
 from gpuhint.core import HintEngine
-from gpuhint.kafka_io import faust_credentials, kafka_client_config
 from gpuhint.store import BufferedStore, HintStore
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
@@ -65,156 +52,17 @@ from streams.batching import take_ready
 from streams.cadence import SaveCadence
 from streams.checkpoint import BatchRoutine, Sink
 from streams.cluster_load import ClusterLoadProcessor
-from streams.faust_assignor import LoadSampler, LoadView, assignor_class
-from streams.faust_consumer import app_class
+from streams.faust_assignor import LoadSampler, LoadView
+from streams.faust_io import Channels, FaustEdge, make_faust_app
 from streams.gc_policy import HeapFreezer
-from streams.handler import Message, MessageHandler, Outcome, WorkerStats
+from streams.handler import Message, MessageHandler, WorkerStats
 from streams.partitioning import partition_for
 from streams.placement import RebalanceProbe
 from streams.state_table import TableStates
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FaustEdge", "Sink", "Worker", "WorkerStats", "build_app", "faust_broker_url"]
-
-
-def _dead_letter_acked(fut: Any) -> None:
-    exc = None if fut.cancelled() else fut.exception()
-    if fut.cancelled() or exc is not None:
-        log.critical(
-            "dead-letter record not acknowledged (%s); exiting before its offset is committed",
-            "cancelled" if exc is None else f"{type(exc).__name__}: {exc}",
-        )
-        os._exit(70)
-
-
-def faust_broker_url(bootstrap: str) -> str:
-    """``h1:9092,h2:9092`` -> ``kafka://h1:9092;kafka://h2:9092`` (Faust's broker form)."""
-    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
-    return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
-
-
-class ChangelogTable(MutableMapping[str, bytes]):
-    """A Faust table of bytes written on an explicit partition (outside stream context).
-
-    Faust derives a changelog record's partition from the *current* event, which is
-    wrong inside a batch; the worker knows each key's partition and passes it (a part
-    of a split VC record goes to its VC's partition: ``TableStates.owner_key``).
-    """
-
-    def __init__(self, table: Any) -> None:
-        self.table = table
-
-    def __getitem__(self, key: str) -> bytes:
-        v = self.table.get(key)
-        if v is None:
-            raise KeyError(key)
-        return bytes(v)
-
-    def __setitem__(self, key: str, value: bytes) -> None:
-        raise TypeError("write with put(key, value, partition)")
-
-    def __delitem__(self, key: str) -> None:
-        raise TypeError("delete with delete(key, partition)")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self.table.keys()))
-
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def put(self, key: str, value: bytes, partition: int) -> None:
-        self.table.data[key] = value
-        self.table.send_changelog(partition, key, value)
-
-    def delete(self, key: str, partition: int) -> None:
-        """Drop ``key`` here and write its tombstone (a None value: compaction removes
-        the key, and Faust's recovery of a None value pops it from the store)."""
-        self.table.data.pop(key, None)
-        self.table.send_changelog(partition, key, None, value_serializer="raw")
-
-
-class FaustEdge:
-    """The batch routine's :class:`streams.checkpoint.Edge` over Faust events."""
-
-    def __init__(
-        self,
-        app: faust.App,
-        topic: str,
-        emit: Callable[[Outcome], Awaitable[None]],
-        settings: Settings,
-    ) -> None:
-        self.app = app
-        self.topic = topic
-        self._emit = emit
-        self.settings = settings
-
-    def message(self, event: Any) -> Message:
-        m = event.message
-        return Message(m.topic, m.partition, m.offset, event.key, event.value)
-
-    def hold(self, event: Any) -> None:
-        event.message.incref()  # the batching's own ack no longer releases it
-
-    def ack(self, event: Any) -> None:
-        if event.ack():
-            m = event.message
-            self.app.sensors.on_message_out(m.tp, m.offset, m)
-
-    async def emit(self, outcome: Outcome) -> None:
-        await self._emit(outcome)
-
-    async def committed(self, partition: int) -> int | None:
-        """The group's commit for ``partition``, asked of the broker (Faust's own record
-        of it may predate this assignment); None when it cannot be read."""
-        thread = getattr(self.app.consumer, "_thread", None)
-        started = getattr(thread, "_started", None)
-        if thread is None or started is None or not started.is_set():
-            return None  # no running consumer (an agent test): take what comes
-        tp = TP(self.topic, partition)
-
-        async def read() -> int | None:
-            consumer = thread._ensure_consumer()
-            got = await asyncio.wait_for(consumer._coordinator.fetch_committed_offsets([tp]), 10)
-            meta = got.get(tp)
-            return None if meta is None or meta.offset < 0 else int(meta.offset)
-
-        try:
-            offset: int | None = await thread.call_thread(read)
-        except Exception as exc:  # broker busy: the first event delivered is the start
-            log.warning("committed offset of partition %d not read (%s)", partition, exc)
-            return None
-        return offset
-
-    async def first_offset(self, partition: int, at: int) -> int | None:
-        """The first record at or after ``at`` in the log (a short-lived consumer)."""
-        return await asyncio.to_thread(_first_offset, self.settings, self.topic, partition, at)
-
-    async def seek(self, partition: int, offset: int) -> None:
-        await self.app.consumer.seek(TP(self.topic, partition), offset)
-
-
-def _first_offset(settings: Settings, topic: str, partition: int, at: int) -> int | None:
-    from kafka import KafkaConsumer, TopicPartition
-
-    tp = TopicPartition(topic, partition)
-    consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap.split(","),
-        enable_auto_commit=False,
-        group_id=None,
-        **kafka_client_config(settings),
-    )
-    try:
-        consumer.assign([tp])
-        consumer.seek(tp, at)
-        for _ in range(5):
-            got = consumer.poll(timeout_ms=1000, max_records=1).get(tp)
-            if got:
-                return int(got[0].offset)
-        end = consumer.end_offsets([tp]).get(tp)
-        return None if end is None or end <= at else at
-    finally:
-        consumer.close()
+__all__ = ["Sink", "Worker", "WorkerStats", "build_app"]
 
 
 @dataclass
@@ -240,97 +88,6 @@ class Worker:
 def _message(event: Any) -> Message:
     m = event.message
     return Message(m.topic, m.partition, m.offset, event.key, event.value)
-
-
-def make_faust_app(settings: Settings) -> faust.App:
-    """The Faust app with the worker's consumer (its own commits), memory tables and
-    group settings."""
-    return app_class(settings.worker_lean_fetch)(
-        settings.app_id,
-        broker=faust_broker_url(settings.kafka_bootstrap),
-        broker_credentials=faust_credentials(settings),
-        store="memory://",
-        autodiscover=False,
-        web_enabled=False,
-        datadir=str(settings.state_dir),
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
-        table_standby_replicas=0,
-        broker_commit_interval=1.0,
-        broker_session_timeout=settings.worker_session_timeout_s,
-        broker_heartbeat_interval=settings.worker_heartbeat_s,
-        consumer_group_instance_id=settings.worker_instance_id,
-        consumer_auto_offset_reset="earliest",
-        stream_buffer_maxsize=settings.worker_stream_buffer,
-        PartitionAssignor=assignor_class(settings.worker_assign_by_load),
-        producer_acks=-1,
-        # An agent that raises stops the worker (a supervisor restarts it from the last
-        # committed offset) instead of Faust restarting that agent past the failed event.
-        agent_supervisor=mode.CrashingSupervisor,
-    )
-
-
-@dataclass
-class Channels:
-    """The worker's topics (bytes in, bytes out: decoding is the handler's, so a bad
-    message reaches it) and changelog-backed tables, co-partitioned."""
-
-    job: Any
-    dead_letter: Any
-    node_status: Any
-    telemetry: Any
-    vc_table: ChangelogTable
-    ces_table: ChangelogTable
-
-    @classmethod
-    def of(cls, app: faust.App, settings: Settings) -> Channels:
-        def raw_topic(name: str) -> Any:
-            return app.topic(
-                name,
-                key_type=bytes,
-                value_type=bytes,
-                key_serializer="raw",
-                value_serializer="raw",
-                partitions=settings.partitions,
-            )
-
-        def table(name: str) -> ChangelogTable:
-            # value_type=bytes: Faust picks the changelog's serializer from the types (the
-            # schema alone leaves it json, and recovery then fails to decode the bytes)
-            return ChangelogTable(
-                app.Table(
-                    name,
-                    default=None,
-                    key_type=str,
-                    value_type=bytes,
-                    partitions=settings.partitions,
-                    schema=faust.Schema(key_serializer="json", value_serializer="raw"),
-                )
-            )
-
-        t = settings.topics
-        return cls(
-            raw_topic(t.job_events),
-            raw_topic(t.dead_letter),
-            raw_topic(t.node_status),
-            raw_topic(t.cluster_telemetry),
-            table("vc-state"),
-            table("ces-state"),
-        )
-
-    @property
-    def job_topic(self) -> str:
-        return str(self.job.topics[0])
-
-    async def emit(self, outcome: Outcome) -> None:
-        """Produce a dead letter and forwards. Faust flushes its producer before it
-        commits offsets; a record the broker refuses stops the worker there, so its
-        offset is never committed (redelivered)."""
-        if outcome.dead_letter is not None:
-            fut = await self.dead_letter.send(value=outcome.dead_letter)
-            fut.add_done_callback(_dead_letter_acked)
-        for fw in outcome.forwards:
-            await self.telemetry.send(key=fw.key, value=fw.value)
 
 
 def _ces_processor(

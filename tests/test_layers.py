@@ -63,6 +63,7 @@ LAYER_OF: dict[str, str] = {
     "streams.app": "adapters",
     "streams.batching": "adapters",  # Faust stream batching
     "streams.faust_consumer": "adapters",  # Faust's consumer, leaner
+    "streams.faust_io": "adapters",  # the Faust app, topics, tables, the routine's edge
     "streams.faust_assignor": "adapters",  # Faust's assignor, by load
     "streams.redis_store": "adapters",
     "agents": "adapters",

@@ -248,7 +248,7 @@ def test_whole_records_still_load_and_a_vc_that_shrinks_drops_its_parts() -> Non
 
 
 def test_changelog_table_sends_parts_and_tombstones_on_the_vc_partition() -> None:
-    from streams.app import ChangelogTable
+    from streams.faust_io import ChangelogTable
 
     class FakeFaustTable:
         def __init__(self) -> None:

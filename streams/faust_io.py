@@ -1,0 +1,256 @@
+"""The worker's Faust edge: the app, its topics and changelog tables, and the batch
+routine's :class:`~streams.checkpoint.Edge` over Faust events (acknowledgements held,
+the group's commits read, seeks)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+import mode
+from faust.types import TP
+
+from gpuhint.config import Settings
+from gpuhint.kafka_io import faust_credentials, kafka_client_config
+from streams.faust_assignor import assignor_class
+from streams.faust_consumer import app_class
+from streams.handler import Message, Outcome
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ChangelogTable", "Channels", "FaustEdge", "faust_broker_url", "make_faust_app"]
+
+
+def _dead_letter_acked(fut: Any) -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if fut.cancelled() or exc is not None:
+        log.critical(
+            "dead-letter record not acknowledged (%s); exiting before its offset is committed",
+            "cancelled" if exc is None else f"{type(exc).__name__}: {exc}",
+        )
+        os._exit(70)
+
+
+def faust_broker_url(bootstrap: str) -> str:
+    """``h1:9092,h2:9092`` -> ``kafka://h1:9092;kafka://h2:9092`` (Faust's broker form)."""
+    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
+    return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
+
+
+class ChangelogTable(MutableMapping[str, bytes]):
+    """A Faust table of bytes written on an explicit partition (outside stream context).
+
+    Faust derives a changelog record's partition from the *current* event, which is
+    wrong inside a batch; the worker knows each key's partition and passes it (a part
+    of a split VC record goes to its VC's partition: ``TableStates.owner_key``).
+    """
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def __getitem__(self, key: str) -> bytes:
+        v = self.table.get(key)
+        if v is None:
+            raise KeyError(key)
+        return bytes(v)
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        raise TypeError("write with put(key, value, partition)")
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("delete with delete(key, partition)")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.table.keys()))
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def put(self, key: str, value: bytes, partition: int) -> None:
+        self.table.data[key] = value
+        self.table.send_changelog(partition, key, value)
+
+    def delete(self, key: str, partition: int) -> None:
+        """Drop ``key`` here and write its tombstone (a None value: compaction removes
+        the key, and Faust's recovery of a None value pops it from the store)."""
+        self.table.data.pop(key, None)
+        self.table.send_changelog(partition, key, None, value_serializer="raw")
+
+
+class FaustEdge:
+    """The batch routine's :class:`streams.checkpoint.Edge` over Faust events."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        topic: str,
+        emit: Callable[[Outcome], Awaitable[None]],
+        settings: Settings,
+    ) -> None:
+        self.app = app
+        self.topic = topic
+        self._emit = emit
+        self.settings = settings
+
+    def message(self, event: Any) -> Message:
+        m = event.message
+        return Message(m.topic, m.partition, m.offset, event.key, event.value)
+
+    def hold(self, event: Any) -> None:
+        event.message.incref()  # the batching's own ack no longer releases it
+
+    def ack(self, event: Any) -> None:
+        if event.ack():
+            m = event.message
+            self.app.sensors.on_message_out(m.tp, m.offset, m)
+
+    async def emit(self, outcome: Outcome) -> None:
+        await self._emit(outcome)
+
+    async def committed(self, partition: int) -> int | None:
+        """The group's commit for ``partition``, asked of the broker (Faust's own record
+        of it may predate this assignment); None when it cannot be read."""
+        thread = getattr(self.app.consumer, "_thread", None)
+        started = getattr(thread, "_started", None)
+        if thread is None or started is None or not started.is_set():
+            return None  # no running consumer (an agent test): take what comes
+        tp = TP(self.topic, partition)
+
+        async def read() -> int | None:
+            consumer = thread._ensure_consumer()
+            got = await asyncio.wait_for(consumer._coordinator.fetch_committed_offsets([tp]), 10)
+            meta = got.get(tp)
+            return None if meta is None or meta.offset < 0 else int(meta.offset)
+
+        try:
+            offset: int | None = await thread.call_thread(read)
+        except Exception as exc:  # broker busy: the first event delivered is the start
+            log.warning("committed offset of partition %d not read (%s)", partition, exc)
+            return None
+        return offset
+
+    async def first_offset(self, partition: int, at: int) -> int | None:
+        """The first record at or after ``at`` in the log (a short-lived consumer)."""
+        return await asyncio.to_thread(_first_offset, self.settings, self.topic, partition, at)
+
+    async def seek(self, partition: int, offset: int) -> None:
+        await self.app.consumer.seek(TP(self.topic, partition), offset)
+
+
+def _first_offset(settings: Settings, topic: str, partition: int, at: int) -> int | None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap.split(","),
+        enable_auto_commit=False,
+        group_id=None,
+        **kafka_client_config(settings),
+    )
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, at)
+        for _ in range(5):
+            got = consumer.poll(timeout_ms=1000, max_records=1).get(tp)
+            if got:
+                return int(got[0].offset)
+        end = consumer.end_offsets([tp]).get(tp)
+        return None if end is None or end <= at else at
+    finally:
+        consumer.close()
+
+
+def make_faust_app(settings: Settings) -> faust.App:
+    """The Faust app with the worker's consumer (its own commits), memory tables and
+    group settings."""
+    return app_class(settings.worker_lean_fetch)(
+        settings.app_id,
+        broker=faust_broker_url(settings.kafka_bootstrap),
+        broker_credentials=faust_credentials(settings),
+        store="memory://",
+        autodiscover=False,
+        web_enabled=False,
+        datadir=str(settings.state_dir),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=0,
+        broker_commit_interval=1.0,
+        broker_session_timeout=settings.worker_session_timeout_s,
+        broker_heartbeat_interval=settings.worker_heartbeat_s,
+        consumer_group_instance_id=settings.worker_instance_id,
+        consumer_auto_offset_reset="earliest",
+        stream_buffer_maxsize=settings.worker_stream_buffer,
+        PartitionAssignor=assignor_class(settings.worker_assign_by_load),
+        producer_acks=-1,
+        # An agent that raises stops the worker (a supervisor restarts it from the last
+        # committed offset) instead of Faust restarting that agent past the failed event.
+        agent_supervisor=mode.CrashingSupervisor,
+    )
+
+
+@dataclass
+class Channels:
+    """The worker's topics (bytes in, bytes out: decoding is the handler's, so a bad
+    message reaches it) and changelog-backed tables, co-partitioned."""
+
+    job: Any
+    dead_letter: Any
+    node_status: Any
+    telemetry: Any
+    vc_table: ChangelogTable
+    ces_table: ChangelogTable
+
+    @classmethod
+    def of(cls, app: faust.App, settings: Settings) -> Channels:
+        def raw_topic(name: str) -> Any:
+            return app.topic(
+                name,
+                key_type=bytes,
+                value_type=bytes,
+                key_serializer="raw",
+                value_serializer="raw",
+                partitions=settings.partitions,
+            )
+
+        def table(name: str) -> ChangelogTable:
+            # value_type=bytes: Faust picks the changelog's serializer from the types (the
+            # schema alone leaves it json, and recovery then fails to decode the bytes)
+            return ChangelogTable(
+                app.Table(
+                    name,
+                    default=None,
+                    key_type=str,
+                    value_type=bytes,
+                    partitions=settings.partitions,
+                    schema=faust.Schema(key_serializer="json", value_serializer="raw"),
+                )
+            )
+
+        t = settings.topics
+        return cls(
+            raw_topic(t.job_events),
+            raw_topic(t.dead_letter),
+            raw_topic(t.node_status),
+            raw_topic(t.cluster_telemetry),
+            table("vc-state"),
+            table("ces-state"),
+        )
+
+    @property
+    def job_topic(self) -> str:
+        return str(self.job.topics[0])
+
+    async def emit(self, outcome: Outcome) -> None:
+        """Produce a dead letter and forwards. Faust flushes its producer before it
+        commits offsets; a record the broker refuses stops the worker there, so its
+        offset is never committed (redelivered)."""
+        if outcome.dead_letter is not None:
+            fut = await self.dead_letter.send(value=outcome.dead_letter)
+            fut.add_done_callback(_dead_letter_acked)
+        for fw in outcome.forwards:
+            await self.telemetry.send(key=fw.key, value=fw.value)

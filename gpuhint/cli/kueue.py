@@ -23,7 +23,7 @@ to the Workload's priority.
 
 What it never touches: admitted Workloads (the patch also tests spec.suspend=true, so
 a Job admitted meanwhile is refused by the API server), Jobs whose owner set another
-priority class, Workloads without a hint. Only Workloads whose class must change are
+priority class. Only Workloads whose class must change are
 patched, at most --rate per second. In a ClusterQueue that may preempt, a Workload gets
 at most a class strictly below the lowest admitted priority of its queue (its cohort),
 so gpuhint never makes a preemptor (see docs/kubernetes.md).
@@ -37,6 +37,9 @@ settings (flags override env vars):
   --redis-url / GPUHINT_REDIS_URL, GPUHINT_KEY_PREFIX
   GPUHINT_KUEUE_CLASSES, _BASE, _MIN_SERVICE_S, _MAX_SERVICE_S, _INTERVAL_S, _RATE,
   _BURST, _WORKERS (flags of the same names)
+  --neutral / GPUHINT_KUEUE_NEUTRAL           median | midpoint | off | a rung (median)
+  --stale-after / GPUHINT_KUEUE_STALE_AFTER_S  no sign of life for this long: fade (3600)
+  --fade / GPUHINT_KUEUE_FADE_S               the fade takes this long (1800; 0: at once)
 """
 
 EPILOG = """\
@@ -88,6 +91,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     a.add_argument("--burst", type=int, metavar="N", help="patch burst (50)")
     a.add_argument("--workers", type=int, metavar="N", help="concurrent patches (4)")
     a.add_argument(
+        "--neutral",
+        metavar="MODE",
+        help="class of a job without a hint: median, midpoint, off or a rung number (median)",
+    )
+    a.add_argument(
+        "--stale-after", type=float, metavar="S", help="hints fade after S s without news (3600)"
+    )
+    a.add_argument("--fade", type=float, metavar="S", help="the fade takes S s (1800)")
+    a.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
     )
     add_config_args(a)
@@ -112,6 +124,9 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
             rate=args.rate,
             burst=args.burst,
             workers=args.workers,
+            neutral=args.neutral,
+            stale_after_s=args.stale_after,
+            fade_s=args.fade,
         )
     except KueueSettingsError as exc:
         raise UserError(str(exc)) from None
@@ -152,6 +167,10 @@ def run(args: argparse.Namespace) -> int:
         burst=ks.burst,
         workers=ks.workers,
         dry_run=args.dry_run,
+        neutral=ks.neutral_mode,
+        stale_after_s=ks.stale_after_s,
+        fade_s=ks.fade_s,
+        hint_errors=(RedisError, OSError),
     )
     metrics = _metrics(common)
     stop = threading.Event()
@@ -181,11 +200,26 @@ def run(args: argparse.Namespace) -> int:
                 ks.interval_s,
                 "dry run" if args.dry_run else f"at most {ks.rate:g} patches/s",
             )
+            failing: str | None = None
             while not stop.is_set():
                 try:
                     _report(applier.run_pass(), args, metrics)
-                except (KubeError, RedisError) as exc:  # an outage: wait, then retry
-                    log.warning("pass failed, retrying in %.3g s: %s", ks.interval_s, exc)
+                    if failing:
+                        log.info("passes succeed again")
+                    failing = None
+                except (KubeError, RedisError, OSError) as exc:  # an outage: wait, retry
+                    if isinstance(exc, KubeError):
+                        metrics.error("api")
+                    else:
+                        metrics.redis_down()
+                    kind = type(exc).__name__
+                    if failing != kind:  # once per outage, not every pass
+                        log.warning(
+                            "pass failed, retrying every %.3g s (labels left as they are): %s",
+                            ks.interval_s,
+                            exc,
+                        )
+                    failing = kind
                 # a pass every interval; a changed Workload / Job / queue brings it
                 # forward (after 0.5 s, so a burst of changes makes one pass)
                 if backend.wait_change(ks.interval_s):
@@ -214,6 +248,8 @@ def _metrics(settings: Any) -> Any:
 
 def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:
     if metrics is not None:
+        if report.hints_from == "cache":
+            metrics.error("redis")
         metrics.observe_kueue_pass(report)
     if args.json:
         print(json.dumps(report.to_json(), sort_keys=True), flush=True)
@@ -222,16 +258,19 @@ def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:
     verb = "would relabel" if report.dry_run else "relabelled"
     n = len(report.planned) if report.dry_run else report.relabelled
     line = (
-        f"{report.workloads} workloads ({report.pending} waiting), {report.hints} hints: "
+        f"{report.workloads} workloads ({report.pending} waiting), {report.hints} hints, "
+        f"{report.unhinted} without one: "
         f"{verb} {n}, unchanged {report.unchanged}, refused {report.refused}, "
         f"errors {report.errors}; skipped: {skipped} ({report.seconds:.2f} s)"
     )
     if args.once or report.relabelled or report.planned or report.errors:
         print(line, flush=True)
     for p in report.planned:
+        service = p["expected_service_gpu_s"]
+        why = "no hint: neutral" if service is None else f"{service:.0f} GPU-s"
         print(
             f"  {p['namespace']}/{p['job']}: {p['from'] or '-'} -> {p['to']} "
-            f"(priority {p['priority']}, {p['expected_service_gpu_s']:.0f} GPU-s)"
+            f"(priority {p['priority']}, {why})"
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -39,6 +40,15 @@ It never touches a running or held job, nor one an admin pinned with Priority=, 
 never sets Priority= itself. Updates go to one scontrol process per batch, at most
 --rate jobs per second.
 
+When gpuhint is down (docs/operations.md): a pending job without a hint gets the
+--neutral factor, not 0 (by default the median factor of the hinted pending jobs, so it
+ranks amid them, not below them all); when the cluster shows no sign of life (no new
+hint, no new load summary) for --stale-after seconds, every hint fades to the neutral
+factor over --fade seconds, and with every job at the same factor Slurm's own
+multifactor order is back. With Redis unreachable it goes on with the hints it read
+last (new jobs get the neutral factor, the rest fade once stale); it never resets
+factors to 0. Each change of state is logged once and shown on /metrics.
+
 settings (flags override env vars):
   --slurm-conf / GPUHINT_SLURM_CONF        slurm.conf (else SLURM_CONF, Slurm's default)
   --interval / GPUHINT_SLURM_INTERVAL_S    seconds between full passes (30)
@@ -46,6 +56,9 @@ settings (flags override env vars):
   GPUHINT_SLURM_P0, GPUHINT_SLURM_P_MAX    the map's bend and zero (60, 165888000 GPU-s)
   --rate / GPUHINT_SLURM_RATE              job updates per second (2000)
   --max-updates / GPUHINT_SLURM_MAX_UPDATES  per pass (20000)
+  --neutral / GPUHINT_SLURM_NEUTRAL        median | midpoint | off | a factor (median)
+  --stale-after / GPUHINT_SLURM_STALE_AFTER_S  no sign of life for this long: fade (3600)
+  --fade / GPUHINT_SLURM_FADE_S            the fade to neutral takes this long (1800; 0: at once)
   --cluster / GPUHINT_CLUSTER, --redis-url / GPUHINT_REDIS_URL, GPUHINT_KEY_PREFIX
 
 examples:
@@ -103,6 +116,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     prio.add_argument("--max-factor", type=int, metavar="N", help="SiteFactor of p = 0")
     prio.add_argument("--rate", type=float, metavar="N", help="job updates per second")
     prio.add_argument("--max-updates", type=int, metavar="N", help="job updates per pass")
+    prio.add_argument(
+        "--neutral",
+        metavar="MODE",
+        help="factor of a job without a hint: median, midpoint, off or a number (median)",
+    )
+    prio.add_argument(
+        "--stale-after", type=float, metavar="S", help="hints fade after S s without news (3600)"
+    )
+    prio.add_argument("--fade", type=float, metavar="S", help="the fade takes S s (1800)")
     prio.set_defaults(handler=run_priorities)
 
     power = s.add_parser(
@@ -222,7 +244,19 @@ class _ClientHints:
         self.client = client
 
     def priorities(self, cluster: str) -> dict[str, float]:
-        return {h.job_id: h.priority for h in self.client.pending_hints(cluster)}
+        return self.snapshot(cluster).priorities
+
+    def snapshot(self, cluster: str) -> Any:
+        """The hints, and the cluster's last sign of life: its newest hint's
+        ``created_at`` or its newest load summary, whichever is later."""
+        from gpuhint.slurm.priority import HintSnapshot
+
+        hints = self.client.pending_hints(cluster)
+        times = [h.created_at for h in hints]
+        load = self.client.load(cluster)
+        if load is not None:
+            times.append(load.time)
+        return HintSnapshot({h.job_id: h.priority for h in hints}, max(times, default=None))
 
 
 HINT_CHANGES = {"hint", "hint_updated", "hint_removed", "rebuilt"}
@@ -232,7 +266,7 @@ def run_priorities(args: argparse.Namespace) -> int:
     import redis
 
     from gpuhint.slurm.commands import SlurmCli, SlurmCommandError, SlurmQueue
-    from gpuhint.slurm.priority import FactorMap, PriorityApplier
+    from gpuhint.slurm.priority import FactorMap, Fallback, PriorityApplier
 
     settings, ss = _settings(
         args,
@@ -240,9 +274,13 @@ def run_priorities(args: argparse.Namespace) -> int:
         max_factor=args.max_factor,
         rate=args.rate,
         max_updates=args.max_updates,
+        neutral=args.neutral,
+        stale_after_s=args.stale_after,
+        fade_s=args.fade,
     )
     try:
         fmap = FactorMap(ss.max_factor, ss.p0, ss.p_max)
+        fallback = Fallback(ss.neutral_mode, ss.stale_after_s, ss.fade_s)
     except ValueError as exc:
         raise UserError(f"factor map: {exc}") from None
     cli = SlurmCli(ss.conf)
@@ -256,6 +294,8 @@ def run_priorities(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         max_updates=ss.max_updates,
         rate=ss.rate,
+        fallback=fallback,
+        hint_errors=(redis.RedisError,),
     )
     metrics = _metrics(settings)
     stop, restore = _stopper()
@@ -269,17 +309,31 @@ def run_priorities(args: argparse.Namespace) -> int:
             if pending_change or now >= next_pass:
                 try:
                     if last_id == "0-0":
-                        last_id = client.last_change_id()
+                        # Redis down: the pass says so, and may go on with its last hints
+                        with contextlib.suppress(redis.RedisError):
+                            last_id = client.last_change_id()
                     result = applier.run_pass()
                 except (redis.RedisError, SlurmCommandError) as exc:
-                    metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
+                    if isinstance(exc, redis.RedisError):
+                        metrics.redis_down()
+                    else:
+                        metrics.error("scheduler")
                     failures += 1
                     if args.once:
                         raise UserError(f"pass failed: {_one_line(exc)}") from None
-                    log.warning("pass failed (%d): %s; retrying", failures, _one_line(exc))
+                    # once per outage; the factors stay as they are meanwhile
+                    (log.warning if failures == 1 else log.debug)(
+                        "pass failed (%d): %s; retrying, SiteFactors left as they are",
+                        failures,
+                        _one_line(exc),
+                    )
                     stop.wait(min(30.0, 2.0**failures))
                     continue
+                if failures:
+                    log.info("pass succeeded again after %d failed", failures)
                 failures = 0
+                if result.hints_from == "cache":
+                    metrics.error("redis")
                 metrics.observe_slurm_priorities(result, args.dry_run)
                 _report_priorities(result, args)
                 pending_change = False
@@ -317,13 +371,21 @@ def _wait_for_hint_change(
                     break
                 if stop.is_set() or time.monotonic() >= until:
                     break
+            if _STREAM_DOWN.is_set():
+                log.info("change stream readable again")
+                _STREAM_DOWN.clear()
             if got:
                 return last, True
         except redis.RedisError as exc:
-            log.warning("change stream: %s", _one_line(exc))
+            if not _STREAM_DOWN.is_set():  # once per outage, not every 2 s
+                log.warning("change stream: %s (retrying quietly)", _one_line(exc))
+                _STREAM_DOWN.set()
             stop.wait(2.0)
             return last, False
     return last, False
+
+
+_STREAM_DOWN = threading.Event()
 
 
 def _print_pass(result: Any, args: argparse.Namespace) -> None:

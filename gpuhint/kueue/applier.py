@@ -5,8 +5,10 @@
 >>> from gpuhint.contract import PriorityHint
 >>> kueue = InMemoryKueue()
 >>> kueue.add_job("ml", "small", job_id="j1", cluster_queue="cq")
+>>> import time
 >>> hint = PriorityHint(job_id="j1", cluster="c", num_gpus=1, submit_time=0,
-...     predicted_duration_s=60, priority=60, model="m", model_version="1", created_at=0)
+...     predicted_duration_s=60, priority=60, model="m", model_version="1",
+...     created_at=time.time())
 >>> report = Applier(kueue, MemoryHints({"j1": hint}), "c").run_pass()
 >>> report.relabelled, kueue.jobs["ml/small"].job_class
 (1, 'gpuhint-09')
@@ -24,8 +26,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from gpuhint.kueue.hints import HintReader
-from gpuhint.kueue.policy import ClassLadder, QueuePolicy, Relabel, WorkloadView, plan
+from gpuhint.contract import PriorityHint
+from gpuhint.kueue.hints import HintReader, last_alive
+from gpuhint.kueue.policy import (
+    ClassLadder,
+    QueuePolicy,
+    Relabel,
+    WorkloadView,
+    fade_weight,
+    plan,
+)
 
 log = logging.getLogger("gpuhint.kueue")
 
@@ -35,7 +45,9 @@ class KueueBackend(Protocol):
 
     def views(self) -> list[WorkloadView]: ...
     def queues(self) -> list[QueuePolicy]: ...
-    def relabel(self, namespace: str, job: str, class_name: str, service_s: float) -> bool: ...
+    def relabel(
+        self, namespace: str, job: str, class_name: str, service_s: float | None
+    ) -> bool: ...
     def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]: ...
 
 
@@ -89,13 +101,28 @@ class PassReport:
     dry_run: bool = False
     seconds: float = 0.0
     planned: list[dict[str, Any]] = field(default_factory=list)
+    unhinted: int = 0  # waiting Workloads without a hint, in the neutral class
+    neutral_set: int = 0  # of the relabelled: unhinted ones moved to the neutral class
+    faded: int = 0  # hinted ones whose class was faded towards the neutral one
+    neutral_class: str | None = None  # None: unhinted Workloads left alone (neutral off)
+    neutral_value: int | None = None
+    hint_age_s: float | None = None  # since the cluster's last sign of life (None: none)
+    hints_fresh: bool = True
+    hints_from: str = "redis"  # "cache": Redis failed, the last hints read were used
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 class Applier:
-    """Hints -> WorkloadPriorityClass labels on the waiting Jobs of one gpuhint cluster."""
+    """Hints -> WorkloadPriorityClass labels on the waiting Jobs of one gpuhint cluster.
+
+    ``neutral`` (``median``, ``midpoint``, a rung number, or ``off``), ``stale_after_s``
+    and ``fade_s``: what Workloads without a hint and stale hints get (module
+    :mod:`gpuhint.kueue.policy`). ``hint_errors``: the exceptions of the hint reader
+    that mean "Redis is unreachable"; on those a pass goes on with the hints it read
+    last, or, with none read yet, raises and changes nothing. ``wall``: UNIX time.
+    """
 
     def __init__(
         self,
@@ -109,6 +136,11 @@ class Applier:
         workers: int = 4,
         dry_run: bool = False,
         bucket: TokenBucket | None = None,
+        neutral: str | int = "median",
+        stale_after_s: float = 3600.0,
+        fade_s: float = 1800.0,
+        hint_errors: tuple[type[BaseException], ...] = (),
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
         self.hints = hints
@@ -117,16 +149,83 @@ class Applier:
         self.dry_run = dry_run
         self.workers = max(1, workers)
         self.bucket = bucket or TokenBucket(rate, burst)
+        self.neutral = neutral
+        self.stale_after_s = stale_after_s
+        self.fade_s = fade_s
+        self.hint_errors = hint_errors
+        self.wall = wall
+        self.last_read: tuple[list[PriorityHint], float | None] | None = None
+        self.state: str | None = None  # "fresh", "stale", "redis_down": logged on change
 
     def ensure_classes(self) -> list[str]:
         return self.backend.ensure_classes(self.ladder, self.dry_run)
 
+    def _read(self) -> tuple[list[PriorityHint], float | None, str]:
+        try:
+            hints = self.hints.pending_hints(self.cluster)
+            alive = last_alive(hints, self.hints.load(self.cluster))
+        except self.hint_errors as exc:
+            if self.last_read is None or self.neutral == "off":
+                self._set_state("redis_down", f"{exc}; no hints read yet: nothing changed")
+                raise
+            self._set_state(
+                "redis_down",
+                f"{exc}; using the {len(self.last_read[0])} hints read last (Workloads "
+                "without one get the neutral class, the others fade once stale)",
+            )
+            return self.last_read[0], self.last_read[1], "cache"
+        self.last_read = (hints, alive)
+        return hints, alive, "redis"
+
+    def _set_state(self, state: str, detail: str) -> None:
+        if state == self.state:
+            return
+        was, self.state = self.state, state
+        if state == "fresh":
+            if was is not None:
+                log.warning("cluster %s: hints are fresh again (%s)", self.cluster, detail)
+        elif state == "stale":
+            log.warning(
+                "cluster %s: no fresh hint (%s): is the worker, the agent or Kafka down? "
+                "Workloads without a hint get the neutral class, hints fade to it",
+                self.cluster,
+                detail,
+            )
+        else:
+            log.warning("cluster %s: cannot read hints from Redis: %s", self.cluster, detail)
+
     def run_pass(self) -> PassReport:
         t0 = time.perf_counter()
-        hints = self.hints.pending_hints(self.cluster)
+        hints, alive, source = self._read()
         services = {h.job_id: h.priority for h in hints}
         views = self.backend.views()
-        p = plan(views, services, self.ladder, self.backend.queues())
+        age = None if alive is None else max(0.0, self.wall() - alive)
+        fresh = age is not None and age <= self.stale_after_s
+        if source == "redis":
+            if fresh:
+                self._set_state("fresh", f"newest sign of life {age:.0f} s ago")
+            else:
+                self._set_state(
+                    "stale",
+                    "no hint or load summary at all"
+                    if age is None
+                    else f"newest hint or load summary {age:.0f} s old",
+                )
+        neutral = None
+        weight = 1.0
+        if self.neutral != "off":
+            rungs = [
+                self.ladder.class_for(services[v.job_id]).value - self.ladder.base
+                for v in views
+                if v.pending
+                and v.job_name is not None
+                and v.job_id in services
+                and (not v.job_class or self.ladder.owns(v.job_class))
+            ]
+            neutral = self.ladder.neutral_class(self.neutral, rungs)
+            weight = fade_weight(age, self.stale_after_s, self.fade_s)
+        queues = self.backend.queues()
+        p = plan(views, services, self.ladder, queues, neutral=neutral, weight=weight)
         report = PassReport(
             workloads=len(views),
             pending=sum(1 for v in views if v.pending),
@@ -134,6 +233,13 @@ class Applier:
             unchanged=p.unchanged,
             skipped=dict(p.skipped),
             dry_run=self.dry_run,
+            unhinted=p.unhinted,
+            faded=p.faded,
+            neutral_class=None if neutral is None else neutral.name,
+            neutral_value=None if neutral is None else neutral.value,
+            hint_age_s=age,
+            hints_fresh=fresh,
+            hints_from=source,
         )
         if self.dry_run:
             report.planned = [_describe(r) for r in p.relabel]
@@ -157,6 +263,7 @@ class Applier:
             with lock:
                 if ok:
                     report.relabelled += 1
+                    report.neutral_set += r.service_s is None
                 else:
                     report.refused += 1
             if ok:
@@ -179,5 +286,5 @@ def _describe(r: Relabel) -> dict[str, Any]:
         "from": r.old_class,
         "to": r.new_class.name,
         "priority": r.new_class.value,
-        "expected_service_gpu_s": round(r.service_s, 1),
+        "expected_service_gpu_s": None if r.service_s is None else round(r.service_s, 1),
     }

@@ -1,27 +1,52 @@
 """Where the applier reads hints: :class:`gpuhint.client.HintClient`, through a narrow protocol.
 
-The applier needs one call, the hints of every queued job of a cluster
-(``pending_hints``); :class:`MemoryHints` is the in-memory twin for pure tests.
+The applier needs the hints of every queued job of a cluster (``pending_hints``) and
+the cluster's load summary (``load``: its time is a sign that the worker is alive, see
+:func:`last_alive`); :class:`MemoryHints` is the in-memory twin for pure tests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
-from gpuhint.contract import PriorityHint
+from gpuhint.contract import ClusterLoad, PriorityHint
 
 
 class HintReader(Protocol):
     def pending_hints(self, cluster: str, vc: str | None = None) -> list[PriorityHint]: ...
+    def load(self, cluster: str) -> ClusterLoad | None: ...
+
+
+def last_alive(hints: Iterable[PriorityHint], load: ClusterLoad | None) -> float | None:
+    """The cluster's last sign of life (UNIX s): its newest hint's ``created_at`` or its
+    load summary's time, whichever is later; None when it has neither.
+
+    Not each hint's own ``created_at``: the worker rewrites a hint only when its
+    priority changes, so a job waiting for hours under a healthy worker has an old one.
+    """
+    times = [h.created_at for h in hints]
+    if load is not None:
+        times.append(load.time)
+    return max(times, default=None)
 
 
 class MemoryHints:
-    """The in-memory twin: hints by job id."""
+    """The in-memory twin: hints by job id (and load summaries by cluster)."""
 
     def __init__(self, hints: dict[str, PriorityHint] | None = None) -> None:
         self.hints = dict(hints or {})
+        self.loads: dict[str, ClusterLoad] = {}
+        self.down = False  # True: every read raises ConnectionError (Redis down)
+
+    def load(self, cluster: str) -> ClusterLoad | None:
+        if self.down:
+            raise ConnectionError("redis is down (twin)")
+        return self.loads.get(cluster)
 
     def pending_hints(self, cluster: str, vc: str | None = None) -> list[PriorityHint]:
+        if self.down:
+            raise ConnectionError("redis is down (twin)")
         return [
             h for h in self.hints.values() if h.cluster == cluster and (vc is None or h.vc == vc)
         ]

@@ -399,15 +399,17 @@ class KubeKueue:
                 )
         return changed
 
-    def relabel(self, namespace: str, job: str, class_name: str, service_s: float) -> bool:
+    def relabel(self, namespace: str, job: str, class_name: str, service_s: float | None) -> bool:
         """Set a suspended Job's ``kueue.x-k8s.io/priority-class`` (Kueue copies it to the
         Workload). The JSON patch first tests ``spec.suspend == true``: a Job admitted since
-        the cache saw it is refused by the server itself. False when refused."""
+        the cache saw it is refused by the server itself. False when refused.
+        ``service_s`` None (no hint: the neutral class) labels the service ``unknown``."""
         labels = "/metadata/labels/"
+        service = "unknown" if service_s is None else f"{service_s:.0f}"
         ops = [
             {"op": "test", "path": "/spec/suspend", "value": True},
             {"op": "add", "path": labels + _pointer(PRIORITY_CLASS_LABEL), "value": class_name},
-            {"op": "add", "path": labels + _pointer(SERVICE_LABEL), "value": f"{service_s:.0f}"},
+            {"op": "add", "path": labels + _pointer(SERVICE_LABEL), "value": service},
         ]
         try:
             self.api.request(

@@ -63,7 +63,7 @@ class InMemoryKueue:
     def queues(self) -> list[QueuePolicy]:
         return list(self.cluster_queues)
 
-    def relabel(self, namespace: str, job: str, class_name: str, service_s: float) -> bool:
+    def relabel(self, namespace: str, job: str, class_name: str, service_s: float | None) -> bool:
         j = self.jobs.get(f"{namespace}/{job}")
         if j is None or not j.suspended:
             return False

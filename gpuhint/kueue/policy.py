@@ -18,6 +18,13 @@ priority admitted in its ClusterQueue (its whole cohort, when it has one), so it
 become a preemptor because of gpuhint; when even the lowest class is too high, it is left
 alone and counted as skipped (``preemption-guard``).
 
+gpuhint down (docs/operations.md): a waiting Workload **without a hint** gets the
+**neutral class** (by default the median class of the hinted waiting Workloads, the
+middle class ``classes // 2`` when none has a hint), not Kueue's default priority 0,
+which ranks it with the largest jobs; when the cluster shows no sign of life for
+``stale_after_s`` the hinted classes fade to the neutral one (``fade_weight``), and
+with every waiting Workload in one class Kueue's own order (FIFO) is back.
+
 >>> ladder = ClassLadder(classes=4, base=100, min_service_s=100, max_service_s=1e6)
 >>> [ladder.class_for(s).name for s in (50, 2_000, 50_000, 1e7)]
 ['gpuhint-03', 'gpuhint-02', 'gpuhint-01', 'gpuhint-00']
@@ -28,7 +35,8 @@ alone and counted as skipped (``preemption-guard``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -72,6 +80,16 @@ class ClassLadder:
 
     def owns(self, name: str | None) -> bool:
         return bool(name) and name in {c.name for c in self.all()}
+
+    def neutral_class(self, mode: str | int, hinted: Sequence[int]) -> PriorityClass:
+        """The class of a Workload without a (fresh) hint: ``median`` (median rung of
+        the hinted waiting Workloads, else the middle), ``midpoint`` (``classes // 2``)
+        or a rung number."""
+        if isinstance(mode, int):
+            return self.at(max(0, min(self.classes - 1, mode)))
+        if mode == "median" and hinted:
+            return self.at(statistics.median_low(hinted))
+        return self.at(self.classes // 2)
 
     def class_for(self, service_s: float) -> PriorityClass:
         """Smaller expected service -> a higher class (admitted earlier)."""
@@ -122,6 +140,22 @@ class QueuePolicy:
 Skip = Literal["admitted", "not-a-job", "foreign-class", "no-hint", "preemption-guard"]
 
 
+def fade_weight(age_s: float | None, stale_after_s: float, fade_s: float, steps: int = 10) -> float:
+    """How much of a hint is left when the cluster showed no life for ``age_s``: 1 up
+    to ``stale_after_s`` (and when unknown, None), then linearly down to 0 over
+    ``fade_s`` in ``steps`` steps (0 at once when ``fade_s`` is 0).
+
+    >>> [fade_weight(a, 3600, 1000) for a in (None, 3600, 4100, 4600)]
+    [1.0, 1.0, 0.5, 0.0]
+    """
+    if age_s is None or age_s <= stale_after_s:
+        return 1.0
+    if fade_s <= 0:
+        return 0.0
+    left = 1.0 - (age_s - stale_after_s) / fade_s
+    return max(0.0, math.ceil(left * steps - 1e-9) / steps)
+
+
 @dataclass(frozen=True)
 class Relabel:
     namespace: str
@@ -130,7 +164,7 @@ class Relabel:
     job_id: str
     old_class: str | None
     new_class: PriorityClass
-    service_s: float
+    service_s: float | None  # None: no hint (the neutral class)
 
 
 @dataclass
@@ -138,6 +172,8 @@ class Plan:
     relabel: list[Relabel] = field(default_factory=list)
     unchanged: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    unhinted: int = 0  # waiting Workloads without a hint, given the neutral class
+    faded: int = 0  # hinted ones given a class faded towards the neutral one
 
     def skip(self, why: Skip) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -177,11 +213,16 @@ def plan(
     services: Mapping[str, float],
     ladder: ClassLadder,
     queues: Iterable[QueuePolicy] = (),
+    *,
+    neutral: PriorityClass | None = None,
+    weight: float = 1.0,
 ) -> Plan:
     """The relabels that bring every pending gpuhint-managed Workload to its class.
 
     ``services`` maps gpuhint job id -> expected service (the hint's ``priority``).
-    A Workload already in its class is ``unchanged`` (no patch).
+    A Workload already in its class is ``unchanged`` (no patch). With a ``neutral``
+    class, a Workload without a hint gets it (else it is skipped, ``no-hint``) and a
+    hinted one is moved ``1 - weight`` of the way towards it (``weight`` 0: stale hints).
     """
     workloads = list(workloads)
     queues = list(queues)
@@ -201,9 +242,19 @@ def plan(
             continue
         service = services.get(w.job_id)
         if service is None:
-            out.skip("no-hint")
-            continue
-        target = ladder.class_for(service)
+            if neutral is None:
+                out.skip("no-hint")
+                continue
+            target = neutral
+            out.unhinted += 1
+        else:
+            target = ladder.class_for(service)
+            if neutral is not None and weight < 1.0:
+                k = target.value - ladder.base
+                n = neutral.value - ladder.base
+                faded = ladder.at(round(n + weight * (k - n)))
+                out.faded += faded != target
+                target = faded
         cap = ceilings.get(w.cluster_queue) if w.cluster_queue else None
         if cap is not None and target.value > cap:
             k = cap - ladder.base

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -25,11 +25,35 @@ class KueueSettings(BaseSettings):
     rate: float = Field(20.0, ge=0, description="Job patches per second (0: unlimited)")
     burst: int = Field(50, ge=1, description="patches allowed at once above the rate")
     workers: int = Field(4, ge=1, le=64, description="concurrent patches")
+    neutral: str = Field(
+        "median",
+        description="class of a waiting Workload without a hint, and what stale hints "
+        "fade to: median (of the hinted waiting Workloads), midpoint (classes // 2), a "
+        "rung number 0..classes-1, or off (leave Workloads without a hint alone)",
+    )
+    stale_after_s: float = Field(
+        3600.0, gt=0, description="no new hint / load summary for this long: hints fade"
+    )
+    fade_s: float = Field(1800.0, ge=0, description="the fade to neutral takes this long")
+
+    @field_validator("neutral")
+    @classmethod
+    def _neutral(cls, v: str) -> str:
+        v = str(v).strip().lower()
+        if v in ("median", "midpoint", "off") or v.isdigit():
+            return v
+        raise ValueError("must be median, midpoint, off or a rung number")
+
+    @property
+    def neutral_mode(self) -> str | int:
+        return int(self.neutral) if self.neutral.isdigit() else self.neutral
 
     @model_validator(mode="after")
     def _bands(self) -> KueueSettings:
         if self.min_service_s >= self.max_service_s:
             raise ValueError("min_service_s must be below max_service_s")
+        if self.neutral.isdigit() and int(self.neutral) >= self.classes:
+            raise ValueError(f"neutral rung must be below classes ({self.classes})")
         return self
 
 

@@ -92,6 +92,52 @@ class ApplierMetrics:
             labels,
             registry=r,
         )
+        self._fresh = Gauge(
+            "gpuhint_applier_hints_fresh",
+            "1 while the cluster shows life (a hint or load summary newer than the "
+            "applier's stale_after), 0 when no hint is fresh (worker, agent or Kafka "
+            "down: hints fade to the neutral priority).",
+            labels,
+            registry=r,
+        )
+        self._age = Gauge(
+            "gpuhint_applier_hint_age_seconds",
+            "Age of the cluster's newest hint or load summary at the last pass (NaN: none at all).",
+            labels,
+            registry=r,
+        )
+        self._redis_up = Gauge(
+            "gpuhint_applier_redis_up",
+            "1 when the last pass read the hints from Redis, 0 when Redis failed "
+            "(the pass used the hints it read last, or changed nothing).",
+            labels,
+            registry=r,
+        )
+        self._unhinted = Gauge(
+            "gpuhint_applier_unhinted_jobs",
+            "Pending jobs without a hint at the last pass (given the neutral priority).",
+            labels,
+            registry=r,
+        )
+        self._faded = Gauge(
+            "gpuhint_applier_faded_jobs",
+            "Hinted pending jobs whose priority was faded towards the neutral one "
+            "(stale hints) at the last pass.",
+            labels,
+            registry=r,
+        )
+        self._neutral = Gauge(
+            "gpuhint_applier_neutral_priority",
+            "The neutral priority of the last pass (Slurm: SiteFactor; Kueue: the class value).",
+            labels,
+            registry=r,
+        )
+        self._neutral_set = Counter(
+            "gpuhint_applier_neutral_assignments",
+            "Jobs without a hint moved to the neutral priority.",
+            labels,
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._last_pass: float | None = None
         self._process_registered = False
@@ -123,6 +169,34 @@ class ApplierMetrics:
         with self._lock:
             self._last_pass = now
 
+    def fallback(
+        self,
+        *,
+        fresh: bool,
+        age_s: float | None,
+        redis_up: bool,
+        unhinted: int,
+        faded: int,
+        neutral: int | None,
+        neutral_set: int,
+    ) -> None:
+        """How fresh the hints were and what got the neutral priority in the last pass."""
+        a = self.applier
+        self._fresh.labels(a).set(1 if fresh else 0)
+        self._age.labels(a).set(float("nan") if age_s is None else age_s)
+        self._redis_up.labels(a).set(1 if redis_up else 0)
+        self._unhinted.labels(a).set(unhinted)
+        self._faded.labels(a).set(faded)
+        if neutral is not None:
+            self._neutral.labels(a).set(neutral)
+        if neutral_set:
+            self._neutral_set.labels(a).inc(neutral_set)
+
+    def redis_down(self) -> None:
+        """A pass failed because Redis did not answer (and changed nothing)."""
+        self.error("redis")
+        self._redis_up.labels(self.applier).set(0)
+
     # -- the appliers' pass results, mapped once here ---------------------------------
     def observe_kueue_pass(self, report: Any) -> None:
         """A ``gpuhint.kueue.applier.PassReport``."""
@@ -134,6 +208,15 @@ class ApplierMetrics:
         for why, n in sorted(report.skipped.items()):
             self.refusal(str(why).replace("-", "_"), n)
         self.error("api", report.errors)
+        self.fallback(
+            fresh=getattr(report, "hints_fresh", True),
+            age_s=getattr(report, "hint_age_s", None),
+            redis_up=getattr(report, "hints_from", "redis") == "redis",
+            unhinted=getattr(report, "unhinted", 0),
+            faded=getattr(report, "faded", 0),
+            neutral=getattr(report, "neutral_value", None),
+            neutral_set=0 if report.dry_run else getattr(report, "neutral_set", 0),
+        )
         self.pass_done(report.seconds, report.pending, report.relabelled)
 
     def observe_slurm_priorities(self, result: Any, dry_run: bool) -> None:
@@ -146,6 +229,15 @@ class ApplierMetrics:
         self.refusal("held", result.skipped_held)
         self.refusal("rate_limited", result.deferred)
         self.refusal("slurm_refused", result.refused)
+        self.fallback(
+            fresh=getattr(result, "hints_fresh", True),
+            age_s=getattr(result, "hint_age_s", None),
+            redis_up=getattr(result, "hints_from", "redis") == "redis",
+            unhinted=getattr(result, "pending_unhinted", 0),
+            faded=getattr(result, "faded", 0),
+            neutral=getattr(result, "neutral_factor", None),
+            neutral_set=0 if dry_run else getattr(result, "neutral_set", 0),
+        )
         self.pass_done(result.seconds, result.pending_hinted, result.updated)
 
     def observe_slurm_power(self, result: Any, seconds: float, dry_run: bool) -> None:

@@ -14,9 +14,25 @@ smaller factor) and logarithmic, so jobs of 1 GPU-minute and of 1,000 GPU-days a
 still apart. Slurm 22.05 adds the site factor unweighted to the job's priority; choose
 ``max_factor`` against your other ``PriorityWeight*`` values (docs/slurm.md).
 
+When gpuhint has nothing to say about a job (:class:`Fallback`, docs/operations.md
+"gpuhint is down"):
+
+* a pending job **without a hint** gets the **neutral factor**, not 0 (0 is the factor of
+  the largest job there is): by default the median factor of the hinted pending jobs in
+  the queue (rounded to 1% of ``max_factor``; ``max_factor // 2`` when no job has a
+  hint), so an unknown job ranks in the middle of the known ones, not below them all;
+* when the cluster shows **no sign of life** (its newest hint and newest load summary
+  are older than ``stale_after_s``: the worker, the agent or Kafka is down) every hinted
+  factor fades linearly to the neutral one over ``fade_s``; at the end every pending job
+  has the same site factor, and a constant added to every job is Slurm's own
+  multifactor order again. A hint's own ``created_at`` is not its age: the worker
+  rewrites a hint only when its priority changes, so a job that waits for hours under a
+  healthy worker keeps an old ``created_at``.
+
 What the applier will and will not touch, every pass:
 
-* only **pending** jobs that have a hint; never a running, completing or held job;
+* only **pending** jobs (with the neutral factor when they have no hint, unless that
+  is turned off); never a running, completing or held job;
 * never a job a human pinned with ``scontrol update jobid=N Priority=...`` (its priority
   no longer equals the sum of its factors, which is how it is recognised);
 * only jobs whose factor would change (so a steady queue costs no update at all);
@@ -30,11 +46,15 @@ What the applier will and will not touch, every pass:
 
 from __future__ import annotations
 
+import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+log = logging.getLogger("gpuhint.slurm")
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,71 @@ class FactorMap:
             return self.max_factor
         frac = math.log1p(priority / self.p0) / math.log1p(self.p_max / self.p0)
         return max(0, min(self.max_factor, round(self.max_factor * (1.0 - frac))))
+
+    @property
+    def midpoint(self) -> int:
+        return self.max_factor // 2
+
+
+NEUTRAL_MODES = ("median", "midpoint", "off")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """What a job gets when gpuhint has nothing (fresh) to say about it.
+
+    ``neutral``: ``median`` (the median factor of the hinted pending jobs, rounded to 1%
+    of ``max_factor``; the midpoint when none has a hint), ``midpoint`` (``max_factor //
+    2``), an integer factor, or ``off`` (unhinted jobs are left alone: the old behaviour).
+    ``stale_after_s``: how long the cluster may show no sign of life (no new hint, no new
+    load summary) before its hints start to fade; ``fade_s``: how long the fade to the
+    neutral factor takes (0: at once), in ``steps`` steps (each step is one update per
+    job, not one per pass).
+
+    >>> f = Fallback(stale_after_s=3600, fade_s=1000, steps=10)
+    >>> [f.weight(a) for a in (None, 0, 3600, 3601, 4100, 4599, 4600)]
+    [1.0, 1.0, 1.0, 1.0, 0.5, 0.1, 0.0]
+    >>> f.neutral_factor(FactorMap(1000), [900, 100, 700])
+    700
+    >>> Fallback(neutral="midpoint").neutral_factor(FactorMap(1000), [900])
+    500
+    """
+
+    neutral: str | int = "median"
+    stale_after_s: float = 3600.0
+    fade_s: float = 1800.0
+    steps: int = 10
+
+    def __post_init__(self) -> None:
+        if isinstance(self.neutral, str) and self.neutral not in NEUTRAL_MODES:
+            raise ValueError(f"neutral must be one of {', '.join(NEUTRAL_MODES)} or a factor")
+        if isinstance(self.neutral, int) and self.neutral < 0:
+            raise ValueError("a neutral factor must be >= 0")
+        if self.stale_after_s <= 0 or self.fade_s < 0 or self.steps < 1:
+            raise ValueError("need stale_after_s > 0, fade_s >= 0, steps >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        return self.neutral != "off"
+
+    def weight(self, age_s: float | None) -> float:
+        """How much of a hint is left at ``age_s`` (1: all of it, 0: neutral); None: fresh."""
+        if age_s is None or age_s <= self.stale_after_s:
+            return 1.0
+        if self.fade_s <= 0:
+            return 0.0
+        left = 1.0 - (age_s - self.stale_after_s) / self.fade_s
+        return max(0.0, math.ceil(left * self.steps - 1e-9) / self.steps)
+
+    def neutral_factor(self, fmap: FactorMap, hinted: Sequence[int]) -> int:
+        """The neutral factor, given the (unfaded) factors of the hinted pending jobs."""
+        if isinstance(self.neutral, int):
+            return min(self.neutral, fmap.max_factor)
+        if self.neutral == "median" and hinted:
+            step = max(1, fmap.max_factor // 100)
+            med = statistics.median_low(hinted)
+            return max(0, min(fmap.max_factor, round(med / step) * step))
+        return fmap.midpoint
 
 
 @dataclass(frozen=True)
@@ -91,6 +176,9 @@ class Plan:
     skipped_pinned: int = 0
     skipped_held: int = 0
     deferred: int = 0  # over max_updates: left for the next pass
+    unhinted: int = 0  # pending jobs without a hint given (or already at) the neutral factor
+    faded: int = 0  # hinted jobs given a factor faded towards the neutral one
+    neutral_set: int = 0  # of the updates: unhinted jobs moved to the neutral factor
 
     @property
     def jobs(self) -> int:
@@ -105,44 +193,64 @@ def plan_pass(
     max_updates: int | None = None,
     per_line: int = 100,
     applied: Mapping[str, int] | None = None,
+    neutral: int | None = None,
+    weight: float = 1.0,
 ) -> Plan:
-    """The updates one pass makes: pending, unpinned, hinted jobs whose factor changes.
+    """The updates one pass makes: pending, unpinned jobs whose factor changes.
+
+    A hinted job's target is ``fmap.factor(p)``; with a ``neutral`` factor, it is moved
+    ``1 - weight`` of the way towards it (``weight`` 1: fresh hints, 0: neutral), and a
+    pending job without a hint gets ``neutral`` (``neutral`` None: it is left alone, and
+    pinned / held jobs without a hint are not counted).
 
     A job whose current factor Slurm does not show (``site_factor`` None: ``sprio``
     omits jobs not yet eligible, e.g. a future ``--begin``) is compared with what this
     applier set last (``applied``), else taken as 0.
 
-    When more than ``max_updates`` jobs changed, the ones with the smallest priority
-    (those that gain most from starting early) go first.
+    When more than ``max_updates`` jobs changed, the ones with the largest target factor
+    (a hinted job: the smallest priority, those that gain most from starting early) go
+    first.
     """
-    changed: list[tuple[float, str, int]] = []
+    changed: list[tuple[int, float, str]] = []
     plan = Plan(updates=[])
     for job in jobs:
-        if job.state != "PENDING" or job.job_id not in priorities:
+        if job.state != "PENDING":
+            continue
+        hinted = job.job_id in priorities
+        if not hinted and neutral is None:
             continue
         if job.pinned:
-            plan.skipped_pinned += 1
+            plan.skipped_pinned += hinted
             continue
         if job.held:
-            plan.skipped_held += 1
+            plan.skipped_held += hinted
             continue
-        plan.considered += 1
-        p = priorities[job.job_id]
-        target = fmap.factor(p)
+        if hinted:
+            plan.considered += 1
+            p = priorities[job.job_id]
+            target = fmap.factor(p)
+            if neutral is not None and weight < 1.0:
+                target = round(neutral + weight * (target - neutral))
+                plan.faded += target != fmap.factor(p)
+        else:
+            p = math.inf
+            target = neutral if neutral is not None else 0
+            plan.unhinted += 1
         current = job.site_factor
         if current is None:
             current = (applied or {}).get(job.job_id, 0)
         if target == current:
             plan.unchanged += 1
             continue
-        changed.append((p, job.job_id, target))
+        changed.append((-target, p, job.job_id))
     changed.sort()
     if max_updates is not None and len(changed) > max_updates:
         plan.deferred = len(changed) - max_updates
         changed = changed[:max_updates]
+    plan.neutral_set = sum(1 for _, p, _ in changed if p == math.inf)
     by_factor: dict[int, list[str]] = {}
-    for _, job_id, target in changed:
-        by_factor.setdefault(target, []).append(job_id)
+    for neg_target, _, job_id in changed:
+        by_factor.setdefault(-neg_target, []).append(job_id)
     for target in sorted(by_factor, reverse=True):
         ids = by_factor[target]
         for i in range(0, len(ids), per_line):
@@ -155,8 +263,27 @@ class SlurmPort(Protocol):
     def apply(self, lines: Sequence[str]) -> list[str]: ...
 
 
+@dataclass(frozen=True)
+class HintSnapshot:
+    """The hints of a cluster's queued jobs, and when the cluster last showed life.
+
+    ``last_alive``: UNIX seconds of the newest sign that the worker still hints this
+    cluster (the newest ``created_at`` of its hints, the newest load summary); None:
+    no sign at all (no hint, no load summary).
+    """
+
+    priorities: dict[str, float]
+    last_alive: float | None = None
+
+
 class HintPort(Protocol):
     def priorities(self, cluster: str) -> dict[str, float]: ...
+
+
+class SnapshotHintPort(HintPort, Protocol):
+    """A :class:`HintPort` that also says how fresh the cluster's hints are."""
+
+    def snapshot(self, cluster: str) -> HintSnapshot: ...
 
 
 @dataclass
@@ -173,6 +300,13 @@ class PassResult:
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    pending_unhinted: int = 0  # pending jobs without a hint, at the neutral factor
+    neutral_set: int = 0  # of the jobs updated: unhinted ones moved to the neutral factor
+    neutral_factor: int | None = None  # None: unhinted jobs left alone (neutral off)
+    faded: int = 0  # hinted jobs whose factor is faded towards the neutral one
+    hint_age_s: float | None = None  # since the cluster's last sign of life (None: none)
+    hints_fresh: bool = True  # the cluster showed life within stale_after_s
+    hints_from: str = "redis"  # "cache": Redis failed, the last hints read were used
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -185,11 +319,26 @@ class PassResult:
             "refused": self.refused,
             "errors": self.errors[:20],
             "seconds": round(self.seconds, 3),
+            "pending_unhinted": self.pending_unhinted,
+            "neutral_set": self.neutral_set,
+            "neutral_factor": self.neutral_factor,
+            "faded": self.faded,
+            "hint_age_s": None if self.hint_age_s is None else round(self.hint_age_s, 1),
+            "hints_fresh": self.hints_fresh,
+            "hints_from": self.hints_from,
         }
 
 
 class PriorityApplier:
-    """Runs passes: read hints and Slurm's queue, plan, apply (or only print: dry run)."""
+    """Runs passes: read hints and Slurm's queue, plan, apply (or only print: dry run).
+
+    ``fallback`` says what unhinted jobs and stale hints get (:class:`Fallback`; its
+    default: the median neutral factor, fade after 1 h over 30 min). ``hint_errors``:
+    the exceptions of the hint port that mean "Redis is unreachable"; on those a pass
+    goes on with the last hints it read (new jobs get the neutral factor, the others
+    keep theirs until the hints are stale, then fade), or, with none read yet, raises
+    and changes nothing. ``wall``: UNIX time, to age hints.
+    """
 
     def __init__(
         self,
@@ -204,6 +353,9 @@ class PriorityApplier:
         batch: int = 500,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        fallback: Fallback | None = None,
+        hint_errors: tuple[type[BaseException], ...] = (),
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.slurm = slurm
         self.hints = hints
@@ -215,16 +367,88 @@ class PriorityApplier:
         self.batch = batch
         self.clock = clock
         self.sleep = sleep
+        self.fallback = fallback or Fallback()
+        self.hint_errors = hint_errors
+        self.wall = wall
         self.total_updated = 0
         self.total_refused = 0
         self.applied: dict[str, int] = {}  # job id -> factor set (pending jobs only)
+        self.last_snapshot: HintSnapshot | None = None  # the last hints read from Redis
+        self.state: str | None = None  # "fresh", "stale", "redis_down": logged on change
+        self._ages = callable(getattr(hints, "snapshot", None))  # else: ages unknown
+
+    def _snapshot(self) -> tuple[HintSnapshot, str]:
+        try:
+            snap = getattr(self.hints, "snapshot", None)
+            got = snap(self.cluster) if snap else HintSnapshot(self.hints.priorities(self.cluster))
+        except self.hint_errors as exc:
+            if self.last_snapshot is None or not self.fallback.enabled:
+                self._set_state("redis_down", f"{exc}; no hints read yet: nothing changed")
+                raise
+            self._set_state(
+                "redis_down",
+                f"{exc}; using the {len(self.last_snapshot.priorities)} hints read last "
+                "(jobs without one get the neutral factor, the others fade once stale)",
+            )
+            return self.last_snapshot, "cache"
+        self.last_snapshot = got
+        return got, "redis"
+
+    def _set_state(self, state: str, detail: str) -> None:
+        if state == self.state:
+            return
+        was, self.state = self.state, state
+        if state == "fresh":
+            if was is not None:
+                log.warning("cluster %s: hints are fresh again (%s)", self.cluster, detail)
+        elif state == "stale":
+            log.warning(
+                "cluster %s: no fresh hint (%s): is the worker, the agent or Kafka down? "
+                "jobs without a hint get the neutral factor, hints fade to it",
+                self.cluster,
+                detail,
+            )
+        else:
+            log.warning("cluster %s: cannot read hints from Redis: %s", self.cluster, detail)
 
     def run_pass(self) -> PassResult:
         t0 = self.clock()
-        priorities = self.hints.priorities(self.cluster)
+        snap, source = self._snapshot()
+        priorities = snap.priorities
         queue = self.slurm.queue()
+        fb = self.fallback
+        age = None if snap.last_alive is None else max(0.0, self.wall() - snap.last_alive)
+        fresh = age is not None and age <= fb.stale_after_s
+        if not self._ages:
+            fresh = True  # a port without ages: every hint counts as fresh
+        elif source == "redis":
+            if fresh:
+                self._set_state("fresh", f"newest sign of life {age:.0f} s ago")
+            else:
+                self._set_state(
+                    "stale",
+                    "no hint or load summary at all"
+                    if age is None
+                    else f"newest hint or load summary {age:.0f} s old",
+                )
+        neutral: int | None = None
+        weight = 1.0
+        if fb.enabled:
+            hinted = [
+                self.fmap.factor(priorities[j.job_id])
+                for j in queue
+                if j.state == "PENDING" and j.job_id in priorities
+            ]
+            neutral = fb.neutral_factor(self.fmap, hinted)
+            weight = fb.weight(age)
         plan = plan_pass(
-            queue, priorities, self.fmap, max_updates=self.max_updates, applied=self.applied
+            queue,
+            priorities,
+            self.fmap,
+            max_updates=self.max_updates,
+            applied=self.applied,
+            neutral=neutral,
+            weight=weight,
         )
         lines = [u.line for u in plan.updates]
         errors: list[str] = []
@@ -249,6 +473,13 @@ class PriorityApplier:
             lines=lines,
             errors=errors,
             seconds=self.clock() - t0,
+            pending_unhinted=plan.unhinted,
+            neutral_set=plan.neutral_set,
+            neutral_factor=neutral,
+            faded=plan.faded,
+            hint_age_s=age,
+            hints_fresh=fresh,
+            hints_from=source,
         )
 
     def _apply_rate_limited(self, updates: Sequence[Update]) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -22,11 +22,34 @@ class SlurmSettings(BaseSettings):
     p_max: float = Field(64 * 30 * 86400.0, gt=0, description="GPU-seconds mapped to 0")
     rate: float = Field(2000.0, gt=0, description="at most this many job updates per second")
     max_updates: int = Field(20_000, ge=1, description="at most this many job updates a pass")
+    neutral: str = Field(
+        "median",
+        description="SiteFactor of a pending job without a hint, and what stale hints fade "
+        "to: median (of the hinted pending jobs), midpoint (max_factor / 2), a factor, "
+        "or off (leave unhinted jobs alone)",
+    )
+    stale_after_s: float = Field(
+        3600.0, gt=0, description="no new hint / load summary for this long: hints fade"
+    )
+    fade_s: float = Field(1800.0, ge=0, description="the fade to neutral takes this long")
     power_interval_s: float = Field(60.0, gt=0, le=3600)
     min_idle: int = Field(1, ge=0, description="idle powered-on nodes kept for new jobs")
     min_on: int = Field(1, ge=0, description="never fewer powered-on nodes")
     advice_max_age_s: float = Field(1800.0, gt=0, description="older advice is ignored")
     exclude_nodes: str = Field("", description="Slurm host list never powered down or up")
+
+    @field_validator("neutral")
+    @classmethod
+    def _neutral(cls, v: str) -> str:
+        v = v.strip().lower()
+        if v in ("median", "midpoint", "off") or (v.isdigit() and int(v) <= 2**31 - 1):
+            return v
+        raise ValueError("must be median, midpoint, off or a factor (an integer >= 0)")
+
+    @property
+    def neutral_mode(self) -> str | int:
+        """``neutral`` as :class:`gpuhint.slurm.priority.Fallback` takes it."""
+        return int(self.neutral) if self.neutral.isdigit() else self.neutral
 
 
 def load_slurm_settings(**overrides: object) -> SlurmSettings:

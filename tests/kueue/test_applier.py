@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from gpuhint.contract import PriorityHint
 from gpuhint.kueue.applier import Applier, TokenBucket
 from gpuhint.kueue.hints import MemoryHints
@@ -12,7 +16,7 @@ from gpuhint.kueue.policy import ClassLadder
 def _hint(job_id: str, service: float, cluster: str = "c") -> PriorityHint:
     return PriorityHint(job_id=job_id, cluster=cluster, num_gpus=1, submit_time=0,
                         predicted_duration_s=service, priority=service, model="m",
-                        model_version="1", created_at=0)  # fmt: skip
+                        model_version="1", created_at=time.time())  # fmt: skip
 
 
 def _cluster(n: int) -> InMemoryKueue:
@@ -62,7 +66,9 @@ def test_admitted_between_cache_and_patch_is_refused_not_touched() -> None:
 
 def test_errors_are_counted_and_the_pass_goes_on() -> None:
     class Flaky(InMemoryKueue):
-        def relabel(self, namespace: str, job: str, class_name: str, service_s: float) -> bool:
+        def relabel(
+            self, namespace: str, job: str, class_name: str, service_s: float | None
+        ) -> bool:
             if job == "j1":
                 raise RuntimeError("HTTP 500")
             return super().relabel(namespace, job, class_name, service_s)
@@ -92,3 +98,49 @@ def test_token_bucket_spaces_patches_at_the_rate() -> None:
     for _ in range(100):
         unlimited.take()
     assert len(slept) == 20
+
+
+def test_worker_down_and_redis_down(caplog: pytest.LogCaptureFixture) -> None:
+    k = _cluster(3)  # id0..id2 hinted, id3 and id4 (new) not
+    k.add_job("ns", "j3", job_id="id3")
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}", 100.0 * 50**i) for i in range(3)})
+    now = [time.time()]
+    a = Applier(
+        k,
+        hints,
+        "c",
+        ClassLadder(),
+        rate=0,
+        stale_after_s=3600,
+        fade_s=0,
+        hint_errors=(ConnectionError,),
+        wall=lambda: now[0],
+    )
+    a.ensure_classes()
+    r = a.run_pass()
+    classes = {n: j.job_class for n, j in k.jobs.items()}
+    median = classes["ns/j1"]
+    assert classes["ns/j3"] == median and r.unhinted == 1 and r.neutral_set == 1
+    assert r.neutral_class == median and r.hints_fresh
+    # Redis down: the hints read last are used; a new Workload still gets the neutral class
+    hints.down = True
+    k.add_job("ns", "j4", job_id="id4")
+    r = a.run_pass()
+    assert r.hints_from == "cache" and k.jobs["ns/j4"].job_class == median
+    assert k.jobs["ns/j0"].job_class == classes["ns/j0"]  # nothing reset
+    a.run_pass()
+    hints.down = False
+    # no sign of life for over an hour: every waiting Workload in the neutral class
+    now[0] += 7200
+    r = a.run_pass()
+    assert not r.hints_fresh and {j.job_class for j in k.jobs.values()} == {median}
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING"]
+    assert sum("cannot read hints" in w for w in warnings) == 1
+    assert sum("no fresh hint" in w for w in warnings) == 1
+    # Redis down before any read: the pass fails, nothing is patched
+    down = MemoryHints()
+    down.down = True
+    patches = k.patches
+    with pytest.raises(ConnectionError):
+        Applier(k, down, "c", hint_errors=(ConnectionError,)).run_pass()
+    assert k.patches == patches

@@ -185,7 +185,12 @@ def test_dry_run_changes_nothing_and_clear_undoes_a_pass(
     assert proc.returncode == 0, proc.stderr
     report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     mine = [p for p in report["planned"] if p["namespace"] == env.ns]
-    assert [(p["job"], p["to"], p["job_id"]) for p in mine] == [("a", TOP.name, uid)]
+    # b has no hint: the neutral class, the median of the hinted (a alone here)
+    assert report["neutral_class"] == TOP.name
+    assert sorted((p["job"], p["to"], p["job_id"]) for p in mine) == [
+        ("a", TOP.name, uid),
+        ("b", TOP.name, "not-hinted"),
+    ]
     assert report["dry_run"] is True and report["relabelled"] == 0
     assert PRIORITY_CLASS_LABEL not in _labels(env, "a")
     assert PRIORITY_CLASS_LABEL not in _labels(env, "b")
@@ -205,3 +210,71 @@ def test_dry_run_changes_nothing_and_clear_undoes_a_pass(
     assert cleared.returncode == 0, cleared.stderr
     wait_for("the class label to go", lambda: PRIORITY_CLASS_LABEL not in _labels(env, "a"))
     wait_for("Kueue's default priority", lambda: _priorities(env)["a"] == 0)
+
+
+def test_gpuhint_down_unhinted_workloads_get_the_neutral_class_and_stale_hints_fade(
+    kubeconfig: str,
+    kueue_env: Callable[..., KueueEnv],
+    hints: Callable[..., None],
+    redis_url: str,
+    unique_prefix: str,
+) -> None:
+    """The worker is down: three Jobs have hints, two new ones none. The new ones get the
+    neutral class (the median of the hinted), not Kueue's default 0 below every hinted
+    one; once the hints are stale every waiting Workload is in that class."""
+    env = kueue_env(gpus=16, hold=True)
+    ids = {f"h{i}": f"{env.id}-h{i}" for i in range(3)}
+    services = dict(zip(ids.values(), (SMALL, 8 * 3600.0, BIG), strict=True))
+    for name, job_id in ids.items():
+        env.job(name, gpus=8, job_id=job_id)
+    for name in ("n0", "n1"):  # submitted while the worker is down: no hint
+        env.job(name, gpus=8, job_id=f"{env.id}-{name}")
+    wait_for("5 Workloads", lambda: len(env.workloads()) == 5)
+    hints(env.cq, **services)
+
+    backend = KubeKueue(api_client(kubeconfig))
+    applier = Applier(
+        backend, hint_reader(redis_url, unique_prefix), CLUSTER, LADDER, rate=0, workers=2
+    )
+    applier.ensure_classes()
+    backend.sync()
+    report = applier.run_pass()
+    assert report.errors == 0 and report.hints_fresh, report
+    rungs = sorted(LADDER.class_for(s).value - LADDER.base for s in services.values())
+    neutral = LADDER.at(rungs[1])
+    hinted = {n: LADDER.class_for(services[j]) for n, j in ids.items()}
+    assert report.neutral_class == neutral.name
+    assert _labels(env, "n0")[PRIORITY_CLASS_LABEL] == neutral.name
+    assert _labels(env, "n1")[PRIORITY_CLASS_LABEL] == neutral.name
+    assert _labels(env, "n0")["gpuhint.io/expected-service-gpu-s"] == "unknown"
+    want = {**{n: c.value for n, c in hinted.items()}, "n0": neutral.value, "n1": neutral.value}
+    wait_for("Kueue's Workload priorities", lambda: _priorities(env) == want)
+    low, top = min(want.values()), max(want.values())
+    assert low < neutral.value < top  # not below every hinted Workload
+
+    # two hours without a sign of life (old hints, no load summary): the daemon's
+    # one-shot pass fades every hint at once (--fade 0) to the neutral class
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    for job_id, s in services.items():
+        h = _hint(job_id, env.cq, s).model_copy(update={"created_at": time.time() - 7200})
+        store.put_hint(h)
+    store.flush()
+    store.close()
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "gpuhint", "kueue", "apply-priorities", "--once", "--json",
+            "--kubeconfig", kubeconfig, "--cluster", CLUSTER, "--fade", "0",
+        ],
+        env={**os.environ, "GPUHINT_REDIS_URL": redis_url, "GPUHINT_KEY_PREFIX": unique_prefix},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["hints_fresh"] is False and doc["neutral_class"] == neutral.name, doc
+    assert "no fresh hint" in proc.stderr
+    wait_for(
+        "every waiting Workload in the neutral class",
+        lambda: set(_priorities(env).values()) == {neutral.value},
+    )

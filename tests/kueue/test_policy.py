@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhint.kueue.policy import ClassLadder, QueuePolicy, WorkloadView, plan, priority_ceilings
+from gpuhint.kueue.policy import (
+    ClassLadder,
+    QueuePolicy,
+    WorkloadView,
+    fade_weight,
+    plan,
+    priority_ceilings,
+)
 
 LADDER = ClassLadder(classes=10, base=0, min_service_s=600, max_service_s=5_529_600)
 
@@ -90,3 +97,51 @@ def test_guard_spans_the_cohort() -> None:
     views = [_wl("x", "jx", cq="b", prio=3, pending=False), _wl("y", "jy", cq="c", prio=1,
              pending=False)]  # fmt: skip
     assert priority_ceilings(queues, views) == {"a": 2, "b": None, "c": None}
+
+
+# -- gpuhint down: Workloads without a hint, stale hints ----------------------------------
+
+
+def test_unhinted_workloads_get_the_neutral_class_within_the_guards() -> None:
+    neutral = LADDER.neutral_class("median", [9, 0, 5])
+    assert neutral.name == "gpuhint-05"
+    assert LADDER.neutral_class("median", []).name == "gpuhint-05"  # nobody hinted: middle
+    assert LADDER.neutral_class("midpoint", [9]).name == "gpuhint-05"
+    assert LADDER.neutral_class(7, [9]).name == "gpuhint-07"
+    wls = [
+        _wl("a", "A"),  # no hint: neutral
+        _wl("b", "B", cls="gpuhint-05"),  # no hint, already neutral
+        _wl("c", "C", cls="team-high"),  # the owner's class: never touched
+        _wl("d", "D", pending=False, cls=None),  # admitted: never touched
+        _wl("e", "E"),  # hinted
+    ]
+    p = plan(wls, {"E": 100.0}, LADDER, neutral=neutral)
+    assert [(r.job_name, r.new_class.name, r.service_s) for r in p.relabel] == [
+        ("a", "gpuhint-05", None),
+        ("e", "gpuhint-09", 100.0),
+    ]
+    assert (p.unhinted, p.unchanged, p.skipped) == (
+        2, 1, {"foreign-class": 1, "admitted": 1}
+    )  # fmt: skip
+    assert plan(wls, {"E": 100.0}, LADDER).skipped["no-hint"] == 2  # neutral None: as before
+    # a queue that may preempt: the neutral class too stays below the lowest admitted
+    guarded = plan(
+        [_wl("a", "A"), _wl("d", "D", pending=False, prio=3)],
+        {},
+        LADDER,
+        [QueuePolicy("cq", within_cluster_queue="LowerPriority")],
+        neutral=neutral,
+    )
+    assert [r.new_class.name for r in guarded.relabel] == ["gpuhint-02"]
+
+
+def test_stale_hints_fade_to_the_neutral_class() -> None:
+    neutral = LADDER.at(5)
+    wls = [_wl("s", "S"), _wl("b", "B")]
+    services = {"S": 100.0, "B": 1e12}  # rungs 9 and 0
+    half = plan(wls, services, LADDER, neutral=neutral, weight=0.5)
+    assert [r.new_class.name for r in half.relabel] == ["gpuhint-07", "gpuhint-02"]
+    assert half.faded == 2
+    gone = plan(wls, services, LADDER, neutral=neutral, weight=0.0)
+    assert {r.new_class.name for r in gone.relabel} == {"gpuhint-05"}  # Kueue's FIFO again
+    assert [fade_weight(a, 100, 100, 4) for a in (None, 100, 150, 200)] == [1.0, 1.0, 0.5, 0.0]

@@ -127,3 +127,107 @@ def test_start_order_follows_hints(slurm_conf: str, redis_url: str, unique_prefi
     start = {str(j["job_id"]): j["time"]["start"] for j in acct["jobs"]}
     order = sorted(jobs, key=lambda j: (start[j], j))
     assert order == [jobs[0], jobs[4], jobs[3], jobs[2], jobs[1]]
+
+
+def _stale_hint(cluster: str, job_id: str, priority: float, age_s: float) -> PriorityHint:
+    return _hint(cluster, job_id, priority).model_copy(update={"created_at": time.time() - age_s})
+
+
+def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
+    slurm_conf: str, redis_url: str, unique_prefix: str
+) -> None:
+    """The worker is down: earlier jobs have hints, the new ones none. The new ones must
+    not rank below every hinted job (they get the median factor); once the hints are
+    older than --stale-after, every pending job has the same factor: Slurm's own order."""
+    cli = SlurmCli(slurm_conf)
+    cluster = "c" + unique_prefix
+    env = {
+        **os.environ,
+        "SLURM_CONF": slurm_conf,
+        "GPUHINT_REDIS_URL": redis_url,
+        "GPUHINT_KEY_PREFIX": unique_prefix,
+        "GPUHINT_CLUSTER": cluster,
+    }
+    gpuhint = [sys.executable, "-m", "gpuhint", "slurm", "apply-priorities", "--once", "--json"]
+    node = cli.nodes()[0].name
+    common = ["-w", node, "-G", "8", "-t", "5", "--account", "research"]
+    blocker = _sbatch(cli, *common, "-J", "blocker", "--wrap", "sleep 300")
+    mine = [blocker]
+    try:
+        _until(
+            "the blocker to run",
+            lambda: "RUNNING" in cli.run(["squeue", "-h", "-j", blocker, "-o", "%T"]),
+            60,
+        )
+        old = [_sbatch(cli, *common, "-J", f"old{i}", "--wrap", "sleep 1") for i in range(3)]
+        mine += old
+        prios = dict(zip(old, (8 * 60.0, 8 * 3600.0, 8 * 30 * 86400.0), strict=True))
+        store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
+        for j, p in prios.items():
+            store.put_hint(_hint(cluster, j, p))
+        store.flush()
+        # the worker dies: jobs submitted now get no hint
+        new = [_sbatch(cli, *common, "-J", f"new{i}", "--wrap", "sleep 1") for i in range(2)]
+        mine += new
+
+        dead = subprocess.run(
+            [*gpuhint, "--redis-url", "redis://127.0.0.1:9/0"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert dead.returncode != 0 and "pass failed" in dead.stderr  # Redis down:
+        assert all(_site_factors(cli).get(j, 0) == 0 for j in old + new)  # nothing changed
+
+        once = subprocess.run(gpuhint, env=env, capture_output=True, text=True, timeout=60)
+        assert once.returncode == 0, once.stderr
+        doc = json.loads(once.stdout)
+        fmap = FactorMap()
+        hinted = sorted(fmap.factor(p) for p in prios.values())
+        neutral = round(hinted[1] / 1000) * 1000  # the median, to 1% of max_factor
+        assert doc["neutral_factor"] == neutral and doc["pending_unhinted"] == 2
+        assert doc["hints_fresh"] is True
+        factors = _site_factors(cli)
+        assert [factors[j] for j in old] == [fmap.factor(prios[j]) for j in old]
+        assert [factors[j] for j in new] == [neutral, neutral]
+        assert min(hinted) < neutral < max(hinted)  # not below every hinted job
+        # and Slurm ranks them so: by priority, each new job is ahead of the largest
+        prio = {
+            a: int(b)
+            for a, _, b in (
+                ln.partition("|") for ln in cli.run(["squeue", "-h", "-o", "%i|%Q"]).split()
+            )
+        }
+        assert all(prio[n] > prio[old[2]] and prio[n] < prio[old[0]] for n in new), prio
+
+        # an hour and more without a sign of life: the hints fade; --fade 0: at once
+        for j, p in prios.items():
+            store.put_hint(_stale_hint(cluster, j, p, age_s=2 * 3600))
+        store.flush()
+        stale = subprocess.run(
+            [*gpuhint, "--fade", "0"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert stale.returncode == 0, stale.stderr
+        doc = json.loads(stale.stdout)
+        assert doc["hints_fresh"] is False and doc["faded"] == 3, doc
+        assert "no fresh hint" in stale.stderr
+        factors = _site_factors(cli)
+        assert {factors[j] for j in old + new} == {neutral}  # one factor: Slurm's own order
+
+        # with the default fade (30 min) a hint 15 min past --stale-after is half-way
+        half = subprocess.run(
+            [*gpuhint, "--stale-after", str(2 * 3600 - 900)],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert half.returncode == 0, half.stderr
+        factors = _site_factors(cli)
+        small = fmap.factor(prios[old[0]])
+        assert neutral < factors[old[0]] < small, (factors[old[0]], neutral, small)
+        assert factors[new[0]] == neutral
+    finally:
+        cli.run(["scancel", *mine], check=False)
+        _until(
+            "my jobs to leave the queue",
+            lambda: (
+                not cli.run(["squeue", "-h", "-j", ",".join(mine), "-o", "%i"], check=False).strip()
+            ),
+            120,
+        )

@@ -21,7 +21,10 @@ The order, per batch and per save (quix-streams names it ``Checkpoint.commit()``
    (:class:`~streams.state_table.SaveCadence`); dead-lettered events change no state
    and are released at once;
 5. **save** a VC's state (its changelog record) when its cadence is due, then
-   **release** its held events;
+   **release** its held events; when more VCs hold unsaved changes than half the
+   live-state bound (``TableStates.max_live``), the oldest are saved at once before the
+   next batch (backpressure: an unsaved state cannot be evicted, so a backlog that
+   touches 100,000 VCs would otherwise keep them all in memory);
 6. **commit**: a partition's committable offset (:meth:`BatchRoutine.committable`) is
    its lowest offset still held or in a batch, else the next expected offset. The edge
    commits that, and only that, after its producer is flushed (Faust flushes it before
@@ -321,6 +324,10 @@ class BatchRoutine(Generic[E]):
                 self.edge.ack(event)
         if self.cadence.interval_s == 0:
             await self.save(self.cadence.keys())
+            return
+        over = len(self.cadence.keys()) - self.states.max_live // 2
+        if over > 0:  # backpressure: unsaved (dirty) states cannot be evicted
+            await self.save(self.cadence.keys()[:over])
 
     def _release(self, event: E) -> None:
         msg = self.edge.message(event)

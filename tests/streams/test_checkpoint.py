@@ -188,3 +188,19 @@ def test_committing_past_a_held_event_would_lose_it(
     p.run(workers=1)
     probes = [e for e in all_events if e.phase == "submitted"]
     assert p.pending_hints() != ref.pending_hints() or _learned(p, probes) != _learned(ref, probes)
+
+
+def test_more_unsaved_vcs_than_the_live_bound_are_saved_at_once() -> None:
+    """Backpressure: an unsaved state cannot be evicted, so a batch that leaves more VCs
+    with unsaved changes than half the live bound saves the oldest of them at once."""
+    edge = ListEdge(committed={0: 0})
+    store = InMemoryStore()
+    states = TableStates({}, max_live=20)
+    handler = MessageHandler(HintEngine(HistoryEstimator, store, states=states))
+    routine: BatchRoutine[Message] = BatchRoutine(
+        handler, states, edge, flush=store.flush, save_interval_s=60.0, clock=lambda: 0.0
+    )
+    asyncio.run(routine.run_batch([_msg(o, vc=f"v{o}") for o in range(50)]))
+    assert len(routine.cadence.keys()) == 10  # the 40 oldest saved, their events released
+    assert [m.offset for m in edge.acked] == list(range(40))
+    assert routine.committable(0) == 40

@@ -221,12 +221,17 @@ def plan(
 
     ``services`` maps gpuhint job id -> expected service (the hint's ``priority``).
     A Workload already in its class is ``unchanged`` (no patch). With a ``neutral``
-    class, a Workload without a hint gets it (else it is skipped, ``no-hint``) and a
-    hinted one is moved ``1 - weight`` of the way towards it (``weight`` 0: stale hints).
+    class, a Workload without a hint gets it when its ClusterQueue has hinted waiting
+    Workloads (else it is skipped, ``no-hint``: a queue gpuhint does not rank keeps
+    Kueue's order) and a hinted one is moved ``1 - weight`` of the way towards it
+    (``weight`` 0: stale hints).
     """
     workloads = list(workloads)
     queues = list(queues)
     ceilings = priority_ceilings(queues, workloads)
+    # a ClusterQueue none of whose waiting Workloads has a hint is not ranked by gpuhint
+    # (or all its Workloads are equal anyway): its unhinted Workloads keep Kueue's order
+    served = {w.cluster_queue for w in workloads if w.pending and w.job_id in services}
     out = Plan()
     for w in workloads:
         if not w.pending:
@@ -242,7 +247,7 @@ def plan(
             continue
         service = services.get(w.job_id)
         if service is None:
-            if neutral is None:
+            if neutral is None or w.cluster_queue not in served:
                 out.skip("no-hint")
                 continue
             target = neutral

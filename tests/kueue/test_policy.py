@@ -126,13 +126,25 @@ def test_unhinted_workloads_get_the_neutral_class_within_the_guards() -> None:
     assert plan(wls, {"E": 100.0}, LADDER).skipped["no-hint"] == 2  # neutral None: as before
     # a queue that may preempt: the neutral class too stays below the lowest admitted
     guarded = plan(
-        [_wl("a", "A"), _wl("d", "D", pending=False, prio=3)],
-        {},
+        [_wl("a", "A"), _wl("h", "H"), _wl("d", "D", pending=False, prio=3)],
+        {"H": 1e12},
         LADDER,
         [QueuePolicy("cq", within_cluster_queue="LowerPriority")],
         neutral=neutral,
     )
-    assert [r.new_class.name for r in guarded.relabel] == ["gpuhint-02"]
+    assert {r.job_name: r.new_class.name for r in guarded.relabel} == {
+        "a": "gpuhint-02",
+        "h": "gpuhint-00",
+    }
+
+
+def test_a_cluster_queue_without_any_hint_keeps_kueues_order() -> None:
+    """gpuhint ranks no Workload of queue "other" (not served, or every one of its
+    Workloads equal anyway): its unhinted Workloads are left alone."""
+    wls = [_wl("a", "A"), _wl("e", "E"), _wl("x", "X", cq="other")]
+    p = plan(wls, {"E": 100.0}, LADDER, neutral=LADDER.at(5))
+    assert sorted(r.job_name for r in p.relabel) == ["a", "e"]
+    assert p.skipped == {"no-hint": 1}
 
 
 def test_stale_hints_fade_to_the_neutral_class() -> None:

@@ -266,7 +266,7 @@ class LoadSampler:
         now = time.monotonic()
         generation = group_generation(app)
         if self.probe is not None:
-            self.probe.in_generation(generation)  # a rebalance ran: sample afresh
+            self.probe.in_generation(generation, now)  # a rebalance ran: sample afresh
         try:
             end, committed = await group_offsets(app, view.job_topic, self.partitions, timeout=3.0)
         except Exception as exc:  # broker busy or consumer stopping: keep the last view

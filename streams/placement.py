@@ -145,9 +145,13 @@ class RebalanceProbe:
     min_events: float = 50_000.0
     sustain: int = 2
     cooldown_s: float = 30.0
+    settle_s: float = 5.0
+    """Samples within this long of a rebalance do not count: a partition that moved
+    commits only once its new owner has restored and saved, so its lag reads stale."""
     _streak: int = field(default=0, repr=False)
     _last_asked: float | None = field(default=None, repr=False)
     _generation: int | None = field(default=None, repr=False)
+    _generation_since: float | None = field(default=None, repr=False)
 
     def observe(
         self,
@@ -157,6 +161,10 @@ class RebalanceProbe:
         partitions: int,
     ) -> bool:
         """One load sample under ``deal`` (member -> partitions): rebalance now?"""
+        since = self._generation_since
+        if since is not None and now - since < self.settle_s:
+            self._streak = 0
+            return False
         better = balance_by_load(deal, load, partitions, self.min_gain)
         if better is None or busiest(deal, load) - busiest(better, load) < self.min_events:
             self._streak = 0
@@ -171,8 +179,10 @@ class RebalanceProbe:
         self._last_asked = now
         self._streak = 0
 
-    def in_generation(self, generation: int | None) -> None:
-        """The group generation of this sample: a new one means a rebalance ran."""
+    def in_generation(self, generation: int | None, now: float | None = None) -> None:
+        """The group generation of this sample (seen at ``now``): a new one means a
+        rebalance ran; its samples count after ``settle_s``."""
         if generation != self._generation:
             self._generation = generation
+            self._generation_since = now
             self._streak = 0

@@ -235,3 +235,20 @@ def test_request_rejoin_only_for_the_generation_this_worker_led() -> None:
     thread._consumer = None  # consumer stopped
     assert group_generation(app) is None
     assert not asyncio.run(request_rejoin(app, 7))
+
+
+def test_samples_right_after_a_rebalance_do_not_count() -> None:
+    """A partition that just moved commits only once its new owner restored and saved:
+    its lag reads stale for a few seconds, so those samples start no streak."""
+    from streams.placement import RebalanceProbe
+
+    probe = RebalanceProbe(min_gain=0.2, min_events=1000, sustain=2, cooldown_s=0, settle_s=5)
+    deal = {"a": {0, 1, 2, 3}, "b": {4, 5, 6, 7}}
+    load = {0: 3000.0, 1: 0.0, 2: 2000.0, 3: 0.0, 4: 1000.0, 5: 3000.0, 6: 3000.0, 7: 4000.0}
+    probe.in_generation(7, now=100.0)
+    assert [probe.observe(t, deal, load, 8) for t in (101.0, 104.0, 105.0, 106.0)] == [
+        False,
+        False,
+        False,
+        True,
+    ]

@@ -135,11 +135,13 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
 
 
 class CheckpointApp(faust.App):
-    """A Faust app whose consumer is :class:`CheckpointConsumer`."""
+    """A Faust app whose consumer is :attr:`consumer_class` (:class:`CheckpointConsumer`)."""
+
+    consumer_class: type[faust_aiokafka.Consumer] = CheckpointConsumer
 
     def _new_consumer(self) -> Any:
         transport = self.transport
-        return CheckpointConsumer(
+        return self.consumer_class(
             transport,
             callback=self.topics.on_message,
             on_partitions_revoked=self._on_partitions_revoked,
@@ -262,16 +264,7 @@ class LeanConsumer(CheckpointConsumer):
 class LeanApp(CheckpointApp):
     """A Faust app whose consumer is :class:`LeanConsumer`."""
 
-    def _new_consumer(self) -> Any:
-        transport = self.transport
-        return LeanConsumer(
-            transport,
-            callback=self.topics.on_message,
-            on_partitions_revoked=self._on_partitions_revoked,
-            on_partitions_assigned=self._on_partitions_assigned,
-            beacon=self.beacon,
-            loop=transport.loop,
-        )
+    consumer_class = LeanConsumer
 
 
 def app_class(lean_fetch: bool) -> type[faust.App]:

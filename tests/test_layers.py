@@ -30,6 +30,7 @@ LAYER_OF: dict[str, str] = {
     "gpuhint.keys": "contract",
     "gpuhint.topics": "contract",
     "gpuhint.logs": "contract",
+    "gpuhint.freshness": "contract",  # the appliers' liveness log (logging only)
     "gpuhint.store": "contract",
     # duration models, forecaster, power policy; trace readers (pure input parsing)
     "models": "models",

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from gpuhint.contract import PriorityHint
+from gpuhint.freshness import HintFreshness
 from gpuhint.kueue.hints import HintReader, last_alive
 from gpuhint.kueue.policy import (
     ClassLadder,
@@ -155,7 +156,9 @@ class Applier:
         self.hint_errors = hint_errors
         self.wall = wall
         self.last_read: tuple[list[PriorityHint], float | None] | None = None
-        self.state: str | None = None  # "fresh", "stale", "redis_down": logged on change
+        self.freshness = HintFreshness(
+            cluster, "Workloads without a hint get the neutral class, hints fade to it"
+        )
 
     def ensure_classes(self) -> list[str]:
         return self.backend.ensure_classes(self.ladder, self.dry_run)
@@ -178,21 +181,12 @@ class Applier:
         return hints, alive, "redis"
 
     def _set_state(self, state: str, detail: str) -> None:
-        if state == self.state:
-            return
-        was, self.state = self.state, state
-        if state == "fresh":
-            if was is not None:
-                log.warning("cluster %s: hints are fresh again (%s)", self.cluster, detail)
-        elif state == "stale":
-            log.warning(
-                "cluster %s: no fresh hint (%s): is the worker, the agent or Kafka down? "
-                "Workloads without a hint get the neutral class, hints fade to it",
-                self.cluster,
-                detail,
-            )
-        else:
-            log.warning("cluster %s: cannot read hints from Redis: %s", self.cluster, detail)
+        self.freshness.set(state, detail)
+
+    @property
+    def state(self) -> str | None:
+        """``fresh``, ``stale`` or ``redis_down`` (None before the first pass)."""
+        return self.freshness.state
 
     def run_pass(self) -> PassReport:
         t0 = time.perf_counter()

@@ -54,6 +54,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuhint.freshness import HintFreshness
+
 log = logging.getLogger("gpuhint.slurm")
 
 
@@ -374,7 +376,9 @@ class PriorityApplier:
         self.total_refused = 0
         self.applied: dict[str, int] = {}  # job id -> factor set (pending jobs only)
         self.last_snapshot: HintSnapshot | None = None  # the last hints read from Redis
-        self.state: str | None = None  # "fresh", "stale", "redis_down": logged on change
+        self.freshness = HintFreshness(
+            cluster, "jobs without a hint get the neutral factor, hints fade to it"
+        )
         self._ages = callable(getattr(hints, "snapshot", None))  # else: ages unknown
 
     def _snapshot(self) -> tuple[HintSnapshot, str]:
@@ -395,21 +399,12 @@ class PriorityApplier:
         return got, "redis"
 
     def _set_state(self, state: str, detail: str) -> None:
-        if state == self.state:
-            return
-        was, self.state = self.state, state
-        if state == "fresh":
-            if was is not None:
-                log.warning("cluster %s: hints are fresh again (%s)", self.cluster, detail)
-        elif state == "stale":
-            log.warning(
-                "cluster %s: no fresh hint (%s): is the worker, the agent or Kafka down? "
-                "jobs without a hint get the neutral factor, hints fade to it",
-                self.cluster,
-                detail,
-            )
-        else:
-            log.warning("cluster %s: cannot read hints from Redis: %s", self.cluster, detail)
+        self.freshness.set(state, detail)
+
+    @property
+    def state(self) -> str | None:
+        """``fresh``, ``stale`` or ``redis_down`` (None before the first pass)."""
+        return self.freshness.state
 
     def run_pass(self) -> PassResult:
         t0 = self.clock()

@@ -43,3 +43,17 @@ class HintFreshness:
         else:
             log.warning("cluster %s: cannot read hints from Redis: %s", self.cluster, detail)
         return True
+
+    def observe(self, age_s: float | None, stale_after_s: float) -> bool:
+        """The cluster's last sign of life was ``age_s`` ago (None: none at all): set
+        ``fresh`` or ``stale`` and return whether it is fresh."""
+        if age_s is not None and age_s <= stale_after_s:
+            self.set("fresh", f"newest sign of life {age_s:.0f} s ago")
+            return True
+        self.set(
+            "stale",
+            "no hint or load summary at all"
+            if age_s is None
+            else f"newest hint or load summary {age_s:.0f} s old",
+        )
+        return False

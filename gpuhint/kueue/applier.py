@@ -196,15 +196,7 @@ class Applier:
         age = None if alive is None else max(0.0, self.wall() - alive)
         fresh = age is not None and age <= self.stale_after_s
         if source == "redis":
-            if fresh:
-                self._set_state("fresh", f"newest sign of life {age:.0f} s ago")
-            else:
-                self._set_state(
-                    "stale",
-                    "no hint or load summary at all"
-                    if age is None
-                    else f"newest hint or load summary {age:.0f} s old",
-                )
+            self.freshness.observe(age, self.stale_after_s)
         neutral = None
         weight = 1.0
         if self.neutral != "off":

@@ -417,15 +417,7 @@ class PriorityApplier:
         if not self._ages:
             fresh = True  # a port without ages: every hint counts as fresh
         elif source == "redis":
-            if fresh:
-                self._set_state("fresh", f"newest sign of life {age:.0f} s ago")
-            else:
-                self._set_state(
-                    "stale",
-                    "no hint or load summary at all"
-                    if age is None
-                    else f"newest hint or load summary {age:.0f} s old",
-                )
+            self.freshness.observe(age, fb.stale_after_s)
         neutral: int | None = None
         weight = 1.0
         if fb.enabled:

@@ -15,6 +15,20 @@ class UserError(Exception):
     """A mistake of the user's (bad file, bad flag): printed as one line, exit code 2."""
 
 
+def add_fallback_args(p: argparse.ArgumentParser, what: str) -> None:
+    """An applier's options for jobs without a (fresh) hint (docs/operations.md,
+    *gpuhint is down*); ``what`` is the value it sets, e.g. ``factor``."""
+    p.add_argument(
+        "--neutral",
+        metavar="MODE",
+        help=f"{what} of a job without a hint: median, midpoint, off or a number (median)",
+    )
+    p.add_argument(
+        "--stale-after", type=float, metavar="S", help="hints fade after S s without news (3600)"
+    )
+    p.add_argument("--fade", type=float, metavar="S", help="the fade takes S s (1800)")
+
+
 def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML settings file (else $GPUHINT_CONFIG)")
 

@@ -11,7 +11,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, settings_from
+from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, settings_from
 
 DESCRIPTION = """\
 Kueue admits the waiting Workload of highest priority first. apply-priorities gives
@@ -90,15 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     a.add_argument("--rate", type=float, metavar="PER_S", help="patches per second (20; 0: no cap)")
     a.add_argument("--burst", type=int, metavar="N", help="patch burst (50)")
     a.add_argument("--workers", type=int, metavar="N", help="concurrent patches (4)")
-    a.add_argument(
-        "--neutral",
-        metavar="MODE",
-        help="class of a job without a hint: median, midpoint, off or a rung number (median)",
-    )
-    a.add_argument(
-        "--stale-after", type=float, metavar="S", help="hints fade after S s without news (3600)"
-    )
-    a.add_argument("--fade", type=float, metavar="S", help="the fade takes S s (1800)")
+    add_fallback_args(a, "class")
     a.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
     )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, settings_from
+from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, settings_from
 
 log = logging.getLogger("gpuhint.slurm")
 
@@ -116,15 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     prio.add_argument("--max-factor", type=int, metavar="N", help="SiteFactor of p = 0")
     prio.add_argument("--rate", type=float, metavar="N", help="job updates per second")
     prio.add_argument("--max-updates", type=int, metavar="N", help="job updates per pass")
-    prio.add_argument(
-        "--neutral",
-        metavar="MODE",
-        help="factor of a job without a hint: median, midpoint, off or a number (median)",
-    )
-    prio.add_argument(
-        "--stale-after", type=float, metavar="S", help="hints fade after S s without news (3600)"
-    )
-    prio.add_argument("--fade", type=float, metavar="S", help="the fade takes S s (1800)")
+    add_fallback_args(prio, "factor")
     prio.set_defaults(handler=run_priorities)
 
     power = s.add_parser(

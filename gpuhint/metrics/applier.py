@@ -209,13 +209,13 @@ class ApplierMetrics:
             self.refusal(str(why).replace("-", "_"), n)
         self.error("api", report.errors)
         self.fallback(
-            fresh=getattr(report, "hints_fresh", True),
-            age_s=getattr(report, "hint_age_s", None),
-            redis_up=getattr(report, "hints_from", "redis") == "redis",
-            unhinted=getattr(report, "unhinted", 0),
-            faded=getattr(report, "faded", 0),
-            neutral=getattr(report, "neutral_value", None),
-            neutral_set=0 if report.dry_run else getattr(report, "neutral_set", 0),
+            fresh=report.hints_fresh,
+            age_s=report.hint_age_s,
+            redis_up=report.hints_from == "redis",
+            unhinted=report.unhinted,
+            faded=report.faded,
+            neutral=report.neutral_value,
+            neutral_set=0 if report.dry_run else report.neutral_set,
         )
         self.pass_done(report.seconds, report.pending, report.relabelled)
 
@@ -230,13 +230,13 @@ class ApplierMetrics:
         self.refusal("rate_limited", result.deferred)
         self.refusal("slurm_refused", result.refused)
         self.fallback(
-            fresh=getattr(result, "hints_fresh", True),
-            age_s=getattr(result, "hint_age_s", None),
-            redis_up=getattr(result, "hints_from", "redis") == "redis",
-            unhinted=getattr(result, "pending_unhinted", 0),
-            faded=getattr(result, "faded", 0),
-            neutral=getattr(result, "neutral_factor", None),
-            neutral_set=0 if dry_run else getattr(result, "neutral_set", 0),
+            fresh=result.hints_fresh,
+            age_s=result.hint_age_s,
+            redis_up=result.hints_from == "redis",
+            unhinted=result.pending_unhinted,
+            faded=result.faded,
+            neutral=result.neutral_factor,
+            neutral_set=0 if dry_run else result.neutral_set,
         )
         self.pass_done(result.seconds, result.pending_hinted, result.updated)
 

@@ -332,29 +332,11 @@ class Chaos:
 
     def lag(self, prefix: str) -> int | None:
         """Job events not yet committed by the worker group (None: cannot tell now)."""
-        from kafka import KafkaConsumer, TopicPartition
-
-        topic = Topics(prefix).job_events
-        tps = [TopicPartition(topic, p) for p in range(self.partitions)]
-        try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self.kafka.bootstrap,
-                group_id=f"{prefix}-worker",
-                enable_auto_commit=False,
-                request_timeout_ms=5000,
-            )
-            try:  # reads the group's committed offsets without joining it
-                committed = {tp: consumer.committed(tp) for tp in tps}
-                ends = consumer.end_offsets(tps)
-            finally:
-                consumer.close()
-        except Exception:
+        got = self.committed_offsets(prefix)
+        if got is None:
             return None
-        total = 0
-        for tp in tps:
-            done = committed.get(tp) or 0
-            total += max(0, ends[tp] - done)
-        return total
+        committed, ends = got
+        return sum(max(0, ends.get(p, 0) - c) for p, c in committed.items())
 
     def dead_letters(self, prefix: str) -> int:
         from kafka import KafkaConsumer

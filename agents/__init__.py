@@ -1,0 +1,1 @@
+"""The GPU node agent: NVML readings and scheduler snapshots published to Kafka."""

@@ -1,9 +1,9 @@
 """The node agent loop: sample NVML, poll the scheduler, publish, every ``interval_s``.
 
-Each tick publishes one :class:`~gpuhint.contract.GpuSample` per readable GPU to
-``Topics.gpu_samples`` and one :class:`~gpuhint.contract.NodeStatus` to
-``Topics.node_status``, both keyed ``cluster/node`` (:func:`gpuhint.topics.node_key`),
-plus any scheduler :class:`~gpuhint.contract.JobEvent` changes to ``Topics.job_events``
+Each tick publishes one :class:`~gpuhint.wire.contract.GpuSample` per readable GPU to
+``Topics.gpu_samples`` and one :class:`~gpuhint.wire.contract.NodeStatus` to
+``Topics.node_status``, both keyed ``cluster/node`` (:func:`gpuhint.wire.topics.node_key`),
+plus any scheduler :class:`~gpuhint.wire.contract.JobEvent` changes to ``Topics.job_events``
 keyed ``cluster/vc``. Ticks follow a fixed schedule (a slow tick skips the missed
 ones rather than bursting); :meth:`NodeAgent.run` returns when its stop event is set
 (the CLI sets it on SIGTERM/SIGINT), and :meth:`NodeAgent.close` flushes.
@@ -25,41 +25,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from agents.nvml import Nvml, NvmlError
 from agents.publisher import BufferedPublisher
 from agents.sampler import Sampler, SampleResult
-from agents.scheduler import JobTracker, SchedJob, SchedulerError, read_source
-from gpuhint.contract import JobEvent, encode_message
-from gpuhint.topics import Topics, job_key, node_key
+from gpuhint.cores.job_tracker import SchedulerFeed
+from gpuhint.wire.contract import encode_message
+from gpuhint.wire.topics import Topics, job_key, node_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SchedulerFeed:
-    """One scheduler source: where to read a snapshot, how to parse it, and its tracker."""
-
-    name: str
-    source: str | Sequence[str]
-    parse: Callable[[str], list[SchedJob]]
-    tracker: JobTracker
-    timeout_s: float = 60.0
-    failures: int = field(default=0)
-
-    def poll(self, now: float) -> list[JobEvent]:
-        try:
-            jobs = self.parse(read_source(self.source, timeout_s=self.timeout_s))
-        except SchedulerError as exc:
-            self.failures += 1
-            if self.failures == 1 or self.failures % 60 == 0:
-                log.warning("%s: %s (failure %d; will retry)", self.name, exc, self.failures)
-            return []
-        if self.failures:
-            log.warning("%s: readable again after %d failure(s)", self.name, self.failures)
-            self.failures = 0
-        return self.tracker.update(jobs, now)
 
 
 class NodeAgent:

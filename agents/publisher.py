@@ -140,7 +140,7 @@ class KafkaTransport:
             from kafka import KafkaProducer
             from kafka.errors import KafkaError
 
-            from gpuhint.kafka_io import KafkaSecurityMismatch, probe_broker
+            from streams.kafka_io import KafkaSecurityMismatch, probe_broker
 
             try:  # a broker that answers but not in our security protocol: say so at once
                 probe_broker(self.bootstrap, self.config, 5.0)

@@ -1,4 +1,5 @@
-"""NVML readings -> :class:`~gpuhint.contract.GpuSample` and :class:`~gpuhint.contract.NodeStatus`.
+"""NVML readings -> :class:`~gpuhint.wire.contract.GpuSample` and
+:class:`~gpuhint.wire.contract.NodeStatus`.
 
 Every field read is guarded: an :class:`~agents.nvml.NvmlError` on one field gives
 ``None`` for that field only. A device that is *lost* (fell off the bus, needs a reset)
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from agents.nvml import NOT_SUPPORTED, Nvml, NvmlError, XidEvent
-from gpuhint.contract import GpuHealth, GpuProcess, GpuSample, MigInstance, NodeStatus
+from gpuhint.wire.contract import GpuHealth, GpuProcess, GpuSample, MigInstance, NodeStatus
 
 log = logging.getLogger(__name__)
 

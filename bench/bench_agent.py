@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents.fake_nvml import FakeNvml
 from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, KafkaTransport, MemoryTransport, Transport
-from gpuhint.topics import Topics
+from gpuhint.wire.topics import Topics
 
 
 def main() -> int:
@@ -42,8 +42,8 @@ def main() -> int:
     kafka = os.environ.get("GPUHINT_BENCH_KAFKA")
     transport: Transport
     if kafka:
-        from gpuhint.config import load_settings
-        from gpuhint.kafka_io import ensure_topics, kafka_client_config
+        from gpuhint.wire.config import load_settings
+        from streams.kafka_io import ensure_topics, kafka_client_config
 
         topics = Topics(f"bench{int(time.time())}")
         sec = kafka_client_config(load_settings())  # GPUHINT_KAFKA_SECURITY_* etc.

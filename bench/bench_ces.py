@@ -8,7 +8,8 @@ load series. Target: >= 5,000 steps/s (one step = one slot of one cluster).
 
 ``--tracker``: a ``--nodes`` cluster whose agents report every ``--interval`` s (10 s:
 10,000 nodes -> 1,000 msg/s needed), NodeStatus through
-:class:`~streams.cluster_load.ClusterLoadProcessor` (what the worker's cluster-load agent
+:class:`~gpuhint.cores.pipeline.cluster_load.ClusterLoadProcessor` (what the worker's cluster-load
+agent
 runs per message), with ``checkpoint_dirty()`` after every ``--batch`` messages (the
 worker's cadence: a full batch is ``batch_max`` = 500 when it falls behind; at exactly
 1,000 msg/s with ``batch_within_s`` = 0.05 a batch is 50 messages, so both are run).
@@ -33,19 +34,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree, not an install
 
-from gpuhint.ces_core import CesEngine, ClusterLoadTracker
-from gpuhint.contract import NodeStatus
-from gpuhint.store import InMemoryStore
+from gpuhint.cores.ces import CesEngine, ClusterLoadTracker
+from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.wire.contract import NodeStatus
 from models.forecast import LoadForecaster
 from models.power_policy import PowerPolicy, PowerPolicyConfig
-from streams.cluster_load import ClusterLoadProcessor
 
 SLOT_S = 600
 
 
 def bench_steps(args: argparse.Namespace) -> None:
     if args.series:
-        from gpuhint.loadseries import read_series
+        from gpuhint.lab.traces.loadseries import read_series
 
         s = read_series(args.series)
         used, total = s.used, s.total

@@ -1,7 +1,7 @@
 """The CES load tracker as it was before issue 10 (O(nodes) per message), kept verbatim.
 
-It is the reference that ``tests/gpuhint/test_ces_tracker.py`` compares the incremental
-:class:`gpuhint.ces_core.ClusterLoadTracker` against on random streams, and the "old"
+It is the reference that ``tests/cores/test_ces_tracker.py`` compares the incremental
+:class:`gpuhint.cores.ces.ClusterLoadTracker` against on random streams, and the "old"
 side of ``bench/bench_ces.py --tracker``. Do not optimise it: its value is being the
 plain algorithm (every NodeStatus recounts all nodes; a checkpoint pickles every node).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gpuhint.ces_core import SlotObservation
-from gpuhint.contract import JobEvent, JobPhase, NodeStatus
+from gpuhint.cores.ces import SlotObservation
+from gpuhint.wire.contract import JobEvent, JobPhase, NodeStatus
 
 
 @dataclass

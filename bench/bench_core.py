@@ -22,10 +22,10 @@ from datetime import date
 from functools import partial
 
 from gpuhint.cli.demo import shipped_trace
-from gpuhint.contract import JobEvent
-from gpuhint.core import HintEngine
-from gpuhint.store import InMemoryStore
-from gpuhint.traces import job_events, read_trace
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.lab.traces.readers import job_events, read_trace
+from gpuhint.wire.contract import JobEvent
 from models.registry import DEFAULT_MODEL, DURATION_MODELS, make_model
 
 

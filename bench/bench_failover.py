@@ -37,11 +37,11 @@ from typing import Any
 import redis
 from kafka import KafkaProducer
 
-from gpuhint.contract import JobEvent, JobPhase, encode_message
-from gpuhint.kafka_io import ensure_topics
-from gpuhint.keys import RedisKeys
-from gpuhint.testing.services import stop_processes
-from gpuhint.topics import Topics, job_key
+from gpuhint.lab.local.services import stop_processes
+from gpuhint.wire.contract import JobEvent, JobPhase, encode_message
+from gpuhint.wire.keys import RedisKeys
+from gpuhint.wire.topics import Topics, job_key
+from streams.kafka_io import ensure_topics
 
 CLUSTER = "failover"
 PARTITIONS = 4
@@ -49,7 +49,7 @@ PARTITIONS = 4
 
 @contextlib.contextmanager
 def services(bootstrap: str | None, redis_url: str | None) -> Iterator[tuple[str, str]]:
-    from gpuhint.testing.services import LocalKafka, LocalRedis
+    from gpuhint.lab.local.services import LocalKafka, LocalRedis
 
     with contextlib.ExitStack() as stack:
         if bootstrap is None:

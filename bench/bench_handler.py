@@ -2,7 +2,7 @@
 
 What one Faust worker does with each job event minus Kafka, Faust and Redis: the bytes
 of ``bench_pipeline``'s job lifecycles (submitted, started, finished; ``--vcs`` VCs)
-go through :class:`streams.handler.MessageHandler` over :class:`TableStates` and an
+go through :class:`gpuhint.cores.pipeline.handler.MessageHandler` over :class:`TableStates` and an
 ``InMemoryStore`` (flushed every 500 events, as a full batch). Also times
 ``decode_message`` alone, the pickle of one VC's state (what each save does under the
 batch lock) and its compression (done outside the lock); ``--waiting`` leaves that many
@@ -29,14 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pipeline import lifecycle, print_result
 
-from gpuhint.contract import decode_job_event, encode_message
-from gpuhint.core import HintEngine
-from gpuhint.store import InMemoryStore
-from gpuhint.topics import job_key
+from gpuhint.cores.pipeline.handler import Message, MessageHandler
+from gpuhint.cores.pipeline.partitioning import partition_for
+from gpuhint.cores.pipeline.state_table import TableStates
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.wire.contract import decode_job_event, encode_message
+from gpuhint.wire.topics import job_key
 from models.registry import make_model
-from streams.handler import Message, MessageHandler
-from streams.partitioning import partition_for
-from streams.state_table import TableStates
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
     python bench/bench_kueue_apply.py [--n 10000] [--change 0.05] [--workers 16] [--json]
 
-Starts etcd + kube-apiserver with Kueue's CRDs (gpuhint/testing/k8s.py, no Kueue
+Starts etcd + kube-apiserver with Kueue's CRDs (gpuhint/lab/local/k8s.py, no Kueue
 controller, so only the applier loads the server) and a real Redis; creates ``--n``
 suspended Jobs, each with a pending Workload it owns, and one hint per Job in Redis. Then
 times, with the applier's own code (``KubeKueue`` caches, ``Applier.run_pass``):
@@ -35,15 +35,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import redis
 from tqdm import tqdm
 
-from gpuhint.contract import PriorityHint
-from gpuhint.keys import RedisKeys
 from gpuhint.kueue.applier import Applier
 from gpuhint.kueue.hints import hint_reader
 from gpuhint.kueue.kube import KubeApi, KubeKueue, api_client
 from gpuhint.kueue.policy import ClassLadder
-from gpuhint.testing.k8s import KUEUE_API, LocalKubernetes, wait_for
-from gpuhint.testing.services import redis_service
-from streams.redis_store import RedisStore
+from gpuhint.lab.local.k8s import KUEUE_API, LocalKubernetes, wait_for
+from gpuhint.lab.local.services import redis_service
+from gpuhint.redis.store import RedisStore
+from gpuhint.wire.contract import PriorityHint
+from gpuhint.wire.keys import RedisKeys
 
 NS = "bench"
 CLUSTER = "k8s"

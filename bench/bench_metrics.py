@@ -22,14 +22,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from agents.fake_nvml import FakeNvml
 from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, MemoryTransport
-from gpuhint.client import HintClient
-from gpuhint.contract import ClusterLoad, PriorityHint
-from gpuhint.keys import RedisKeys
+from gpuhint.lab.local.services import redis_service
 from gpuhint.metrics.agent import AgentCollector, dcgm_exposition
 from gpuhint.metrics.state import RedisStateCollector
 from gpuhint.metrics.store import MeteredRedisStore
-from gpuhint.testing.services import redis_service
-from streams.redis_store import RedisStore
+from gpuhint.redis.client import HintClient
+from gpuhint.redis.store import RedisStore
+from gpuhint.wire.contract import ClusterLoad, PriorityHint
+from gpuhint.wire.keys import RedisKeys
 
 
 def timed(fn: Callable[[], object], runs: int) -> tuple[float, float]:

@@ -24,8 +24,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from gpuhint.contract import JobEvent, JobPhase
-from gpuhint.traces import job_events, read_trace
+from gpuhint.lab.traces.readers import job_events, read_trace
+from gpuhint.wire.contract import JobEvent, JobPhase
 from models.registry import DEFAULT_MODEL, DURATION_MODELS, make_model
 
 SECTION = "## Duration models"

@@ -66,16 +66,16 @@ import redis
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
-from gpuhint.config import load_settings
-from gpuhint.contract import JobEvent, encode_message
-from gpuhint.kafka_io import aiokafka_client_config, ensure_topics, kafka_client_config
-from gpuhint.keys import RedisKeys
-from gpuhint.testing.cpu_meter import CpuMeter, listening_pid, usable_cores
-from gpuhint.testing.kafka_tools import broker_config, produce_batches
-from gpuhint.testing.kafka_tools import group_assignment as _group_assignment
-from gpuhint.testing.services import kafka_service, redis_service
-from gpuhint.topics import Topics, job_key
-from streams.partitioning import partition_for
+from gpuhint.cores.pipeline.partitioning import partition_for
+from gpuhint.lab.local.cpu_meter import CpuMeter, listening_pid, usable_cores
+from gpuhint.lab.local.kafka_tools import broker_config, produce_batches
+from gpuhint.lab.local.kafka_tools import group_assignment as _group_assignment
+from gpuhint.lab.local.services import kafka_service, redis_service
+from gpuhint.wire.config import load_settings
+from gpuhint.wire.contract import JobEvent, encode_message
+from gpuhint.wire.keys import RedisKeys
+from gpuhint.wire.topics import Topics, job_key
+from streams.kafka_io import aiokafka_client_config, ensure_topics, kafka_client_config
 
 CLUSTER = "bench"
 

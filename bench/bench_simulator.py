@@ -14,7 +14,7 @@ import argparse
 import time
 from collections import defaultdict
 
-from gpuhint.traces import read_trace
+from gpuhint.lab.traces.readers import read_trace
 from models.simulator import SimJob, simulate_vc, size_vcs
 
 POLICIES = ("fifo", "sjf", "srtf", "qssf", "fifo+backfill")

@@ -25,14 +25,14 @@ import random
 import time
 from datetime import date
 
-from gpuhint.client import HintClient
-from gpuhint.contract import PriorityHint
-from gpuhint.keys import RedisKeys
+from gpuhint.lab.local.services import LocalRedis
+from gpuhint.lab.local.slurm import LocalSlurm
+from gpuhint.redis.client import HintClient
+from gpuhint.redis.store import RedisStore
 from gpuhint.slurm.commands import SlurmCli, SlurmQueue
 from gpuhint.slurm.priority import PriorityApplier
-from gpuhint.testing.services import LocalRedis
-from gpuhint.testing.slurm import LocalSlurm
-from streams.redis_store import RedisStore
+from gpuhint.wire.contract import PriorityHint
+from gpuhint.wire.keys import RedisKeys
 
 
 class _Hints:

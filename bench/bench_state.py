@@ -1,7 +1,7 @@
 """Memory and record sizes of the worker's per-VC state (:class:`TableStates`).
 
-Many VCs (default): ``--vcs`` distinct VCs go through :class:`~gpuhint.core.HintEngine`
-over :class:`~streams.state_table.TableStates` and a plain dict (what Faust's memory
+Many VCs (default): ``--vcs`` distinct VCs go through :class:`~gpuhint.cores.qssf.HintEngine`
+over :class:`~gpuhint.cores.pipeline.state_table.TableStates` and a plain dict (what Faust's memory
 store is to the worker), VC after VC (``--interleave``: one event of every VC in turn,
 so that every VC is active at once): ``--jobs`` job lifecycles each (submitted,
 started, finished) and ``--waiting`` submitted jobs left waiting. The dirty states are
@@ -40,16 +40,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_pipeline import print_result
 
-from gpuhint.contract import JobEvent, JobPhase
-from gpuhint.core import HintEngine, state_key
-from gpuhint.store import InMemoryStore, Op
-from models.registry import DEFAULT_MODEL, make_model
-from streams.state_table import (
+from gpuhint.cores.pipeline.state_table import (
     DEFAULT_MAX_LIVE,
     DEFAULT_MAX_RECORD_BYTES,
     TableStates,
     is_part_key,
 )
+from gpuhint.cores.qssf import HintEngine, state_key
+from gpuhint.cores.sink import InMemoryStore, Op
+from gpuhint.wire.contract import JobEvent, JobPhase
+from models.registry import DEFAULT_MODEL, make_model
 
 CLUSTER = "bench"
 

@@ -1,4 +1,4 @@
-"""Fault suite, long version: every scenario of gpuhint.testing.chaos on real servers.
+"""Fault suite, long version: every scenario of gpuhint.lab.faults.chaos on real servers.
 
     python bench/chaos.py --json                   # all scenarios, JSON on stdout
     python bench/chaos.py --scenario reference --scenario malformed_10000
@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpuhint.testing.chaos import (  # noqa: E402
+from gpuhint.lab.faults.chaos import (  # noqa: E402
     SCENARIOS,
     Chaos,
     ScenarioResult,
@@ -43,8 +43,8 @@ from gpuhint.testing.chaos import (  # noqa: E402
     load_run,
     many_vcs_events,
 )
-from gpuhint.topics import spread_vc  # noqa: E402
-from gpuhint.traces import job_events, parse_time, read_trace  # noqa: E402
+from gpuhint.lab.traces.readers import job_events, parse_time, read_trace  # noqa: E402
+from gpuhint.wire.topics import spread_vc  # noqa: E402
 
 TRACE = REPO / "tests" / "data" / "philly_excerpt.json"
 CUT = "2017-10-08 00:00:00"

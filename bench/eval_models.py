@@ -1,6 +1,6 @@
 """Online accuracy of every duration model on job traces, as the worker sees the stream.
 
-Each trace is replayed through :class:`gpuhint.core.HintEngine` (predict at submit,
+Each trace is replayed through :class:`gpuhint.cores.qssf.HintEngine` (predict at submit,
 learn at finish, no look-ahead) with an in-memory store; the engine scores each
 prediction when its job finishes.
 
@@ -18,9 +18,9 @@ import time
 from functools import partial
 from pathlib import Path
 
-from gpuhint.core import HintEngine
-from gpuhint.store import InMemoryStore
-from gpuhint.traces import job_events, read_trace
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.lab.traces.readers import job_events, read_trace
 from models.registry import DURATION_MODELS, make_model
 
 

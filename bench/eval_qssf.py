@@ -1,6 +1,6 @@
 """QSSF with gpuhint's hints on every shared trace, every model: the docs/qssf.md tables.
 
-Runs :func:`gpuhint.evaluation.qssf.evaluate_qssf` (the same as ``gpuhint evaluate qssf
+Runs :func:`gpuhint.lab.evaluation.qssf.evaluate_qssf` (the same as ``gpuhint evaluate qssf
 --json``) per trace and model, closed loop unless ``--open-loop``, and prints a Markdown
 table (QSSF / oracle, QSSF / FIFO, hint updates, MAE log, seconds) with the geometric
 mean of QSSF / oracle over the traces other than Venus (the issue's target set).
@@ -22,8 +22,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from gpuhint.evaluation.qssf import evaluate_qssf, read_vc_config
-from gpuhint.traces import read_trace
+from gpuhint.lab.evaluation.qssf import evaluate_qssf, read_vc_config
+from gpuhint.lab.traces.readers import read_trace
 from models.registry import DEFAULT_MODEL, DURATION_MODELS
 
 TRACES = (

@@ -16,9 +16,9 @@ import os
 from functools import partial
 
 from gpuhint.cli.replay import spread_events
-from gpuhint.core import HintEngine
-from gpuhint.store import InMemoryStore
-from gpuhint.traces import job_events, read_trace
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.lab.traces.readers import job_events, read_trace
 from models.registry import make_model
 
 

@@ -2,7 +2,7 @@
 
 A minimal Faust app (one agent: count per key in a table, forward every event to a sink
 topic) runs as a real ``faust worker`` subprocess against a real Kafka broker (the local
-KRaft launcher of ``gpuhint.testing.services`` unless ``--bootstrap`` is given), once per
+KRaft launcher of ``gpuhint.lab.local.services`` unless ``--bootstrap`` is given), once per
 guarantee. For each run it reports:
 
 * ``committed``: whether the consumer group committed the source offsets up to the end;
@@ -72,7 +72,7 @@ def broker(bootstrap: str | None) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from gpuhint.testing.services import LocalKafka
+    from gpuhint.lab.local.services import LocalKafka
 
     with LocalKafka() as kafka:
         kafka.start()

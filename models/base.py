@@ -2,7 +2,7 @@
 
 A model predicts at submit from what is known then, and learns once the job
 finishes. Every model is picklable (checkpoints) and must cope with unseen users,
-VCs and missing optional fields; ``tests/models/test_contract.py`` checks this for
+VCs and missing optional fields; ``tests/models/test_model_contract.py`` checks this for
 each model in :data:`models.registry.DURATION_MODELS`.
 """
 
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from gpuhint.contract import JobEvent
+from gpuhint.wire.contract import JobEvent
 
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gpuhint
+from gpuhint.wire.version import VERSION
 from models.base import DurationModel
 
 MAGIC = b"GPUHINT-MODEL-CHECKPOINT\n"
@@ -42,7 +42,7 @@ def dumps(model: DurationModel) -> bytes:
         "format": FORMAT_VERSION,
         "model": model.name,
         "model_version": model.version,
-        "gpuhint_version": gpuhint.__version__,
+        "gpuhint_version": VERSION,
         "created_at": time.time(),
     }
     head = json.dumps(header, sort_keys=True).encode() + b"\n"

@@ -19,7 +19,7 @@ heavy-tailed jobs the mean matters, not the median (docs/qssf.md).
 Features are computed at submit and kept until the job finishes, so the learner is
 trained on what was known at submit (no look-ahead), as in the streaming worker.
 
->>> from gpuhint.contract import JobEvent
+>>> from gpuhint.wire.contract import JobEvent
 >>> m = LinearDurationModel()
 >>> job = JobEvent(phase="submitted", job_id="1", user="u", num_gpus=1, time=0, submit_time=0)
 >>> for _ in range(5):
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from river import base, ensemble, forest, linear_model, optim, preprocessing, tree
 
-from gpuhint.contract import JobEvent
+from gpuhint.wire.contract import JobEvent
 from models.base import DurationPrediction
 from models.features import LEVELS, HistoryFeatures
 

@@ -32,7 +32,7 @@ Memory is bounded: each key keeps at most ``window`` durations and at most ``max
 keys are kept (least recently used are dropped); pending jobs are capped likewise.
 Everything is picklable.
 
->>> from gpuhint.contract import JobEvent
+>>> from gpuhint.wire.contract import JobEvent
 >>> hf = HistoryFeatures()
 >>> job = JobEvent(phase="submitted", job_id="1", user="u", num_gpus=2, time=0, submit_time=0)
 >>> hf.update(job, math.log1p(99.0))
@@ -54,7 +54,7 @@ import re
 from collections import OrderedDict, deque
 from typing import Any
 
-from gpuhint.contract import JobEvent
+from gpuhint.wire.contract import JobEvent
 
 LEVELS = ("burst", "name", "user+gpus", "user", "gpus", "vc")
 """Key levels, most specific first."""
@@ -106,7 +106,7 @@ class BurstTracker:
     any). A submit continues the shape's current burst when it comes at most ``gap_s``
     after the shape's previous submit, else it opens a new one.
 
-    >>> from gpuhint.contract import JobEvent
+    >>> from gpuhint.wire.contract import JobEvent
     >>> bt = BurstTracker(gap_s=60)
     >>> def job(i, t):
     ...     return JobEvent(phase="submitted", job_id=str(i), num_gpus=1, time=t, submit_time=t)

@@ -7,7 +7,7 @@ state of one VC lives on the Kafka partition that carries that VC's events.
 The state is any ``MutableMapping[str, list[float]]``: a dict in embedded mode, a
 changelog-backed Faust table in the streaming worker.
 
->>> from gpuhint.contract import JobEvent
+>>> from gpuhint.wire.contract import JobEvent
 >>> m = HistoryEstimator()
 >>> job = JobEvent(phase="submitted", job_id="1", user="u", num_gpus=1, time=0, submit_time=0)
 >>> m.learn(job, 100.0); m.learn(job, 300.0)
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import MutableMapping
 
-from gpuhint.contract import JobEvent
+from gpuhint.wire.contract import JobEvent
 from models.base import DurationPrediction
 
 # Stats vector: [count, sum of durations, sum of log1p, sum of log1p squared]

@@ -9,7 +9,7 @@ delayed labels (a job's duration is known ``duration`` seconds after its submit)
 
 >>> import datetime as dt
 >>> from river import evaluate, metrics
->>> from gpuhint.contract import JobEvent
+>>> from gpuhint.wire.contract import JobEvent
 >>> from models.registry import make_model
 >>> jobs = [JobEvent(phase="submitted", job_id=str(i), user="u", num_gpus=1,
 ...                  time=60.0 * i, submit_time=60.0 * i) for i in range(40)]
@@ -29,7 +29,7 @@ from typing import Any
 
 from river import base
 
-from gpuhint.contract import JobEvent, JobPhase
+from gpuhint.wire.contract import JobEvent, JobPhase
 from models.base import DurationModel
 
 _FIELDS = (

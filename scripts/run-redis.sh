@@ -6,4 +6,4 @@
 # Data is temporary unless GPUHINT_REDIS_DATA names a directory (then append-only file).
 port=6379
 if [ $# -gt 0 ] && [[ "$1" != --* ]]; then port="$1"; shift; fi
-exec python3 -m gpuhint.testing.services redis --port "$port" "$@"
+exec python3 -m gpuhint.lab.local.services redis --port "$port" "$@"

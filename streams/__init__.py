@@ -1,0 +1,1 @@
+"""Kafka and Faust, the one home: the worker's Faust edge and every kafka-python client."""

@@ -1,17 +1,18 @@
-"""The Faust worker: thin module-level agents around :class:`streams.handler.MessageHandler`.
+"""The Faust worker: thin module-level agents around
+:class:`gpuhint.cores.pipeline.handler.MessageHandler`.
 
 Every message goes through the pure handler (the same one ``gpuhint demo`` and the
 tests call); this module only moves bytes between Kafka, the handler and the sinks.
 
 State (see docs/architecture.md):
 
-* ``vc-state``: one :class:`gpuhint.core.VcState` per (cluster, VC) -- that VC's own
+* ``vc-state``: one :class:`gpuhint.cores.qssf.VcState` per (cluster, VC) -- that VC's own
   duration model, its waiting jobs and its offset watermark -- as a compressed pickle
   in a changelog-backed table co-partitioned with the job-event topic (events are keyed
   ``cluster/vc``), so a VC's state moves with its partition;
 * ``ces-state``: one checkpoint per cluster, co-partitioned with cluster telemetry.
 
-Delivery: the job-event agent runs the batch routine of :mod:`streams.checkpoint`
+Delivery: the job-event agent runs the batch routine of :mod:`gpuhint.cores.pipeline.checkpoint`
 (admit in offset order, handle, flush to Redis with retries, hold each event's
 acknowledgement until its VC's state is saved, save on a cadence, release) on batches
 of what the stream has ready (:func:`streams.batching.take_ready`); the edge is
@@ -42,23 +43,23 @@ from typing import Any
 
 import faust
 
-from gpuhint.ces_core import CesEngine, ClusterLoadTracker
-from gpuhint.config import Settings
-from gpuhint.core import HintEngine
-from gpuhint.store import BufferedStore, HintStore
+from gpuhint.cores.ces import CesEngine, ClusterLoadTracker
+from gpuhint.cores.pipeline.cadence import SaveCadence
+from gpuhint.cores.pipeline.checkpoint import BatchRoutine, Sink
+from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
+from gpuhint.cores.pipeline.gc_policy import HeapFreezer
+from gpuhint.cores.pipeline.handler import Message, MessageHandler, WorkerStats
+from gpuhint.cores.pipeline.partitioning import partition_for
+from gpuhint.cores.pipeline.placement import RebalanceProbe
+from gpuhint.cores.pipeline.state_table import TableStates
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import BufferedStore, HintStore
+from gpuhint.wire.config import Settings
 from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.batching import take_ready
-from streams.cadence import SaveCadence
-from streams.checkpoint import BatchRoutine, Sink
-from streams.cluster_load import ClusterLoadProcessor
 from streams.faust_assignor import LoadSampler, LoadView
 from streams.faust_io import Channels, FaustEdge, make_faust_app
-from streams.gc_policy import HeapFreezer
-from streams.handler import Message, MessageHandler, WorkerStats
-from streams.partitioning import partition_for
-from streams.placement import RebalanceProbe
-from streams.state_table import TableStates
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class Worker:
     states: TableStates
     sink: Sink
     routine: BatchRoutine[Any]
-    """The batch routine the job-event agent runs (:mod:`streams.checkpoint`)."""
+    """The batch routine the job-event agent runs (:mod:`gpuhint.cores.pipeline.checkpoint`)."""
 
     @property
     def cadence(self) -> SaveCadence[Any]:
@@ -236,7 +237,8 @@ def _housekeeping(app: faust.App, settings: Settings, store: HintStore) -> None:
 
     @app.task
     async def keep_gc_pauses_short() -> None:
-        """Freeze the heap on a cadence (:mod:`streams.gc_policy`): full collections then
+        """Freeze the heap on a cadence (:mod:`gpuhint.cores.pipeline.gc_policy`): full collections
+        then
         walk only what is new, instead of pausing the loop for the whole state."""
         if settings.gc_freeze_interval_s <= 0:
             return

@@ -2,10 +2,12 @@
 
 Faust balances partitions by count. Every worker here also samples the load of all the
 job-event partitions from the broker every second (:func:`group_offsets`: end offsets and
-the group's commits; :class:`streams.placement.PartitionLoad`: lag + recent rate) into
+the group's commits; :class:`gpuhint.cores.pipeline.placement.PartitionLoad`: lag + recent rate)
+into
 :attr:`LoadView.snapshot`, so whichever worker leads the next rebalance knows it. When that
 load says another deal would lower the busiest worker's share by at least
-``min_gain`` (:func:`streams.placement.balance_by_load`), the leader hands out that deal
+``min_gain`` (:func:`gpuhint.cores.pipeline.placement.balance_by_load`), the leader hands out that
+deal
 for the job-event topic and every topic co-partitioned with it (the VC and CES state
 changelogs, cluster telemetry): state moves with its partition as in any rebalance.
 
@@ -17,7 +19,8 @@ configured, Faust's assignment stands.
 A deal happens when the group rebalances, and membership changes (a worker joins, leaves
 or dies) are what start one. So the leader also remembers the deal it handed out
 (:attr:`LoadView.dealt`, with the group generation it is for) and, when the load says a
-deal by load would be much better (:class:`streams.placement.RebalanceProbe`), asks the
+deal by load would be much better (:class:`gpuhint.cores.pipeline.placement.RebalanceProbe`), asks
+the
 group to rebalance (:func:`request_rejoin`) -- as Kafka Streams' probing rebalances do.
 The hook is Faust's ``_protocol_assignments`` (checked against :data:`CHECKED_VERSIONS`);
 other Faust versions use Faust's assignor unchanged.
@@ -36,8 +39,8 @@ import faust
 from faust.assignor import PartitionAssignor
 from faust.types import TP
 
+from gpuhint.cores.pipeline.placement import PartitionLoad, RebalanceProbe, balance_by_load, busiest
 from streams.faust_consumer import CHECKED_VERSIONS
-from streams.placement import PartitionLoad, RebalanceProbe, balance_by_load, busiest
 
 log = logging.getLogger(__name__)
 

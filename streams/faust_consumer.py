@@ -8,7 +8,8 @@ it commits past N (faust-streaming issues #596, #606; fix proposed in PR #707). 
 worker killed before N's state is saved then never sees N again. Its gap bookkeeping
 (a jump in read offsets counts as acknowledged) can also commit offsets nobody
 handled. :class:`CheckpointConsumer` therefore asks the worker's batch routine for
-every job-event partition's commit offset (:meth:`streams.checkpoint.BatchRoutine.committable`:
+every job-event partition's commit offset
+(:meth:`gpuhint.cores.pipeline.checkpoint.BatchRoutine.committable`:
 the lowest offset not yet durable) instead; Faust's own logic stays for other topics.
 
 **Fetch.** The lean loop hands a fetched message to its stream without four tasks.

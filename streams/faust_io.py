@@ -1,5 +1,5 @@
 """The worker's Faust edge: the app, its topics and changelog tables, and the batch
-routine's :class:`~streams.checkpoint.Edge` over Faust events (acknowledgements held,
+routine's :class:`~gpuhint.cores.pipeline.checkpoint.Edge` over Faust events (acknowledgements held,
 the group's commits read, seeks)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import faust
 import mode
 from faust.types import TP
 
-from gpuhint.config import Settings
-from gpuhint.kafka_io import faust_credentials, kafka_client_config
+from gpuhint.cores.pipeline.handler import Message, Outcome
+from gpuhint.wire.config import Settings
 from streams.faust_assignor import assignor_class
 from streams.faust_consumer import app_class
-from streams.handler import Message, Outcome
+from streams.kafka_io import faust_credentials, kafka_client_config
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ChangelogTable(MutableMapping[str, bytes]):
 
 
 class FaustEdge:
-    """The batch routine's :class:`streams.checkpoint.Edge` over Faust events."""
+    """The batch routine's :class:`gpuhint.cores.pipeline.checkpoint.Edge` over Faust events."""
 
     def __init__(
         self,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuhint.testing.services import ServiceError, kafka_service, redis_service
-from gpuhint.testing.slurm import slurm_service
+from gpuhint.lab.local.services import ServiceError, kafka_service, redis_service
+from gpuhint.lab.local.slurm import slurm_service
 
 
 @contextlib.contextmanager
@@ -55,7 +55,7 @@ def slurm_conf() -> Iterator[str]:
     """A real Slurm cluster (4 nodes x 8 GPUs, sched/builtin, slurmdbd): its slurm.conf path.
 
     ``GPUHINT_TEST_SLURM`` names the slurm.conf of a running cluster, else the project's
-    launcher (gpuhint/testing/slurm.py) starts one for the session.
+    launcher (gpuhint/lab/local/slurm.py) starts one for the session.
     """
     with _started(slurm_service, "Slurm") as address:
         yield address

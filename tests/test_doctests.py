@@ -29,7 +29,7 @@ MODULES = modules_with_examples()
 
 
 def test_examples_were_found() -> None:
-    assert "gpuhint.contract" in MODULES and "gpuhint.core" in MODULES
+    assert "gpuhint.wire.contract" in MODULES and "gpuhint.cores.qssf" in MODULES
 
 
 @pytest.mark.parametrize("name", MODULES)

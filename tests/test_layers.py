@@ -1,11 +1,15 @@
-"""Imports flow one way: contract -> models -> cores -> drivers -> adapters -> CLI.
+"""Imports flow one way, floor by floor; the folders are the floors.
 
 Every module of the shipped packages (``gpuhint``, ``models``, ``streams``, ``agents``) is
-parsed (``ast``, nothing is imported) and given a layer; each import, at module scope or
-inside a function, may only name a module of the same or a lower layer. The pure layers
-(everything below the adapters) import no Kafka, Faust, Redis, NVML or Kubernetes
-library. The module-scope import graph has no cycle (lazy imports inside a function may
-close one, e.g. ``gpuhint.traces`` dispatching to ``gpuhint.traces_sacct``).
+parsed (``ast``, nothing is imported) and takes the floor of its folder (the nearest
+folder named in :data:`FLOOR_OF_FOLDER`; a rule names folders, never modules). An import,
+at module scope or inside a function, may only name a module of the same or a lower
+floor. The pure floors import no Kafka, Faust, Redis, NVML or Kubernetes library. The
+system homes (one folder per outside system) may use each other, but the folders form no
+circle, and no two modules import each other, even lazily.
+
+    wire -> models -> cores -> systems (streams, redis, slurm, kueue, metrics) -> agents
+         -> lab -> cli
 """
 
 from __future__ import annotations
@@ -17,70 +21,58 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gpuhint", "models", "streams", "agents")
-LAYERS = ("contract", "models", "cores", "drivers", "adapters", "cli")
-PURE = frozenset(LAYERS[:4])
+FLOORS = ("wire", "models", "cores", "systems", "agents", "lab", "cli")
 EDGE_LIBRARIES = frozenset({"faust", "mode", "kafka", "aiokafka", "redis", "pynvml", "kubernetes"})
 
-# Longest matching prefix wins (a module ``a.b.c`` matches ``a.b.c``, then ``a.b``, then ``a``).
-LAYER_OF: dict[str, str] = {
-    # wire contract, configuration, key/topic names, sink interface
-    "gpuhint": "contract",
-    "gpuhint.contract": "contract",
-    "gpuhint.config": "contract",
-    "gpuhint.keys": "contract",
-    "gpuhint.topics": "contract",
-    "gpuhint.logs": "contract",
-    "gpuhint.freshness": "contract",  # the appliers' liveness log (logging only)
-    "gpuhint.store": "contract",
-    # duration models, forecaster, power policy; trace readers (pure input parsing)
-    "models": "models",
-    "gpuhint.traces": "models",
-    "gpuhint.traces_sacct": "models",
-    "gpuhint.loadseries": "models",
-    "gpuhint.slurm.fields": "models",
-    # pure cores: QSSF engine, CES engine, the message path, the scheduler simulator
-    "gpuhint.core": "cores",
-    "gpuhint.ces_core": "cores",
-    "models.simulator": "cores",
-    "models.fifo_guard": "cores",  # the simulator-backed queue-order guard of gpuhint.core
-    "streams": "cores",
-    "streams.handler": "cores",
-    "streams.cluster_load": "cores",
-    "streams.dead_letter": "cores",
-    "streams.state_table": "cores",
-    "streams.partitioning": "cores",
-    "streams.placement": "cores",
-    # offline drivers of the cores (still pure)
-    "streams.inprocess": "drivers",
-    "gpuhint.evaluation": "drivers",
-    "gpuhint.analysis": "drivers",
-    # adapters: Kafka, Faust, Redis, NVML, Slurm, Kubernetes, metrics, test services
-    "gpuhint.kafka_io": "adapters",
-    "gpuhint.client": "adapters",
-    "gpuhint.slurm": "adapters",
-    "gpuhint.kueue": "adapters",
-    "gpuhint.metrics": "adapters",
-    "gpuhint.testing": "adapters",
-    "streams.app": "adapters",
-    "streams.batching": "adapters",  # Faust stream batching
-    "streams.faust_consumer": "adapters",  # Faust's consumer, leaner
-    "streams.faust_io": "adapters",  # the Faust app, topics, tables, the routine's edge
-    "streams.faust_assignor": "adapters",  # Faust's assignor, by load
-    "streams.redis_store": "adapters",
-    "agents": "adapters",
-    # command line
-    "gpuhint.cli": "cli",
-    "gpuhint.__main__": "cli",
+# One rule per folder; a folder not named takes the floor of the nearest named one above.
+FLOOR_OF_FOLDER: dict[str, str] = {
+    "gpuhint/wire": "wire",  # schemas, Redis keys, topics, settings
+    "models": "models",  # duration models, forecaster, power policy, scheduler simulator
+    "gpuhint/cores": "cores",  # QSSF and CES engines, the sink interface, the message path
+    "streams": "systems",  # Kafka and Faust
+    "gpuhint/redis": "systems",  # Redis: the store and the reader
+    "gpuhint/slurm": "systems",  # Slurm: its feed, its appliers, its parsing
+    "gpuhint/kueue": "systems",  # Kubernetes and Kueue: the pod feed, the applier
+    "gpuhint/metrics": "systems",  # Prometheus: /metrics, /healthz, the dashboard
+    "agents": "agents",  # the GPU node agent: NVML, sampling, publishing
+    "gpuhint/lab": "lab",  # traces, evaluation, analysis, replay, local services, faults
+    "gpuhint/cli": "cli",
+    "gpuhint": "cli",  # the package root: ``__version__`` and ``python -m gpuhint``
 }
+PURE_FOLDERS = (
+    "gpuhint/wire",
+    "models",
+    "gpuhint/cores",
+    "gpuhint/lab/traces",
+    "gpuhint/lab/evaluation",
+    "gpuhint/lab/analysis",
+)
 
 
-def layer_of(module: str) -> str | None:
-    parts = module.split(".")
+def folder_of(module: str) -> str:
+    """The folder (``a/b``) that holds a module's file."""
+    path = MODULES[module]
+    return path.parent.relative_to(ROOT).as_posix()
+
+
+def named_folder(folder: str) -> str | None:
+    """The nearest folder with a rule: the folder itself or the closest one above it."""
+    parts = folder.split("/")
     for n in range(len(parts), 0, -1):
-        layer = LAYER_OF.get(".".join(parts[:n]))
-        if layer is not None:
-            return layer
+        candidate = "/".join(parts[:n])
+        if candidate in FLOOR_OF_FOLDER:
+            return candidate
     return None
+
+
+def floor_of(module: str) -> str | None:
+    named = named_folder(folder_of(module))
+    return FLOOR_OF_FOLDER[named] if named else None
+
+
+def is_pure(module: str) -> bool:
+    folder = folder_of(module)
+    return any(folder == f or folder.startswith(f + "/") for f in PURE_FOLDERS)
 
 
 def module_name(path: Path) -> str:
@@ -137,29 +129,31 @@ def internal(name: str) -> str | None:
     return name
 
 
-def test_every_module_has_a_layer() -> None:
+def test_every_folder_has_a_rule() -> None:
     assert len(MODULES) > 50
-    unplaced = sorted(m for m in MODULES if layer_of(m) is None)
-    assert unplaced == [], f"give these modules a layer in tests/test_layers.py: {unplaced}"
+    unplaced = sorted({folder_of(m) for m in MODULES if floor_of(m) is None})
+    assert unplaced == [], f"give these folders a floor in tests/test_layers.py: {unplaced}"
+    not_folders = sorted(f for f in FLOOR_OF_FOLDER if not (ROOT / f).is_dir())
+    assert not_folders == [], f"rules must name folders: {not_folders}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_flow_down(module: str) -> None:
-    own = LAYERS.index(layer_of(module) or "cli")
+    own = FLOORS.index(floor_of(module) or "cli")
     upward = []
     for name, _ in imports(module, MODULES[module]):
         target = internal(name)
         if target is None:
             continue
-        target_layer = layer_of(target)
-        assert target_layer is not None, f"{module} imports unplaced {target}"
-        if LAYERS.index(target_layer) > own:
-            upward.append(f"{target} ({target_layer})")
-    assert upward == [], f"{module} ({LAYERS[own]}) imports upward: {upward}"
+        target_floor = floor_of(target)
+        assert target_floor is not None, f"{module} imports unplaced {target}"
+        if FLOORS.index(target_floor) > own:
+            upward.append(f"{target} ({target_floor})")
+    assert upward == [], f"{module} ({FLOORS[own]}) imports upward: {upward}"
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer_of(m) in PURE))
-def test_pure_layers_import_no_edge_library(module: str) -> None:
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if is_pure(m)))
+def test_pure_floors_import_no_edge_library(module: str) -> None:
     edge = sorted(
         {
             name
@@ -167,49 +161,73 @@ def test_pure_layers_import_no_edge_library(module: str) -> None:
             if name.split(".")[0] in EDGE_LIBRARIES
         }
     )
-    assert edge == [], f"{module} ({layer_of(module)}) is pure but imports {edge}"
+    assert edge == [], f"{module} ({folder_of(module)}) is pure but imports {edge}"
 
 
-def test_module_scope_imports_have_no_cycle() -> None:
-    graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for module, path in MODULES.items():
-        for name, at_top in imports(module, path):
-            target = internal(name)
-            if not at_top or target is None:
-                continue
-            graph[module].add(target)
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (as a path that ends where it starts), or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
-    def visit(node: str) -> None:
+    def visit(node: str) -> list[str] | None:
         state[node] = 1
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if nxt == node or nxt not in graph:
                 continue
             if state.get(nxt) == 1:
-                cycle = [*stack[stack.index(nxt) :], nxt]
-                pytest.fail("module-scope import cycle: " + " -> ".join(cycle))
-            if nxt not in state:
-                visit(nxt)
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
         stack.pop()
         state[node] = 2
+        return None
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module)
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the shipped modules it imports, at module scope or inside a function."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for name, _ in imports(module, path):
+            target = internal(name)
+            if target in MODULES:
+                graph[module].add(target)
+    return graph
+
+
+def test_no_module_cycle_even_through_lazy_imports() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_system_homes_form_no_circle() -> None:
+    folders: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        home = named_folder(folder_of(module)) or ""
+        folders.setdefault(home, set())
+        folders[home].update(named_folder(folder_of(t)) or "" for t in targets)
+    cycle = find_cycle(folders)
+    assert cycle is None, "folder circle: " + " -> ".join(cycle or [])
 
 
 def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
-    """The parser reports an upward and an edge import (so the tests above can fail)."""
+    """The parser reports an upward and an edge import, and the cycle finder a circle."""
     fake = tmp_path / "core.py"
     fake.write_text(
         "import redis\nfrom gpuhint.cli import main\n\ndef f():\n    from streams import app\n"
     )
-    found = imports("gpuhint.core", fake)
+    found = imports("gpuhint.cores.qssf", fake)
     assert ("redis", True) in found
     assert ("gpuhint.cli", True) in found
     assert ("streams.app", False) in found
-    assert layer_of("gpuhint.cli.worker") == "cli"
-    assert layer_of("models.simulator.engine") == "cores"
-    assert layer_of("models.base") == "models"
+    assert floor_of("gpuhint.cli.worker") == "cli"
+    assert floor_of("models.simulator.engine") == "models"
+    assert floor_of("gpuhint.cores.pipeline.handler") == "cores"
+    assert is_pure("gpuhint.lab.evaluation.qssf") and not is_pure("gpuhint.lab.local.services")
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None

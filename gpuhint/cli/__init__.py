@@ -15,8 +15,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gpuhint import __version__
 from gpuhint.cli.common import UserError
+from gpuhint.wire.version import VERSION as __version__
 
 SUBCOMMANDS = (
     "demo",

@@ -143,15 +143,15 @@ def _one_line(msg: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from agents.fake_nvml import FakeNvml, load_scenario
-    from agents.kubernetes import kubernetes_source, parse_pods
-    from agents.node_agent import NodeAgent, SchedulerFeed
+    from agents.node_agent import NodeAgent
     from agents.nvml import Nvml, NvmlUnavailable, RealNvml
     from agents.publisher import BufferedPublisher, KafkaTransport, StdoutTransport, Transport
-    from agents.scheduler import JobTracker
-    from agents.slurm import slurm_source
-    from agents.slurm_feed import slurm_feed
-    from gpuhint.contract import JobState
-    from gpuhint.kafka_io import kafka_client_config
+    from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
+    from gpuhint.kueue.pods import kubernetes_source, parse_pods
+    from gpuhint.slurm.feed import slurm_feed
+    from gpuhint.slurm.jobs import slurm_source
+    from gpuhint.wire.contract import JobState
+    from streams.kafka_io import kafka_client_config
 
     try:
         settings = settings_from(
@@ -315,10 +315,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _kueue_feed(cluster: str) -> Any:
-    from agents.kubernetes import KueueFeed, KueueSnapshot
-    from agents.scheduler import JobTracker
-    from gpuhint.contract import JobState
+    from gpuhint.cores.job_tracker import JobTracker
     from gpuhint.kueue.kube import KubeError
+    from gpuhint.kueue.pods import KueueFeed, KueueSnapshot
+    from gpuhint.wire.contract import JobState
 
     try:
         snapshot = KueueSnapshot(os.environ.get("KUBECONFIG") or None)
@@ -350,7 +350,7 @@ def _check_source(name: str, source: str | tuple[str, ...]) -> None:
 
 def _topic_creator(settings: Any) -> Any:
     def create() -> None:
-        from gpuhint.kafka_io import ensure_topics, kafka_client_config
+        from streams.kafka_io import ensure_topics, kafka_client_config
 
         ensure_topics(
             settings.kafka_bootstrap,

@@ -55,7 +55,7 @@ bad input: the first bad row stops the run with file:line and the reason (exit 2
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
-    from gpuhint.analysis.whatif import QSSF_MAX_JOBS
+    from gpuhint.lab.analysis.whatif import QSSF_MAX_JOBS
     from models.registry import DEFAULT_MODEL, DURATION_MODELS
 
     p = sub.add_parser(
@@ -120,8 +120,8 @@ def _say(msg: str) -> None:
 
 
 def _read(args: argparse.Namespace, tail: int) -> Any:
-    from gpuhint.analysis.reader import read_frame
-    from gpuhint.traces import TraceError
+    from gpuhint.lab.analysis.reader import read_frame
+    from gpuhint.lab.traces.readers import TraceError
 
     bar: Any = None
 
@@ -171,10 +171,10 @@ def _read(args: argparse.Namespace, tail: int) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuhint.analysis import report
-    from gpuhint.evaluation.ces import parse_day
-    from gpuhint.evaluation.qssf import InputError, read_vc_config
-    from gpuhint.loadseries import SeriesError
+    from gpuhint.lab.analysis import report
+    from gpuhint.lab.evaluation.ces import parse_day
+    from gpuhint.lab.evaluation.qssf import InputError, read_vc_config
+    from gpuhint.lab.traces.loadseries import SeriesError
 
     if not 0 < args.target_load <= 1:
         raise UserError(f"--target-load must be in (0, 1], got {args.target_load}")

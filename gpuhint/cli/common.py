@@ -7,8 +7,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuhint.config import ConfigError, Settings, load_settings
-from gpuhint.traces import OnError, TraceError, TraceRead, read_trace
+from gpuhint.lab.traces.readers import OnError, TraceError, TraceRead, read_trace
+from gpuhint.wire.config import ConfigError, Settings, load_settings
 
 
 class UserError(Exception):

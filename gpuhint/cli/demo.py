@@ -73,13 +73,13 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from gpuhint.contract import encode_message
-    from gpuhint.core import HintEngine
-    from gpuhint.store import InMemoryStore
-    from gpuhint.topics import job_key
-    from gpuhint.traces import job_events
+    from gpuhint.cores.pipeline.handler import Message, MessageHandler
+    from gpuhint.cores.qssf import HintEngine
+    from gpuhint.cores.sink import InMemoryStore
+    from gpuhint.lab.traces.readers import job_events
+    from gpuhint.wire.contract import encode_message
+    from gpuhint.wire.topics import job_key
     from models.registry import make_model
-    from streams.handler import Message, MessageHandler
 
     trace = shipped_trace(args.trace) if args.trace in SHIPPED else Path(args.trace)
     read = load_trace(trace, args.format, args.on_error)
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
     store.flush()
     elapsed = time.perf_counter() - t0
-    from gpuhint.evaluation.qssf import InputError, schedule_summary
+    from gpuhint.lab.evaluation.qssf import InputError, schedule_summary
 
     try:
         sched = schedule_summary(
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_schedule(sched: object, top: int) -> None:
-    from gpuhint.evaluation.qssf import ScheduleSummary
+    from gpuhint.lab.evaluation.qssf import ScheduleSummary
 
     assert isinstance(sched, ScheduleSummary)
     sizes = ", ".join(f"{vc} {n}" for vc, n in sched.vc_sizes.items())

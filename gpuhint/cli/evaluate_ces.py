@@ -133,8 +133,8 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuhint.evaluation import ces
-    from gpuhint.loadseries import SeriesError, read_series
+    from gpuhint.lab.evaluation import ces
+    from gpuhint.lab.traces.loadseries import SeriesError, read_series
     from models.forecast import LoadForecaster
 
     if args.buffer is not None and args.buffer < 0:

@@ -155,7 +155,7 @@ def _progress(msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuhint.evaluation.qssf import (
+    from gpuhint.lab.evaluation.qssf import (
         InputError,
         evaluate_qssf,
         plot_jct_cdf,

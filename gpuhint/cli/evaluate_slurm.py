@@ -81,10 +81,10 @@ def _say(msg: str) -> None:
 
 @contextlib.contextmanager
 def _services(args: argparse.Namespace, nodes: int, sched: str) -> Iterator[Any]:
-    from gpuhint.slurm.closed_loop import Services
+    from gpuhint.lab.local.services import LocalKafka, LocalRedis, ServiceError
+    from gpuhint.lab.local.slurm import LocalSlurm
+    from gpuhint.lab.slurm_loop import Services
     from gpuhint.slurm.commands import SlurmCli
-    from gpuhint.testing.services import LocalKafka, LocalRedis, ServiceError
-    from gpuhint.testing.slurm import LocalSlurm
 
     with contextlib.ExitStack() as stack:
         try:
@@ -116,7 +116,7 @@ def _services(args: argparse.Namespace, nodes: int, sched: str) -> Iterator[Any]
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuhint.slurm.closed_loop import (
+    from gpuhint.lab.slurm_loop import (
         LoopError,
         compress,
         default_speed,

@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 def run(args: argparse.Namespace) -> int:
     import redis
 
-    from gpuhint.client import HintClient, UnreadableValue
+    from gpuhint.redis.client import HintClient, UnreadableValue
 
     if args.top < 0:
         raise UserError("--top must be >= 0")

@@ -17,7 +17,7 @@ from gpuhint.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from gpuhint.contract import JobEvent
+    from gpuhint.wire.contract import JobEvent
 
 DESCRIPTION = """\
 Reads a job trace (Helios cluster_log.csv, Philly cluster_job_log JSON, or a plain
@@ -89,16 +89,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 
 
 def spread_events(events: list[JobEvent], n: int) -> list[JobEvent]:
-    """Each event with its VC replaced by the user's sub-VC (:func:`gpuhint.topics.spread_vc`).
+    """Each event with its VC replaced by the user's sub-VC (:func:`gpuhint.wire.topics.spread_vc`).
 
-    >>> from gpuhint.contract import JobEvent, JobPhase
+    >>> from gpuhint.wire.contract import JobEvent, JobPhase
     >>> ev = JobEvent(phase=JobPhase.SUBMITTED, job_id="j", user="alice", time=0, submit_time=0)
     >>> [e.vc for e in spread_events([ev], 8)], [e.vc for e in spread_events([ev], 1)]
     (['default~7'], ['default'])
     """
     if n <= 1:
         return events
-    from gpuhint.topics import spread_vc
+    from gpuhint.wire.topics import spread_vc
 
     return [e.model_copy(update={"vc": spread_vc(e.vc, e.user, n, e.job_id)}) for e in events]
 
@@ -110,9 +110,15 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from agents.publisher import KafkaTransport
-    from agents.replay import BrokerGone, ReplayProgress, ResumeState, fingerprint, replay_acked
-    from gpuhint.kafka_io import ensure_topics, kafka_client_config
-    from gpuhint.traces import job_events, parse_time
+    from gpuhint.lab.replay import (
+        BrokerGone,
+        ReplayProgress,
+        ResumeState,
+        fingerprint,
+        replay_acked,
+    )
+    from gpuhint.lab.traces.readers import job_events, parse_time
+    from streams.kafka_io import ensure_topics, kafka_client_config
 
     if args.speed is not None and args.speed <= 0:
         raise UserError("--speed must be > 0")

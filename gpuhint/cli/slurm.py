@@ -182,7 +182,7 @@ def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
 
 
 def _client(settings: Any) -> Any:
-    from gpuhint.client import HintClient
+    from gpuhint.redis.client import HintClient
 
     try:
         return HintClient.from_url(
@@ -230,7 +230,7 @@ def _stopper() -> tuple[threading.Event, Callable[[], None]]:
 
 
 class _ClientHints:
-    """:class:`~gpuhint.slurm.priority.HintPort` on :class:`gpuhint.client.HintClient`."""
+    """:class:`~gpuhint.slurm.priority.HintPort` on :class:`gpuhint.redis.client.HintClient`."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -412,7 +412,7 @@ def _report_priorities(result: Any, args: argparse.Namespace) -> None:
 def run_power(args: argparse.Namespace) -> int:
     import redis
 
-    from agents.scheduler import expand_hostlist
+    from gpuhint.cores.job_tracker import expand_hostlist
     from gpuhint.slurm.commands import SlurmCli, SlurmCommandError, SlurmNodes
     from gpuhint.slurm.power import PowerApplier
 
@@ -480,7 +480,7 @@ def run_power_program(args: argparse.Namespace) -> int:
     import shlex
     import subprocess
 
-    from agents.scheduler import expand_hostlist
+    from gpuhint.cores.job_tracker import expand_hostlist
 
     nodes = expand_hostlist(args.hostlist)
     if not nodes:

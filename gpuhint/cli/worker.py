@@ -57,7 +57,11 @@ def run(args: argparse.Namespace) -> int:
     import faust
     import redis
 
-    from gpuhint.kafka_io import (
+    from gpuhint.metrics.store import MeteredRedisStore
+    from gpuhint.metrics.worker import start_worker_metrics
+    from models.registry import DURATION_MODELS
+    from streams.app import build_app
+    from streams.kafka_io import (
         KafkaSecurityMismatch,
         KafkaUnavailable,
         TopicMismatch,
@@ -65,10 +69,6 @@ def run(args: argparse.Namespace) -> int:
         kafka_client_config,
         start_kafka_hint,
     )
-    from gpuhint.metrics.store import MeteredRedisStore
-    from gpuhint.metrics.worker import start_worker_metrics
-    from models.registry import DURATION_MODELS
-    from streams.app import build_app
 
     settings = settings_from(
         args,
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     )
     import aiokafka  # noqa: F401 - its loggers exist now, so they can be rate-limited
 
-    from gpuhint.logs import rate_limit
+    from gpuhint.wire.logs import rate_limit
 
     rate_limit()  # a dead broker: one line per message kind every 30 s, not ~110/s
     worker = faust.Worker(handle.app, loglevel=args.loglevel.upper(), quiet=True)

@@ -2,7 +2,7 @@
 
 >>> from gpuhint.kueue.memory import InMemoryKueue
 >>> from gpuhint.kueue.hints import MemoryHints
->>> from gpuhint.contract import PriorityHint
+>>> from gpuhint.wire.contract import PriorityHint
 >>> kueue = InMemoryKueue()
 >>> kueue.add_job("ml", "small", job_id="j1", cluster_queue="cq")
 >>> import time
@@ -26,8 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from gpuhint.contract import PriorityHint
-from gpuhint.freshness import HintFreshness
+from gpuhint.cores.freshness import HintFreshness
 from gpuhint.kueue.hints import HintReader, last_alive
 from gpuhint.kueue.policy import (
     ClassLadder,
@@ -37,6 +36,7 @@ from gpuhint.kueue.policy import (
     fade_weight,
     plan,
 )
+from gpuhint.wire.contract import PriorityHint
 
 log = logging.getLogger("gpuhint.kueue")
 

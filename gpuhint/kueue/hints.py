@@ -1,4 +1,5 @@
-"""Where the applier reads hints: :class:`gpuhint.client.HintClient`, through a narrow protocol.
+"""Where the applier reads hints: :class:`gpuhint.redis.client.HintClient`, through a narrow
+protocol.
 
 The applier needs the hints of every queued job of a cluster (``pending_hints``) and
 the cluster's load summary (``load``: its time is a sign that the worker is alive, see
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from gpuhint.contract import ClusterLoad, PriorityHint
+from gpuhint.wire.contract import ClusterLoad, PriorityHint
 
 
 class HintReader(Protocol):
@@ -54,6 +55,6 @@ class MemoryHints:
 
 def hint_reader(redis_url: str, key_prefix: str) -> HintReader:
     """The project's hint client on ``redis_url``."""
-    from gpuhint.client import HintClient
+    from gpuhint.redis.client import HintClient
 
     return HintClient.from_url(redis_url, key_prefix=key_prefix)

@@ -22,8 +22,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuhint.contract import GpuSample
 from gpuhint.metrics.server import MetricsServer
+from gpuhint.wire.contract import GpuSample
 
 GPU_LABELS = ["gpu", "UUID", "device", "Hostname"]
 

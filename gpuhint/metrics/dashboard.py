@@ -7,7 +7,7 @@ drift apart.
     python -m gpuhint.metrics.dashboard json  > deploy/grafana/gpuhint-dashboard.json
     python -m gpuhint.metrics.dashboard render SERIES.jsonl.gz docs/img/dashboard.png
 
-(the series comes from ``python -m gpuhint.metrics.record``).
+(the series comes from ``python -m gpuhint.lab.record_metrics``).
 
 >>> Rate("gpuhint_job_events_total", by=("phase",)).promql()
 'sum by (phase) (rate(gpuhint_job_events_total[$__rate_interval]))'
@@ -473,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("json", help="print the dashboard JSON")
     r = sub.add_parser("render", help="draw the panels from a recorded series (PNG)")
-    r.add_argument("series", type=Path, help="JSON lines from python -m gpuhint.metrics.record")
+    r.add_argument("series", type=Path, help="JSON lines from python -m gpuhint.lab.record_metrics")
     r.add_argument("out", type=Path, help="PNG to write")
     args = ap.parse_args(argv)
     if args.cmd == "json":

@@ -15,8 +15,8 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuhint.client import HintClient
-from gpuhint.contract import ClusterLoad, PowerAdvisory
+from gpuhint.redis.client import HintClient
+from gpuhint.wire.contract import ClusterLoad, PowerAdvisory
 
 
 class RedisStateCollector(Collector):

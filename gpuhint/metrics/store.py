@@ -13,12 +13,12 @@ from typing import Any
 
 import redis
 
-from gpuhint.store import Op, PutAdvisory, PutHint, PutLoad, RemoveHint, UpdateHint
-from streams.redis_store import RedisStore
+from gpuhint.cores.sink import Op, PutAdvisory, PutHint, PutLoad, RemoveHint, UpdateHint
+from gpuhint.redis.store import RedisStore
 
 
 class MeteredRedisStore(RedisStore):
-    """:class:`~streams.redis_store.RedisStore` plus counters for ``/metrics``.
+    """:class:`~gpuhint.redis.store.RedisStore` plus counters for ``/metrics``.
 
     ``watts_per_node`` and ``slot_s`` turn each cluster load written (one per CES slot)
     into an estimate of the energy its powered-off nodes saved in that slot.

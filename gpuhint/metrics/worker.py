@@ -22,11 +22,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gpuhint.client import HintClient
 from gpuhint.metrics.reasons import REASON_CLASSES, reason_class
 from gpuhint.metrics.server import MetricsServer
 from gpuhint.metrics.state import RedisStateCollector
 from gpuhint.metrics.store import MeteredRedisStore
+from gpuhint.redis.client import HintClient
 
 log = logging.getLogger(__name__)
 

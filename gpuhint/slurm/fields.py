@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from gpuhint.contract import JobState
+from gpuhint.wire.contract import JobState
 
 Status = Literal["pending", "running", "finished"]
 

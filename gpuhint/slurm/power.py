@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpuhint.contract import PowerAdvisory
+from gpuhint.wire.contract import PowerAdvisory
 
 _FLAGS = "~#%!*$@^-+"
 

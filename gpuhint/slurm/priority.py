@@ -2,7 +2,7 @@
 
 Pure logic: Slurm and Redis are reached through the two small ports below
 (:class:`SlurmPort`, :class:`HintPort`); :mod:`gpuhint.slurm.commands` and
-:class:`gpuhint.client.HintClient` are the real ones, the tests use in-memory twins.
+:class:`gpuhint.redis.client.HintClient` are the real ones, the tests use in-memory twins.
 
 The map (:class:`FactorMap`) turns a hint's priority ``p`` (expected service, GPU-seconds;
 smaller runs first) into a site factor (larger runs first)::
@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpuhint.freshness import HintFreshness
+from gpuhint.cores.freshness import HintFreshness
 
 log = logging.getLogger("gpuhint.slurm")
 

@@ -9,4 +9,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bash scripts/k8s/build.sh
 py=${PYTHON:-.venv/bin/python}
 [ -x "$py" ] || py=python3
-exec "$py" -m gpuhint.testing.k8s "$@"
+exec "$py" -m gpuhint.lab.local.k8s "$@"

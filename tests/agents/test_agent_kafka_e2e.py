@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from agents.fake_nvml import FakeNvml
-from agents.node_agent import NodeAgent, SchedulerFeed
+from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, KafkaTransport
-from agents.scheduler import JobTracker
-from agents.slurm import parse_slurm
-from gpuhint.contract import GpuSample, JobEvent, NodeStatus, decode_message
-from gpuhint.kafka_io import ensure_topics
-from gpuhint.topics import Topics
+from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
+from gpuhint.slurm.jobs import parse_slurm
+from gpuhint.wire.contract import GpuSample, JobEvent, NodeStatus, decode_message
+from gpuhint.wire.topics import Topics
+from streams.kafka_io import ensure_topics
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TICKS = 3

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuhint.cli import main
-from gpuhint.contract import GpuSample, JobEvent, NodeStatus, decode_message
+from gpuhint.wire.contract import GpuSample, JobEvent, NodeStatus, decode_message
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

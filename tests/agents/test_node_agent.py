@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 from agents.fake_nvml import FakeNvml
-from agents.node_agent import NodeAgent, SchedulerFeed
+from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, MemoryTransport
-from agents.scheduler import JobTracker
-from agents.slurm import parse_slurm
-from gpuhint.contract import GpuSample, JobEvent, NodeStatus, decode_message
-from gpuhint.topics import Topics
+from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
+from gpuhint.slurm.jobs import parse_slurm
+from gpuhint.wire.contract import GpuSample, JobEvent, NodeStatus, decode_message
+from gpuhint.wire.topics import Topics
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

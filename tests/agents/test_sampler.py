@@ -5,7 +5,7 @@ from __future__ import annotations
 from agents.fake_nvml import FakeNvml
 from agents.nvml import DRIVER_NOT_LOADED, NvmlError
 from agents.sampler import Sampler
-from gpuhint.contract import GpuSample, NodeStatus, decode_message, encode_message
+from gpuhint.wire.contract import GpuSample, NodeStatus, decode_message, encode_message
 
 
 class Clock:

@@ -1,7 +1,7 @@
 """Kubernetes fixtures: a real API server with Kueue, found like Kafka and Redis.
 
 ``GPUHINT_TEST_KUBECONFIG`` names a kubeconfig of an existing cluster with Kueue; else
-the project's launcher (gpuhint/testing/k8s.py) starts etcd + kube-apiserver + Kueue on
+the project's launcher (gpuhint/lab/local/k8s.py) starts etcd + kube-apiserver + Kueue on
 loopback, building them first if the cache is empty (scripts/k8s/build.sh). A cluster
 that cannot start FAILS the tests.
 """
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gpuhint.kueue.kube import KubeApi, api_client
-from gpuhint.testing.k8s import KueueEnv, kubernetes_service
-from gpuhint.testing.services import ServiceError
+from gpuhint.lab.local.k8s import KueueEnv, kubernetes_service
+from gpuhint.lab.local.services import ServiceError
 
 
 @pytest.fixture(scope="session")

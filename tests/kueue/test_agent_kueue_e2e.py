@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from agents.kubernetes import KueueFeed, KueueSnapshot
-from agents.scheduler import JobTracker
-from gpuhint.contract import JobState, decode_message, encode_message
-from gpuhint.testing.k8s import KueueEnv, wait_for
+from gpuhint.cores.job_tracker import JobTracker
+from gpuhint.kueue.pods import KueueFeed, KueueSnapshot
+from gpuhint.lab.local.k8s import KueueEnv, wait_for
+from gpuhint.wire.contract import JobState, decode_message, encode_message
 
 pytestmark = pytest.mark.integration
 

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from gpuhint.contract import PriorityHint
 from gpuhint.kueue.applier import Applier, TokenBucket
 from gpuhint.kueue.hints import MemoryHints
 from gpuhint.kueue.memory import InMemoryKueue
 from gpuhint.kueue.policy import ClassLadder
+from gpuhint.wire.contract import PriorityHint
 
 
 def _hint(job_id: str, service: float, cluster: str = "c") -> PriorityHint:

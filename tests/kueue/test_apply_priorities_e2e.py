@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 import redis
 
-from gpuhint.contract import PriorityHint
-from gpuhint.keys import RedisKeys
 from gpuhint.kueue.applier import Applier
 from gpuhint.kueue.hints import hint_reader
 from gpuhint.kueue.kube import KubeKueue, api_client
 from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL, ClassLadder
-from gpuhint.testing.k8s import KueueEnv, wait_for
-from streams.redis_store import RedisStore
+from gpuhint.lab.local.k8s import KueueEnv, wait_for
+from gpuhint.redis.store import RedisStore
+from gpuhint.wire.contract import PriorityHint
+from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
 CLUSTER = "k8s"

@@ -16,12 +16,12 @@ import pytest
 import redis
 import yaml
 
-from gpuhint.contract import PriorityHint
-from gpuhint.keys import RedisKeys
 from gpuhint.kueue.kube import KubeApi, KubeError, api_client
 from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL
-from gpuhint.testing.k8s import KueueEnv, wait_for
-from streams.redis_store import RedisStore
+from gpuhint.lab.local.k8s import KueueEnv, wait_for
+from gpuhint.redis.store import RedisStore
+from gpuhint.wire.contract import PriorityHint
+from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "k8s"

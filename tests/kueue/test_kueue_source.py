@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from agents.kubernetes import parse_kueue
-from agents.scheduler import JobTracker, SchedulerError
-from gpuhint.contract import JobState
+from gpuhint.cores.job_tracker import JobTracker, SchedulerError
+from gpuhint.kueue.pods import parse_kueue
+from gpuhint.wire.contract import JobState
 
 
 def _job(

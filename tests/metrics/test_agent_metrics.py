@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry
 from agents.fake_nvml import FakeNvml
 from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, MemoryTransport
+from gpuhint.lab.local.metrics_docs import undocumented
+from gpuhint.lab.local.scrape import get, samples, total, value, wait_ready
+from gpuhint.lab.local.services import free_port
 from gpuhint.metrics.agent import DCGM_NAMES, AgentCollector, agent_health, dcgm_exposition
-from gpuhint.testing.metrics_docs import undocumented
-from gpuhint.testing.scrape import get, samples, total, value, wait_ready
-from gpuhint.testing.services import free_port
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gpuhint.lab.local.metrics_docs import undocumented
+from gpuhint.lab.local.scrape import get, samples, value
 from gpuhint.metrics.applier import ApplierMetrics
-from gpuhint.testing.metrics_docs import undocumented
-from gpuhint.testing.scrape import get, samples, value
 
 
 def test_served_counters_and_health() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuhint.lab.local.metrics_docs import documented_metrics
 from gpuhint.metrics.dashboard import PANELS, Level, Rate, RatioOfRates, Scrape, dashboard_json
 from gpuhint.metrics.dashboard import main as dashboard_main
-from gpuhint.testing.metrics_docs import documented_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 JSON = REPO / "deploy" / "grafana" / "gpuhint-dashboard.json"

@@ -6,13 +6,13 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuhint.client import HintClient
-from gpuhint.contract import ClusterLoad, PowerAction, PowerAdvisory, PriorityHint
-from gpuhint.keys import RedisKeys
+from gpuhint.lab.local.scrape import samples, value
+from gpuhint.lab.local.services import free_port
 from gpuhint.metrics.state import RedisStateCollector
 from gpuhint.metrics.store import MeteredRedisStore
-from gpuhint.testing.scrape import samples, value
-from gpuhint.testing.services import free_port
+from gpuhint.redis.client import HintClient
+from gpuhint.wire.contract import ClusterLoad, PowerAction, PowerAdvisory, PriorityHint
+from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
 

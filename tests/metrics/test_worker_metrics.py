@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from gpuhint.client import HintClient
-from gpuhint.contract import JobEvent, JobPhase, NodeStatus, encode_message
-from gpuhint.kafka_io import ensure_topics
+from gpuhint.lab.local.metrics_docs import undocumented
+from gpuhint.lab.local.prometheus import LocalPrometheus
+from gpuhint.lab.local.scrape import get, samples, total, value, wait_ready
+from gpuhint.lab.local.services import ServiceError, free_port
+from gpuhint.lab.traces.readers import job_events, parse_time, read_trace
 from gpuhint.metrics.dashboard import PANELS
-from gpuhint.testing.metrics_docs import undocumented
-from gpuhint.testing.prometheus import LocalPrometheus
-from gpuhint.testing.scrape import get, samples, total, value, wait_ready
-from gpuhint.testing.services import ServiceError, free_port
-from gpuhint.topics import Topics, job_key, node_key
-from gpuhint.traces import job_events, parse_time, read_trace
+from gpuhint.redis.client import HintClient
+from gpuhint.wire.contract import JobEvent, JobPhase, NodeStatus, encode_message
+from gpuhint.wire.topics import Topics, job_key, node_key
+from streams.kafka_io import ensure_topics
 
 pytestmark = pytest.mark.integration
 

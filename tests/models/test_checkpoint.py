@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhint.contract import JobEvent, JobPhase
+from gpuhint.wire.contract import JobEvent, JobPhase
 from models import checkpoint
 from models.checkpoint import MAGIC, CheckpointError, dumps, load, loads, read_header, save
 from models.registry import DEFAULT_MODEL, make_model

@@ -5,7 +5,7 @@ import random
 
 from river import ensemble
 
-from gpuhint.contract import JobEvent, JobPhase
+from gpuhint.wire.contract import JobEvent, JobPhase
 from models.duration_river import (
     MEAN_EXPERTS,
     GammaDeviance,

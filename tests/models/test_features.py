@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 import pickle
 
-from gpuhint.contract import JobEvent, JobPhase
+from gpuhint.wire.contract import JobEvent, JobPhase
 from models.features import LEVELS, HistoryFeatures, KeyStats, name_template
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pickle
 
-from gpuhint.contract import JobEvent
+from gpuhint.wire.contract import JobEvent
 from models.history import HistoryEstimator
 
 

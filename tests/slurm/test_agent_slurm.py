@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.slurm_feed import slurm_feed
-from gpuhint.contract import JobEvent, JobPhase, JobState
 from gpuhint.slurm.commands import SlurmCli
+from gpuhint.slurm.feed import slurm_feed
+from gpuhint.wire.contract import JobEvent, JobPhase, JobState
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuhint.contract import PowerAction, PowerAdvisory
-from gpuhint.keys import RedisKeys
+from gpuhint.redis.store import RedisStore
 from gpuhint.slurm.commands import SlurmCli
-from streams.redis_store import RedisStore
+from gpuhint.wire.contract import PowerAction, PowerAdvisory
+from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
 

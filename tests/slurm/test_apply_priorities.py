@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuhint.contract import PriorityHint
-from gpuhint.keys import RedisKeys
+from gpuhint.redis.store import RedisStore
 from gpuhint.slurm.commands import SlurmCli
 from gpuhint.slurm.priority import FactorMap
-from streams.redis_store import RedisStore
+from gpuhint.wire.contract import PriorityHint
+from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.scheduler import JobTracker, SchedJob
-from agents.slurm import parse_slurm
-from agents.slurm_feed import load_tracker, sacct_command, save_tracker, slurm_feed
-from gpuhint.contract import JobPhase, JobState
+from gpuhint.cores.job_tracker import JobTracker, SchedJob
+from gpuhint.slurm.feed import load_tracker, sacct_command, save_tracker, slurm_feed
+from gpuhint.slurm.jobs import parse_slurm
+from gpuhint.wire.contract import JobPhase, JobState
 
 SQUEUE_2205 = {  # the shape of Slurm 22.05's squeue --json (openapi v0.0.38)
     "jobs": [

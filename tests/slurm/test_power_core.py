@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuhint.contract import PowerAction, PowerAdvisory
 from gpuhint.slurm.power import Node, PowerApplier, plan_power
+from gpuhint.wire.contract import PowerAction, PowerAdvisory
 
 
 def _nodes(*states: str) -> list[Node]:

@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from gpuhint.config import load_settings
-from gpuhint.contract import JobEvent, NodeStatus, encode_message
-from gpuhint.store import InMemoryStore
-from gpuhint.topics import cluster_key, job_key, node_key
+from gpuhint.cores.pipeline.state_table import decode_state
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.wire.config import load_settings
+from gpuhint.wire.contract import JobEvent, NodeStatus, encode_message
+from gpuhint.wire.topics import cluster_key, job_key, node_key
 from streams.app import Worker, build_app
-from streams.state_table import decode_state
 
 
 class RecordingProducer:

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from gpuhint.contract import JobEvent, encode_message
-from gpuhint.kafka_io import ensure_topics
-from gpuhint.keys import RedisKeys
-from gpuhint.testing.kafka_tools import group_assignment, produce_batches
-from gpuhint.testing.services import stop_processes
-from gpuhint.topics import Topics, job_key
-from streams.partitioning import partition_for
+from gpuhint.cores.pipeline.partitioning import partition_for
+from gpuhint.lab.local.kafka_tools import group_assignment, produce_batches
+from gpuhint.lab.local.services import stop_processes
+from gpuhint.wire.contract import JobEvent, encode_message
+from gpuhint.wire.keys import RedisKeys
+from gpuhint.wire.topics import Topics, job_key
+from streams.kafka_io import ensure_topics
 
 pytestmark = pytest.mark.integration
 

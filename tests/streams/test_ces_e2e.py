@@ -14,11 +14,11 @@ import pytest
 import redis
 from kafka import KafkaConsumer, KafkaProducer
 
-from gpuhint.contract import ClusterLoad, PowerAdvisory
-from gpuhint.kafka_io import ensure_topics
-from gpuhint.keys import RedisKeys
-from gpuhint.testing.services import stop_processes
-from gpuhint.topics import Topics, node_key
+from gpuhint.lab.local.services import stop_processes
+from gpuhint.wire.contract import ClusterLoad, PowerAdvisory
+from gpuhint.wire.keys import RedisKeys
+from gpuhint.wire.topics import Topics, node_key
+from streams.kafka_io import ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,8 @@
 Each scenario replays the real Philly excerpt with the real CLI into a real broker, runs
 real ``gpuhint worker`` processes against a real Redis, and compares the final Redis
 state -- every hint (all fields but ``created_at``, a wall clock) and every queue with
-its priorities -- with the in-process pipeline (:mod:`streams.inprocess`) fed the same
+its priorities -- with the in-process pipeline (:mod:`gpuhint.cores.pipeline.inprocess`) fed the
+same
 events. Before per-VC state, two fault-free runs already differed on 0.8% of priorities
 and a SIGKILL changed 34-87% of them (issue 10).
 """
@@ -20,10 +21,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from gpuhint.keys import RedisKeys
-from gpuhint.testing.services import stop_processes
-from gpuhint.traces import job_events, parse_time, read_trace
-from streams.inprocess import InProcessPipeline
+from gpuhint.cores.pipeline.inprocess import InProcessPipeline
+from gpuhint.lab.local.services import stop_processes
+from gpuhint.lab.traces.readers import job_events, parse_time, read_trace
+from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ import pytest
 import redis
 from kafka import KafkaProducer
 
-from gpuhint.contract import JobEvent, encode_message
-from gpuhint.kafka_io import ensure_topics
-from gpuhint.keys import RedisKeys
-from gpuhint.topics import Topics, job_key
+from gpuhint.wire.contract import JobEvent, encode_message
+from gpuhint.wire.keys import RedisKeys
+from gpuhint.wire.topics import Topics, job_key
+from streams.kafka_io import ensure_topics
 
 pytestmark = pytest.mark.integration
 

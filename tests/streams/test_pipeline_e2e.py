@@ -19,14 +19,14 @@ import pytest
 import redis
 from kafka import KafkaConsumer, KafkaProducer
 
-from gpuhint.contract import JobEvent, JobPhase, encode_message
-from gpuhint.core import HintEngine
-from gpuhint.kafka_io import ensure_topics
-from gpuhint.keys import RedisKeys
-from gpuhint.store import InMemoryStore
-from gpuhint.topics import Topics, job_key
-from gpuhint.traces import job_events, parse_time, read_trace
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.lab.traces.readers import job_events, parse_time, read_trace
+from gpuhint.wire.contract import JobEvent, JobPhase, encode_message
+from gpuhint.wire.keys import RedisKeys
+from gpuhint.wire.topics import Topics, job_key
 from models.registry import make_model
+from streams.kafka_io import ensure_topics
 
 pytestmark = pytest.mark.integration
 

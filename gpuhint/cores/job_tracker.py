@@ -1,0 +1,234 @@
+"""What the scheduler adapters share: a normalised job view, change tracking, host lists.
+
+An adapter (:mod:`gpuhint.slurm.jobs`, :mod:`gpuhint.kueue.pods`) turns one snapshot of the
+scheduler's state into :class:`SchedJob` rows; :class:`JobTracker` compares each
+snapshot with the last one and emits only the lifecycle steps that changed, as
+:class:`~gpuhint.wire.contract.JobEvent` (submitted -> started -> finished, never twice).
+
+>>> t = JobTracker(cluster="c")
+>>> j = SchedJob("7", "pending", submit_time=100.0, vc="gpu", num_gpus=2)
+>>> [e.phase.value for e in t.update([j], now=101.0)]
+['submitted']
+>>> t.update([j], now=102.0)
+[]
+>>> done = SchedJob("7", "finished", final=JobState.COMPLETED, submit_time=100.0,
+...                 start_time=110.0, end_time=170.0, vc="gpu", num_gpus=2)
+>>> [(e.phase.value, e.duration_s) for e in t.update([done], now=171.0)]
+[('started', None), ('finished', 60.0)]
+>>> expand_hostlist("gpu[01-03,07],login1")
+('gpu01', 'gpu02', 'gpu03', 'gpu07', 'login1')
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gpuhint.wire.contract import JobEvent, JobPhase, JobState
+
+log = logging.getLogger(__name__)
+
+Status = Literal["pending", "running", "finished"]
+_ORDER: dict[str, int] = {"pending": 0, "running": 1, "finished": 2}
+
+
+class SchedulerError(RuntimeError):
+    """The scheduler's view could not be read or parsed (one line, for the log)."""
+
+
+@dataclass(frozen=True)
+class SchedJob:
+    """One job as a scheduler shows it now; times are UNIX seconds or None if unknown."""
+
+    job_id: str
+    status: Status
+    final: JobState | None = None
+    submit_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    user: str | None = None
+    vc: str = "default"
+    name: str | None = None
+    num_gpus: int = 0
+    num_cpus: int | None = None
+    num_nodes: int | None = None
+    nodes: tuple[str, ...] = ()
+    partition: str | None = None
+    time_limit_s: float | None = None
+
+
+class JobTracker:
+    """Keeps the last-seen lifecycle step of each job and emits only changes.
+
+    * A job seen for the first time emits every step up to its current one (a running
+      job: submitted then started), so a consumer that starts late still sees whole
+      lifecycles; ``started`` is skipped for jobs that finished without ever starting.
+    * A job that goes back (a requeue: running -> pending) emits nothing.
+    * A job that vanishes before it was seen finished emits ``finished`` with state
+      ``vanished_state`` (default UNKNOWN) at the time of the snapshot.
+
+    Memory is bounded by the size of the scheduler's own view.
+    """
+
+    def __init__(self, *, cluster: str = "default", vanished_state: JobState = JobState.UNKNOWN):
+        self.cluster = cluster
+        self.vanished_state = vanished_state
+        self._step: dict[str, int] = {}
+        self._jobs: dict[str, SchedJob] = {}
+
+    def update(self, jobs: Iterable[SchedJob], now: float) -> list[JobEvent]:
+        events: list[JobEvent] = []
+        seen: set[str] = set()
+        for job in jobs:
+            seen.add(job.job_id)
+            prev = self._step.get(job.job_id, -1)
+            target = _ORDER[job.status]
+            for step in range(prev + 1, target + 1):
+                if step == 1 and target == 2 and job.start_time is None:
+                    continue  # finished without starting (cancelled while pending)
+                events.append(self._event(job, step, now))
+            self._step[job.job_id] = max(prev, target)
+            self._jobs[job.job_id] = job
+        for job_id in [j for j in self._step if j not in seen]:
+            step = self._step.pop(job_id)
+            job = self._jobs.pop(job_id)
+            if step < 2:
+                gone = SchedJob(
+                    **{**job.__dict__, "status": "finished", "final": self.vanished_state}
+                )
+                events.append(self._event(gone, 2, now, end_time=now))
+        return events
+
+    def running_on(self, node: str) -> list[str]:
+        """Job ids last seen running with ``node`` among their nodes."""
+        return [
+            j.job_id
+            for j in self._jobs.values()
+            if self._step.get(j.job_id) == 1 and node in j.nodes
+        ]
+
+    def _event(
+        self, job: SchedJob, step: int, now: float, end_time: float | None = None
+    ) -> JobEvent:
+        submit = job.submit_time if job.submit_time is not None else now
+        phase = (JobPhase.SUBMITTED, JobPhase.STARTED, JobPhase.FINISHED)[step]
+        end = end_time if end_time is not None else job.end_time
+        t = {0: submit, 1: job.start_time, 2: end}[step]
+        duration = None
+        state = None
+        if step == 2:
+            state = job.final or JobState.UNKNOWN
+            if job.start_time is not None and end is not None:
+                duration = max(0.0, end - job.start_time)
+        return JobEvent(
+            phase=phase,
+            job_id=job.job_id,
+            cluster=self.cluster,
+            vc=job.vc or "default",
+            user=job.user,
+            name=job.name,
+            num_gpus=max(0, job.num_gpus),
+            num_cpus=job.num_cpus,
+            num_nodes=job.num_nodes,
+            time=t if t is not None else now,
+            submit_time=submit,
+            start_time=job.start_time if step >= 1 else None,
+            duration_s=duration,
+            state=state,
+            nodes=job.nodes if step >= 1 else (),
+            partition=job.partition,
+            time_limit_s=job.time_limit_s,
+        )
+
+
+_BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
+
+
+def expand_hostlist(spec: str | None) -> tuple[str, ...]:
+    """Expand a Slurm host list (``gpu[01-03,07],login1``) into host names."""
+    if not spec or spec in ("(null)", "None", "Unknown"):
+        return ()
+    parts, depth, cur = [], 0, ""
+    for ch in spec:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        cur += ch
+    parts.append(cur)
+    out: list[str] = []
+    for part in parts:
+        out.extend(_expand_one(part.strip()))
+    return tuple(h for h in out if h)
+
+
+def _expand_one(part: str) -> list[str]:
+    m = _BRACKET.match(part)
+    if not m:
+        return [part]
+    head, body, tail = m.groups()
+    out = []
+    for rng in body.split(","):
+        lo, _, hi = rng.partition("-")
+        if hi and lo.isdigit() and hi.isdigit():
+            width = len(lo)
+            for n in range(int(lo), int(hi) + 1):
+                out.extend(_expand_one(f"{head}{n:0{width}d}{tail}"))
+        else:
+            out.extend(_expand_one(f"{head}{rng}{tail}"))
+    return out
+
+
+def read_source(source: str | Sequence[str], *, timeout_s: float = 60.0) -> str:
+    """Text of a snapshot: a command (a list, or ``cmd:`` + a shell-quoted line) or a file."""
+    if isinstance(source, str) and not source.startswith("cmd:"):
+        try:
+            return Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SchedulerError(f"cannot read {source}: {exc}") from None
+    argv = shlex.split(source[4:]) if isinstance(source, str) else list(source)
+    if not argv:
+        raise SchedulerError("cmd: needs a command")
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise SchedulerError(f"{argv[0]}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"{' '.join(argv)} timed out after {timeout_s:.0f} s") from None
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["no message"])[0]
+        raise SchedulerError(f"{' '.join(argv)} exited {proc.returncode}: {first}")
+    return proc.stdout
+
+
+@dataclass
+class SchedulerFeed:
+    """One scheduler source: where to read a snapshot, how to parse it, and its tracker."""
+
+    name: str
+    source: str | Sequence[str]
+    parse: Callable[[str], list[SchedJob]]
+    tracker: JobTracker
+    timeout_s: float = 60.0
+    failures: int = field(default=0)
+
+    def poll(self, now: float) -> list[JobEvent]:
+        try:
+            jobs = self.parse(read_source(self.source, timeout_s=self.timeout_s))
+        except SchedulerError as exc:
+            self.failures += 1
+            if self.failures == 1 or self.failures % 60 == 0:
+                log.warning("%s: %s (failure %d; will retry)", self.name, exc, self.failures)
+            return []
+        if self.failures:
+            log.warning("%s: readable again after %d failure(s)", self.name, self.failures)
+            self.failures = 0
+        return self.tracker.update(jobs, now)

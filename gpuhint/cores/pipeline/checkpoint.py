@@ -1,0 +1,464 @@
+"""The worker's one batch routine and its checkpoint order. Pure: no Faust, no Kafka.
+
+Every driver runs this routine: the Faust worker (:mod:`streams.app`), the in-process
+pipeline of the whole-pipeline tests (:mod:`gpuhint.cores.pipeline.inprocess`). What differs is
+only the
+:class:`Edge` that delivers events, acknowledges them and seeks.
+
+The order, per batch and per save (quix-streams names it ``Checkpoint.commit()``):
+
+1. **admit** each event: its partition's offsets must follow one another
+   (:class:`PartitionProgress`). An offset below the next expected one was handled
+   already in this assignment (skipped); one above it is a *gap*: the log is asked
+   whether the offsets in between exist (:meth:`Edge.first_offset`); if they do, the
+   events were skipped on the way (a fetch or recovery race), so the partition is
+   sought back to the first missing offset, said in the log and counted
+   (:attr:`BatchRoutine.gaps`), and its events are discarded until that offset comes
+   again. A partition never moves past an offset it has not handled.
+2. **handle** each admitted event (:class:`~gpuhint.cores.pipeline.handler.MessageHandler`);
+3. **flush** the store's buffered writes (retried while the sink is down: consumption
+   pauses, nothing is dropped);
+4. **hold** each event's acknowledgement under the VC whose state it changed
+   (:class:`~gpuhint.cores.pipeline.state_table.SaveCadence`); dead-lettered events change no state
+   and are released at once;
+5. **save** a VC's state (its changelog record) when its cadence is due, then
+   **release** its held events; when more VCs hold unsaved changes than half the
+   live-state bound (``TableStates.max_live``), the oldest are saved at once before the
+   next batch (backpressure: an unsaved state cannot be evicted, so a backlog that
+   touches 100,000 VCs would otherwise keep them all in memory);
+6. **commit**: a partition's committable offset (:meth:`BatchRoutine.committable`) is
+   its lowest offset still held or in a batch, else the next expected offset. The edge
+   commits that, and only that, after its producer is flushed (Faust flushes it before
+   every commit).
+
+A crash anywhere redelivers from the last commit: events whose VC state was saved are
+recognized by the VC's offset watermark (re-emitted, not re-applied), the rest are
+applied again to the saved state.
+
+>>> import asyncio
+>>> from gpuhint.wire.contract import JobEvent, encode_message
+>>> from gpuhint.cores.qssf import HintEngine
+>>> from gpuhint.cores.sink import InMemoryStore
+>>> from models.history import HistoryEstimator
+>>> from gpuhint.cores.pipeline.handler import Message, MessageHandler
+>>> from gpuhint.cores.pipeline.state_table import TableStates
+>>> states = TableStates({})
+>>> store = InMemoryStore()
+>>> handler = MessageHandler(HintEngine(HistoryEstimator, store, states=states))
+>>> ev = JobEvent(phase="submitted", job_id="7", vc="a", num_gpus=1, time=0, submit_time=0)
+>>> msgs = [Message("gpuhint.job-events", 0, o, b"default/a", encode_message(ev))
+...         for o in (5, 6)]
+>>> edge = ListEdge(committed={0: 5})
+>>> routine = BatchRoutine(handler, states, edge, flush=store.flush, save_interval_s=0)
+>>> asyncio.run(routine.run_batch(msgs))
+>>> routine.committable(0), edge.acked == msgs
+(7, True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Generic, Protocol, TypeVar
+
+from gpuhint.cores.pipeline.cadence import SaveCadence
+from gpuhint.cores.pipeline.handler import Message, MessageHandler, Outcome
+from gpuhint.cores.pipeline.state_table import TableStates
+from gpuhint.cores.sink import BufferedStore
+
+log = logging.getLogger(__name__)
+
+E = TypeVar("E")
+E_contra = TypeVar("E_contra", contravariant=True)
+
+__all__ = [
+    "Admission",
+    "BatchRoutine",
+    "Edge",
+    "ListEdge",
+    "PartitionProgress",
+    "RoutineStats",
+    "Sink",
+]
+
+
+class Admission(Enum):
+    """What the routine does with one delivered event."""
+
+    APPLY = "apply"
+    """The next offset of its partition: handle it."""
+    SEEN = "seen"
+    """Below the next expected offset: handled already in this assignment."""
+    DISCARD = "discard"
+    """Delivered while its partition is sought back past a gap: it comes again."""
+
+
+class Edge(Protocol[E_contra]):
+    """What the routine needs of the system that delivers its events."""
+
+    def message(self, event: E_contra) -> Message:
+        """The consumed record of ``event``."""
+        ...
+
+    def hold(self, event: E_contra) -> None:
+        """Keep ``event`` unacknowledged past its batch (until :meth:`ack`)."""
+        ...
+
+    def ack(self, event: E_contra) -> None:
+        """Release ``event``: its effects are durable, or it has none."""
+        ...
+
+    async def emit(self, outcome: Outcome) -> None:
+        """Produce what the handler asked for (a dead letter, forwards)."""
+        ...
+
+    async def committed(self, partition: int) -> int | None:
+        """The group's committed offset of ``partition`` (None: never committed)."""
+        ...
+
+    async def first_offset(self, partition: int, at: int) -> int | None:
+        """The first offset at or after ``at`` that the log of ``partition`` holds
+        (None: none yet)."""
+        ...
+
+    async def seek(self, partition: int, offset: int) -> None:
+        """Deliver ``partition`` again from ``offset``."""
+        ...
+
+
+@dataclass
+class PartitionProgress:
+    """Which offsets of one partition are handled, still open, and safe to commit.
+
+    ``next_offset`` is the next offset expected (None until the start is known);
+    ``open`` the handled offsets whose effects are not yet durable, in offset order
+    (a dict keeps insertion order, and offsets are admitted in order);
+    ``seeking`` the offset a seek back waits for.
+
+    >>> p = PartitionProgress(next_offset=10)
+    >>> p.open_offset(10); p.open_offset(11); p.next_offset = 12
+    >>> p.close(11); p.committable()
+    10
+    >>> p.close(10); p.committable()
+    12
+    """
+
+    next_offset: int | None = None
+    open: dict[int, None] = field(default_factory=dict)
+    seeking: int | None = None
+    sought_at: float = 0.0
+    """When the last seek back was asked (the routine's clock)."""
+
+    def open_offset(self, offset: int) -> None:
+        self.open[offset] = None
+
+    def close(self, offset: int) -> None:
+        self.open.pop(offset, None)
+
+    def committable(self) -> int | None:
+        """The lowest open offset, else the next expected one."""
+        for offset in self.open:
+            return offset
+        return self.next_offset
+
+
+@dataclass
+class RoutineStats:
+    """What the routine saw besides handling (the worker exports these)."""
+
+    gaps: int = 0
+    """Skipped offsets found and sought back to."""
+    holes: int = 0
+    """Offsets the log itself lacks (transaction markers, compaction): passed over."""
+    seen: int = 0
+    """Events delivered again within one assignment (skipped)."""
+    discarded: int = 0
+    """Events dropped while their partition was sought back (they come again)."""
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)
+
+
+class BatchRoutine(Generic[E]):
+    """The one checkpoint order (module docstring) over any :class:`Edge`.
+
+    ``flush`` writes the store's buffered writes (awaited if it returns an awaitable:
+    the worker's retries while Redis is down). ``save_interval_s`` is the cadence of VC
+    state saves (0: every batch). ``probe(step)`` is called after ``"handled"``,
+    ``"flushed"`` and ``"saved"``: the in-process pipeline raises there to crash a
+    worker at that point; the worker passes nothing.
+    """
+
+    def __init__(
+        self,
+        handler: MessageHandler,
+        states: TableStates,
+        edge: Edge[E],
+        flush: Callable[[], Any],
+        save_interval_s: float,
+        clock: Callable[[], float] | None = None,
+        probe: Callable[[str], None] | None = None,
+        offload: Callable[..., Awaitable[Any]] = _in_thread,
+        partition_of: dict[str, int] | None = None,
+    ) -> None:
+        self.handler = handler
+        self.states = states
+        self.edge = edge
+        self._flush = flush
+        self.probe = probe or (lambda step: None)
+        self.offload = offload
+        self.clock = clock or time.monotonic
+        self.cadence: SaveCadence[E] = SaveCadence(self._release, save_interval_s, self.clock)
+        self.partitions: dict[int, PartitionProgress] = {}
+        self.partition_of: dict[str, int] = {} if partition_of is None else partition_of
+        """VC state key -> its partition (where the VC's changelog record goes)."""
+        self.stats = RoutineStats()
+        self.batch_lock = asyncio.Lock()
+        """Handle + flush of a batch, or one VC's snapshot: never both at once."""
+        self.save_lock = asyncio.Lock()
+        """One save at a time: a VC's records go out in order."""
+        self.generation = 0
+        """Bumped by :meth:`forget`: a save begun before it is dropped."""
+
+    # -- offsets ---------------------------------------------------------------------------
+    def committable(self, partition: int) -> int | None:
+        """The offset the edge may commit for ``partition`` (None: nothing handled)."""
+        p = self.partitions.get(partition)
+        return None if p is None else p.committable()
+
+    async def _admit(self, msg: Message) -> Admission:
+        p = self.partitions.get(msg.partition)
+        if p is None:
+            p = self.partitions[msg.partition] = PartitionProgress(
+                next_offset=await self.edge.committed(msg.partition)
+            )
+        off = msg.offset
+        if p.seeking is not None:
+            if off != p.seeking:
+                self.stats.discarded += 1
+                return Admission.DISCARD
+            p.seeking = None
+            log.info("partition %d: offset %d delivered again; resuming", msg.partition, off)
+        expected = p.next_offset
+        if expected is None or off == expected:
+            p.next_offset = off + 1
+            return Admission.APPLY
+        if off < expected:
+            self.stats.seen += 1
+            return Admission.SEEN
+        first = await self.edge.first_offset(msg.partition, expected)
+        if first is None or first >= off:  # the log has nothing in between
+            self.stats.holes += 1
+            log.info(
+                "partition %d: offsets %d..%d are not in the log", msg.partition, expected, off - 1
+            )
+            p.next_offset = off + 1
+            return Admission.APPLY
+        self.stats.gaps += 1
+        log.warning(
+            "partition %d: offset %d delivered after %d; offsets %d..%d were skipped on the "
+            "way: seeking back to %d (nothing past it is applied until it comes)",
+            msg.partition,
+            off,
+            expected - 1,
+            first,
+            off - 1,
+            first,
+        )
+        p.seeking = first
+        p.sought_at = self.clock()
+        await self.edge.seek(msg.partition, first)
+        self.stats.discarded += 1
+        return Admission.DISCARD
+
+    async def reseek_stalled(self, after_s: float = 2.0) -> int:
+        """Seek again every partition whose seek back has not been answered for
+        ``after_s`` (a fetch already under way when it was asked can deliver past it,
+        and the consumer may then drop the re-read offsets as old); return how many."""
+        now = self.clock()
+        n = 0
+        for partition, p in list(self.partitions.items()):
+            if p.seeking is not None and now - p.sought_at >= after_s:
+                log.info(
+                    "partition %d: offset %d not delivered yet; seeking again", partition, p.seeking
+                )
+                p.sought_at = now
+                await self.edge.seek(partition, p.seeking)
+                n += 1
+        return n
+
+    # -- the batch -------------------------------------------------------------------------
+    async def run_batch(self, batch: Sequence[E]) -> None:
+        """Admit, handle, flush and hold one batch; save at once when the interval is 0."""
+        async with self.batch_lock:
+            by_key: dict[str | None, list[E]] = {}
+            passed: list[E] = []
+            for event in batch:
+                self.edge.hold(event)
+                msg = self.edge.message(event)
+                if await self._admit(msg) is not Admission.APPLY:
+                    passed.append(event)
+                    continue
+                self.partitions[msg.partition].open_offset(msg.offset)
+                outcome = self.handler.job_event(msg)
+                if outcome.state_key is not None:
+                    self.partition_of[outcome.state_key] = msg.partition
+                by_key.setdefault(outcome.state_key, []).append(event)
+                await self.edge.emit(outcome)
+            self.probe("handled")
+            done = self._flush()
+            if done is not None and hasattr(done, "__await__"):
+                await done
+            self.probe("flushed")
+            for key, events in by_key.items():
+                if key is None:  # dead-lettered: no state to save
+                    for event in events:
+                        self._release(event)
+                else:
+                    self.cadence.hold(events, key)
+            for event in passed:
+                self.edge.ack(event)
+        if self.cadence.interval_s == 0:
+            await self.save(self.cadence.keys())
+            return
+        over = len(self.cadence.keys()) - self.states.max_live // 2
+        if over > 0:  # backpressure: unsaved (dirty) states cannot be evicted
+            await self.save(self.cadence.keys()[:over])
+
+    def _release(self, event: E) -> None:
+        msg = self.edge.message(event)
+        p = self.partitions.get(msg.partition)
+        if p is not None:
+            p.close(msg.offset)
+        self.edge.ack(event)
+
+    # -- saves -----------------------------------------------------------------------------
+    async def save(self, keys: Sequence[str]) -> None:
+        """Save these VCs one at a time, then release each one's held events.
+
+        A VC is pickled under ``batch_lock`` (nothing mutates it meanwhile) and its held
+        events taken with it; the snapshot is compressed off the lock (zlib releases
+        the GIL). The record is written before the taken events are released; events
+        handled meanwhile stay held for the VC's next save."""
+        async with self.save_lock:
+            for key in keys:
+                async with self.batch_lock:
+                    gen = self.generation
+                    pickled = await self.offload(self.states.pickle_dirty, (key,))
+                    taken = self.cadence.take(key)
+                encoded = await self.offload(self.states.seal_all, pickled)
+                if gen != self.generation:  # forgotten meanwhile: the taken come again
+                    return
+                self.states.store_encoded(encoded)
+                self.cadence.ack(taken)
+            if keys:
+                self.probe("saved")
+
+    async def save_all(self) -> None:
+        """Save every VC with held events now (a rebalance or a stop)."""
+        await self.save(self.cadence.keys())
+
+    async def save_due(self, tick_s: float) -> None:
+        """Save the VCs whose cadence is due, a few a tick (:meth:`SaveCadence.paced_due_keys`)."""
+        await self.save(self.cadence.paced_due_keys(tick_s))
+
+    def forget(self) -> int:
+        """Partitions were revoked (or the worker stops): drop live state, held events
+        and offsets (held events are never acknowledged: they come again). Returns how
+        many events were held."""
+        self.generation += 1
+        held = self.cadence.drop()
+        self.states.forget()
+        self.partitions.clear()
+        return held
+
+
+class ListEdge:
+    """An :class:`Edge` over plain :class:`Message` objects (tests, doctests).
+
+    ``committed`` gives each partition's starting offset; ``log`` (partition -> offsets
+    the log holds) answers :meth:`first_offset` (default: every offset exists).
+    """
+
+    def __init__(
+        self, committed: dict[int, int] | None = None, log: dict[int, list[int]] | None = None
+    ) -> None:
+        self.committed_offsets = dict(committed or {})
+        self.log = log
+        self.acked: list[Message] = []
+        self.emitted: list[Outcome] = []
+        self.seeks: list[tuple[int, int]] = []
+
+    def message(self, event: Message) -> Message:
+        return event
+
+    def hold(self, event: Message) -> None:
+        pass
+
+    def ack(self, event: Message) -> None:
+        self.acked.append(event)
+
+    async def emit(self, outcome: Outcome) -> None:
+        self.emitted.append(outcome)
+
+    async def committed(self, partition: int) -> int | None:
+        return self.committed_offsets.get(partition)
+
+    async def first_offset(self, partition: int, at: int) -> int | None:
+        if self.log is None:
+            return at
+        return next((o for o in self.log.get(partition, []) if o >= at), None)
+
+    async def seek(self, partition: int, offset: int) -> None:
+        self.seeks.append((partition, offset))
+
+
+class Sink:
+    """The store's flush, off the event loop, retried until it succeeds; when the flush
+    finds the store came back empty, ``rebuild()`` rewrites the pending hints."""
+
+    def __init__(self, store: BufferedStore, rebuild: Callable[[], int]) -> None:
+        self.store = store
+        self.rebuild = rebuild
+        self.failures = 0
+        self.rebuilds = 0
+        self.max_backoff_s = 5.0
+
+    async def flush(self) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await asyncio.to_thread(self._flush_once)
+                return
+            except Exception as exc:  # Redis down: hold the batch (and its offsets), retry
+                self.failures += 1
+                log.warning(
+                    "store flush failed (%s: %s); %d writes held, retrying in %.2f s",
+                    type(exc).__name__,
+                    exc,
+                    self.store.pending,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(self.max_backoff_s, delay * 2)
+
+    def _flush_once(self) -> None:
+        self.store.flush()
+        if self.store.empty_detected:  # Redis was empty: rewrite from state
+            self.rebuilds += 1
+            n = self.rebuild()  # if it raises, the flag stays set: retried with the flush
+            self.store.take_empty()
+            reason = self.store.empty_reason
+            log.log(
+                logging.WARNING if reason == "redis_empty" else logging.INFO,
+                "re-wrote %d pending hints from state (%s)",
+                n,
+                reason,
+            )
+            self.store.mark_rebuilt(n)
+            self.store.flush()

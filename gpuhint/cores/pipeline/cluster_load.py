@@ -1,0 +1,133 @@
+"""The CES side of the worker: cluster telemetry in, load and power advisories out.
+
+Node status (keyed cluster/node) and job placements (keyed cluster/VC) are re-keyed by
+cluster onto the internal ``cluster-telemetry`` topic, so one worker sees all of a
+cluster's nodes. There a :class:`~gpuhint.cores.ces.ClusterLoadTracker` closes 10-minute
+slots and a :class:`~gpuhint.cores.ces.CesEngine` turns each into a PowerAdvisory and a
+ClusterLoad in the store. Each cluster's state (tracker + forecaster + policy) is
+checkpointed as a versioned pickle in a changelog-backed table at the end of every
+batch that touched it (before the batch's offsets may be committed: nothing acknowledged
+is lost on a rebalance), so a restarted or rebalanced worker resumes where the last one
+stopped.
+
+Checkpoint format (version 2): ``pickle((2, tracked, engine_blob))``. ``tracked`` pickles
+as the tracker's node columns (``array`` buffers, copied whole: no object per node; the
+used-node counters are rebuilt on load). ``engine_blob`` is the forecaster + policy
+pickled on its own and reused while no slot closed (they change only then). A 10,000-node
+cluster's checkpoint is a few hundred kB of memory copies (``bench/bench_ces.py
+--tracker``). Version 1 (per-node objects) is still read and migrated.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuhint.cores.ces import CesEngine, ClusterLoadTracker, SlotObservation
+from gpuhint.wire.contract import JobEvent, NodeStatus
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 2
+_READABLE = (1, 2)
+
+
+class ClusterLoadProcessor:
+    """Pure glue (no Faust): telemetry messages -> tracker -> engine, with checkpoints."""
+
+    def __init__(
+        self,
+        tracker: ClusterLoadTracker,
+        engine: CesEngine,
+        checkpoints: Mapping[str, bytes] | None = None,
+        on_save: Callable[[str, bytes], None] | None = None,
+    ) -> None:
+        """``checkpoints`` is read at restore; saves go to ``on_save``, else are assigned
+        into ``checkpoints`` (then a ``MutableMapping``)."""
+        self.tracker = tracker
+        self.engine = engine
+        self.checkpoints: Mapping[str, bytes] = checkpoints if checkpoints is not None else {}
+        self.on_save = on_save
+        self.dirty: set[str] = set()
+        self._engine_blobs: dict[str, tuple[object, int, bytes]] = {}
+        self.saves = 0
+        self.bytes_saved = 0
+
+    def _restore(self, cluster: str) -> None:
+        if cluster in self.tracker.clusters:
+            return
+        raw = self.checkpoints.get(cluster)
+        if not raw:
+            return
+        try:
+            version, tracked, engine_state = pickle.loads(raw)
+            if version not in _READABLE:
+                log.warning("ignoring CES checkpoint of %s: version %s", cluster, version)
+                return
+            if version >= 2 and engine_state is not None:
+                engine_state = pickle.loads(engine_state)
+        except Exception as exc:  # a corrupt checkpoint must not stop the worker
+            log.warning("ignoring unreadable CES checkpoint of %s: %s", cluster, exc)
+            return
+        if tracked is not None:
+            self.tracker.clusters[cluster] = tracked
+        if engine_state is not None:
+            self.engine.clusters[cluster] = engine_state
+        log.info("restored CES state of cluster %s", cluster)
+
+    def on_message(self, msg: NodeStatus | JobEvent) -> list[SlotObservation]:
+        """Apply one message; return the slots it closed (each already sent to the engine)."""
+        self._restore(msg.cluster)
+        if isinstance(msg, NodeStatus):
+            closed = self.tracker.on_node_status(msg)
+        else:
+            closed = self.tracker.on_job_event(msg)
+        for obs in closed:
+            self.engine.observe(obs)
+        self.dirty.add(msg.cluster)
+        return closed
+
+    def checkpoint_dirty(self) -> int:
+        """Checkpoint every cluster changed since the last call; return how many."""
+        n = 0
+        for cluster in sorted(self.dirty):
+            self.checkpoint(cluster)
+            n += 1
+        self.dirty.clear()
+        return n
+
+    def forget(self) -> None:
+        """Drop in-memory cluster state (on a rebalance): the next message re-reads the table.
+
+        A worker that gets a cluster's partition back must not continue from what it held
+        before another worker took over; the table holds the newest checkpoint.
+        """
+        self.tracker.clusters.clear()
+        self.engine.clusters.clear()
+        self.dirty.clear()
+        self._engine_blobs.clear()
+
+    def _engine_blob(self, cluster: str) -> bytes | None:
+        """The engine's state of ``cluster`` pickled, re-encoded only after a slot closed."""
+        state = self.engine.clusters.get(cluster)
+        if state is None:
+            return None
+        cached = self._engine_blobs.get(cluster)
+        if cached is not None and cached[0] is state and cached[1] == state.slot:
+            return cached[2]
+        blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        self._engine_blobs[cluster] = (state, state.slot, blob)
+        return blob
+
+    def checkpoint(self, cluster: str) -> None:
+        """Save ``cluster``'s state (see the module's note on the format)."""
+        state: Any = (STATE_VERSION, self.tracker.clusters.get(cluster), self._engine_blob(cluster))
+        blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        self.saves += 1
+        self.bytes_saved += len(blob)
+        if self.on_save is not None:
+            self.on_save(cluster, blob)
+        else:
+            self.checkpoints[cluster] = blob  # type: ignore[index]

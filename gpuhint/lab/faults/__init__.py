@@ -1,0 +1,1 @@
+"""The fault suite's tools: hostile messages and chaos scenarios on real services."""

@@ -1,0 +1,1 @@
+"""Historical job traces and load series: readers, sacct exports, conversions to events."""

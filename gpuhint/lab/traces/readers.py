@@ -1,0 +1,312 @@
+"""Readers for historical job traces, and their conversion into JobEvents.
+
+Formats (``fmt="auto"`` picks one from the file name and header):
+
+* ``helios`` -- SenseTime Helios ``cluster_log.csv``:
+  ``job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue``
+* ``philly`` -- Microsoft Philly ``cluster_job_log`` JSON (a list of job objects).
+* ``plain``  -- ``job_id,submission_time,duration,num_gpu`` (seconds), as the ITP traces.
+* ``sacct`` / ``sacct-json`` -- Slurm accounting: ``sacct --parsable2`` / ``sacct --json``
+  (:mod:`gpuhint.lab.traces.sacct`).
+
+Helios-style and plain CSVs may carry an optional ``time_limit`` column: the run time
+the job asked for, in seconds (Slurm ``TimeLimit``); empty means none.
+
+Files may be gzipped. A bad record raises :class:`TraceError` naming ``file:line`` and
+the reason, or, with ``on_error="skip"``, is collected in ``TraceRead.errors``.
+Times without a zone are read as UTC.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from gpuhint.lab.traces.records import (
+    OnError,
+    TraceError,
+    TraceJob,
+    TraceRead,
+    collect_jobs,
+    iter_json_array,
+    nonneg_number,
+    open_text,
+    parse_time,
+)
+from gpuhint.lab.traces.sacct import looks_like_sacct, read_sacct_json, read_sacct_parsable
+from gpuhint.wire.contract import JobEvent, JobPhase, JobState
+
+TraceFormat = Literal["auto", "helios", "philly", "plain", "sacct", "sacct-json"]
+
+
+def detect_format(path: Path) -> str:
+    name = path.name.lower().removesuffix(".gz")
+    with open_text(path) as fh:
+        head = fh.read(4096)
+    if head.lstrip().startswith("{"):  # sacct --json is an object; Philly is an array
+        return "sacct-json"
+    if name.endswith(".json"):
+        return "philly"
+    header = head.splitlines()[0].strip().lower() if head else ""
+    if "|" in header and looks_like_sacct(header):
+        return "sacct"
+    cols = {c.strip() for c in header.split(",")}
+    if {"submit_time", "gpu_num", "duration"} <= cols:
+        return "helios"
+    if {"submission_time", "duration", "num_gpu"} <= cols:
+        return "plain"
+    raise TraceError(
+        str(path),
+        1,
+        "unknown trace format: expected a Helios cluster_log.csv header "
+        "(job_id,...,gpu_num,...,submit_time,...,duration), a plain "
+        "job_id,submission_time,duration,num_gpu header, Philly JSON, or a Slurm "
+        "sacct --parsable2 / --json export",
+    )
+
+
+def _int(row: dict[str, str], col: str, required: bool = True) -> int | None:
+    raw = (row.get(col) or "").strip()
+    if raw == "":
+        if required:
+            raise ValueError(f"missing {col}")
+        return None
+    try:
+        f = float(raw)
+    except ValueError:
+        raise ValueError(f"{col} is not a number: {raw!r}") from None
+    if not math.isfinite(f) or f < 0 or f != int(f):
+        raise ValueError(f"{col} must be a non-negative integer, got {raw!r}")
+    return int(f)
+
+
+def _float(row: dict[str, str], col: str) -> float:
+    return nonneg_number(row.get(col), col)
+
+
+def _time(row: dict[str, str], col: str, required: bool = True) -> float | None:
+    raw = (row.get(col) or "").strip()
+    if raw == "":
+        if required:
+            raise ValueError(f"missing {col}")
+        return None
+    try:
+        return parse_time(raw)
+    except ValueError:
+        raise ValueError(f"{col} is not a time (YYYY-MM-DD HH:MM:SS): {raw!r}") from None
+
+
+_HELIOS_STATES = {s.value for s in JobState}
+
+
+def _time_limit(row: dict[str, str]) -> float | None:
+    """The optional ``time_limit`` column (seconds the job asked for; empty: none)."""
+    raw = (row.get("time_limit") or "").strip()
+    if not raw:
+        return None
+    limit = nonneg_number(raw, "time_limit")
+    if limit == 0:
+        raise ValueError("time_limit must be > 0 seconds (leave it empty for no limit)")
+    return limit
+
+
+def _helios_row(row: dict[str, str], line: int) -> TraceJob:
+    job_id = (row.get("job_id") or "").strip()
+    if not job_id:
+        raise ValueError("missing job_id")
+    submit = _time(row, "submit_time")
+    assert submit is not None
+    state_raw = (row.get("state") or "COMPLETED").strip().upper() or "COMPLETED"
+    state = JobState(state_raw) if state_raw in _HELIOS_STATES else JobState.UNKNOWN
+    start = _time(row, "start_time", required=False)
+    queue_raw = (row.get("queue") or "").strip()
+    if start is None and queue_raw:
+        start = submit + _float(row, "queue")
+    return TraceJob(
+        job_id=job_id,
+        submit_time=submit,
+        duration=_float(row, "duration"),
+        num_gpus=_int(row, "gpu_num") or 0,
+        vc=(row.get("vc") or "").strip() or "default",
+        user=(row.get("user") or "").strip() or None,
+        name=(row.get("job_name") or row.get("name") or "").strip() or None,
+        num_cpus=_int(row, "cpu_num", required=False),
+        num_nodes=_int(row, "node_num", required=False),
+        state=state,
+        start_time=start,
+        line=line,
+        time_limit_s=_time_limit(row),
+    )
+
+
+def _plain_row(row: dict[str, str], line: int) -> TraceJob:
+    job_id = (row.get("job_id") or "").strip()
+    if not job_id:
+        raise ValueError("missing job_id")
+    return TraceJob(
+        job_id=job_id,
+        submit_time=_float(row, "submission_time"),
+        duration=_float(row, "duration"),
+        num_gpus=_int(row, "num_gpu") or 0,
+        line=line,
+        time_limit_s=_time_limit(row),
+    )
+
+
+def _read_csv(
+    path: Path, parse: Callable[[dict[str, str], int], TraceJob], on_error: OnError
+) -> TraceRead:
+    out = TraceRead(jobs=[])
+    with open_text(path) as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames is None:
+            raise TraceError(str(path), 1, "empty file: no header")
+        for row in reader:
+            line = reader.line_num
+            try:
+                if None in row:
+                    raise ValueError(
+                        f"{len(reader.fieldnames) + len(row[None])} fields "
+                        f"where the header has {len(reader.fieldnames)}"
+                    )
+                out.jobs.append(parse(row, line))
+            except ValueError as exc:
+                err = TraceError(str(path), line, str(exc))
+                if on_error == "stop":
+                    raise err from None
+                out.errors.append(err)
+    return out
+
+
+_PHILLY_STATES = {
+    "Pass": JobState.COMPLETED,
+    "Failed": JobState.FAILED,
+    "Killed": JobState.CANCELLED,
+}
+
+
+def _philly_record(rec: Any) -> TraceJob:
+    if not isinstance(rec, dict):
+        raise ValueError(f"expected a job object, got {type(rec).__name__}")
+    job_id = str(rec.get("jobid") or "").strip()
+    if not job_id:
+        raise ValueError("missing jobid")
+    submitted = rec.get("submitted_time")
+    if not submitted:
+        raise ValueError("missing submitted_time")
+    try:
+        submit = parse_time(str(submitted))
+        start = parse_time(str(rec["start_time"])) if rec.get("start_time") else None
+        end = parse_time(str(rec["end_time"])) if rec.get("end_time") else None
+    except ValueError as exc:
+        raise ValueError(f"bad time: {exc}") from None
+    runtime = rec.get("runtime_min")
+    if isinstance(runtime, int | float) and math.isfinite(runtime) and runtime >= 0:
+        duration = float(runtime) * 60.0
+    elif start is not None and end is not None and end >= start:
+        duration = end - start
+    else:
+        raise ValueError("no usable runtime_min and no start_time/end_time pair")
+    detail = rec.get("detail") or []
+    if not isinstance(detail, list):
+        raise ValueError("detail must be a list of {ip, gpus}")
+    gpus = sum(len(d.get("gpus") or []) for d in detail if isinstance(d, dict))
+    status = str(rec.get("status") or "")
+    return TraceJob(
+        job_id=job_id,
+        submit_time=submit,
+        duration=duration,
+        num_gpus=gpus,
+        vc=str(rec.get("vc") or "default"),
+        user=str(rec["user"]) if rec.get("user") else None,
+        num_nodes=len(detail) or None,
+        state=_PHILLY_STATES.get(status, JobState.UNKNOWN),
+        start_time=start,
+    )
+
+
+def _read_philly(path: Path, on_error: OnError) -> TraceRead:
+    with open_text(path) as fh:
+        text = fh.read()
+    out = TraceRead(jobs=[])
+    collect_jobs(
+        path,
+        iter_json_array(text),
+        lambda rec, line: dataclasses.replace(_philly_record(rec), line=line),
+        on_error,
+        out,
+    )
+    return out
+
+
+def read_trace(
+    path: str | Path, fmt: TraceFormat = "auto", on_error: OnError = "stop"
+) -> TraceRead:
+    """Read a trace file into :class:`TraceJob` records, sorted by submit time.
+
+    Raises :class:`TraceError` (``file:line: reason``) on the first bad record unless
+    ``on_error="skip"``; raises :class:`FileNotFoundError` if the file is missing.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"{p}: is a directory")
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file")
+    kind = detect_format(p) if fmt == "auto" else fmt
+    if kind == "helios":
+        out = _read_csv(p, _helios_row, on_error)
+    elif kind == "plain":
+        out = _read_csv(p, _plain_row, on_error)
+    elif kind == "philly":
+        out = _read_philly(p, on_error)
+    elif kind in ("sacct", "sacct-json"):
+        out = (read_sacct_parsable if kind == "sacct" else read_sacct_json)(p, on_error)
+    else:  # pragma: no cover - guarded by the Literal
+        raise ValueError(f"unknown format {fmt!r}")
+    out.fmt = kind
+    out.jobs.sort(key=lambda j: (j.submit_time, j.line))
+    return out
+
+
+_PHASE_RANK = {JobPhase.SUBMITTED: 0, JobPhase.STARTED: 1, JobPhase.FINISHED: 2}
+
+
+def job_events(jobs: Iterable[TraceJob], cluster: str = "default") -> list[JobEvent]:
+    """Turn trace jobs into submitted/started/finished events in time order.
+
+    A job whose start time the trace lacks is taken to start at submit (no queueing
+    recorded); it finishes ``duration`` seconds after it starts.
+    """
+    events: list[tuple[float, int, int, JobEvent]] = []
+    for seq, j in enumerate(jobs):
+        start = j.start_time if j.start_time is not None else j.submit_time
+        start = max(start, j.submit_time)
+        common: dict[str, Any] = {
+            "job_id": j.job_id,
+            "cluster": cluster,
+            "vc": j.vc,
+            "user": j.user,
+            "name": j.name,
+            "num_gpus": j.num_gpus,
+            "num_cpus": j.num_cpus,
+            "num_nodes": j.num_nodes,
+            "time_limit_s": j.time_limit_s,
+            "submit_time": j.submit_time,
+        }
+        for phase, t, extra in (
+            (JobPhase.SUBMITTED, j.submit_time, {}),
+            (JobPhase.STARTED, start, {"start_time": start}),
+            (
+                JobPhase.FINISHED,
+                start + j.duration,
+                {"start_time": start, "duration_s": j.duration, "state": j.state},
+            ),
+        ):
+            ev = JobEvent(phase=phase, time=t, **common, **extra)
+            events.append((t, _PHASE_RANK[phase], seq, ev))
+    events.sort(key=lambda e: (e[0], e[1], e[2]))
+    return [e[3] for e in events]

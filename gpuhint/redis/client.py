@@ -1,0 +1,252 @@
+"""A typed reader of what the worker keeps in Redis, for schedulers and appliers.
+
+It reads the key schema of docs/redis-keys.md (:mod:`gpuhint.wire.keys`) and never writes:
+the hint of a job, a VC's queue (smallest expected service first), the power advice of a
+cluster and of a node, the cluster load, and the change stream (resumable from an id).
+Values are parsed into the wire contract (:mod:`gpuhint.wire.contract`); a value this schema
+version cannot read raises :class:`UnreadableValue`.
+
+A runnable example on a throwaway ``redis-server`` (yours is already running), with the
+keys written by hand the way the worker writes them:
+
+>>> import redis
+>>> from gpuhint.wire.contract import PriorityHint
+>>> from gpuhint.lab.local.services import LocalRedis
+>>> server = LocalRedis().start()
+>>> r = redis.Redis.from_url(server.url)
+>>> h = PriorityHint(job_id="small", cluster="prod", vc="vcA", num_gpus=2, submit_time=0,
+...     predicted_duration_s=15, priority=30, model="m", model_version="1", created_at=0)
+>>> _ = r.set("gpuhint:v1:hint:prod:small", h.model_dump_json())
+>>> _ = r.zadd("gpuhint:v1:queue:prod:vcA", {"big": 900, "small": 30})
+>>> _ = r.xadd("gpuhint:v1:changes", {"type": "hint", "cluster": "prod", "job_id": "small"})
+>>> c = HintClient(r, key_prefix="gpuhint")
+>>> c.queue("prod", "vcA")
+[QueueEntry(job_id='small', priority=30.0), QueueEntry(job_id='big', priority=900.0)]
+>>> c.vcs("prod"), c.hint("prod", "small").predicted_duration_s, c.hint("prod", "big")
+(['vcA'], 15.0, None)
+>>> [(ch.type, ch.fields["job_id"]) for ch in c.changes(after="0-0")]
+[('hint', 'small')]
+>>> list(c.changes(after=c.last_change_id()))
+[]
+>>> c.close(); server.stop()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import redis
+from pydantic import BaseModel, ValidationError
+
+from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.wire.keys import RedisKeys
+from gpuhint.wire.topics import SUB_VC
+
+__all__ = [
+    "CHANGE_TYPES",
+    "Change",
+    "HintClient",
+    "QueueEntry",
+    "UnreadableValue",
+]
+
+CHANGE_TYPES = ("hint", "hint_updated", "hint_removed", "advice", "load", "rebuilt")
+"""Every ``type`` the change stream carries (docs/redis-keys.md lists their fields)."""
+
+_M = TypeVar("_M", bound=BaseModel)
+_GLOB_SPECIAL = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
+_MGET_CHUNK = 500
+_BLOCK_STEP_MS = 5000
+
+
+class UnreadableValue(ValueError):
+    """A key holds a value this version cannot parse (another schema version, or junk)."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"{key}: {why}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One job waiting in a VC's queue; run the smallest ``priority`` (GPU-seconds) first."""
+
+    job_id: str
+    priority: float
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change-stream entry: its stream ``id``, its ``type`` and all its fields."""
+
+    id: str
+    type: str
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cluster(self) -> str | None:
+        """The cluster the change is about (``None`` for a `rebuilt` of every cluster)."""
+        return self.fields.get("cluster")
+
+
+def _s(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+class HintClient:
+    """Reads hints, queues, advisories, load and changes from the worker's Redis.
+
+    ``client`` is any ``redis.Redis`` (``decode_responses`` either way); ``key_prefix``
+    is the worker's ``GPUHINT_KEY_PREFIX``. Redis errors (``redis.RedisError``)
+    propagate: the caller decides whether to retry.
+    """
+
+    def __init__(self, client: redis.Redis, key_prefix: str = "gpuhint") -> None:
+        self.r = client
+        self.keys = RedisKeys(key_prefix)
+
+    @classmethod
+    def from_url(
+        cls, url: str, key_prefix: str = "gpuhint", socket_timeout: float = 10.0
+    ) -> HintClient:
+        """A client on ``redis://``, ``rediss://`` or ``unix://`` ``url``.
+
+        Raises ``ValueError`` for a malformed URL (nothing is contacted yet).
+        """
+        r = redis.Redis.from_url(url, socket_timeout=socket_timeout, health_check_interval=30)
+        return cls(r, key_prefix=key_prefix)
+
+    def close(self) -> None:
+        self.r.close()
+
+    def __enter__(self) -> HintClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- values ------------------------------------------------------------------------
+    def _parse(self, key: str, raw: Any, model: type[_M]) -> _M | None:
+        if raw is None:
+            return None
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as exc:
+            raise UnreadableValue(
+                key, f"not a {model.__name__} of this schema ({exc.error_count()} error(s))"
+            ) from None
+
+    def _get(self, key: str, model: type[_M]) -> _M | None:
+        return self._parse(key, self.r.get(key), model)
+
+    def hint(self, cluster: str, job_id: str) -> PriorityHint | None:
+        """The job's current hint, or ``None`` (no opinion: never hinted, started or expired)."""
+        return self._get(self.keys.hint(cluster, job_id), PriorityHint)
+
+    def cluster_advice(self, cluster: str) -> PowerAdvisory | None:
+        """The cluster's latest power advisory (one per CES slot), or ``None``."""
+        return self._get(self.keys.cluster_advice(cluster), PowerAdvisory)
+
+    def node_advice(self, cluster: str, node: str) -> PowerAdvisory | None:
+        """The advisory naming this node in a power-down or wake, or ``None``."""
+        return self._get(self.keys.node_advice(cluster, node), PowerAdvisory)
+
+    def load(self, cluster: str) -> ClusterLoad | None:
+        """The cluster's latest load (nodes in use, powered on, idle ones), or ``None``."""
+        return self._get(self.keys.load(cluster), ClusterLoad)
+
+    def stats(self) -> dict[str, int]:
+        """The worker's counters (``dead_letter``: messages sent to the dead-letter topic)."""
+        raw: Any = self.r.hgetall(self.keys.stats)
+        return {_s(k): int(v) for k, v in raw.items()}
+
+    # -- queues ------------------------------------------------------------------------
+    def queue(self, cluster: str, vc: str, limit: int | None = None) -> list[QueueEntry]:
+        """The VC's waiting jobs, smallest priority first (ties by job id); at most ``limit``."""
+        if limit is not None and limit <= 0:
+            return []
+        end = -1 if limit is None else limit - 1
+        rows: Any = self.r.zrange(self.keys.queue(cluster, vc), 0, end, withscores=True)
+        return [QueueEntry(_s(m), float(s)) for m, s in rows]
+
+    def vcs(self, cluster: str) -> list[str]:
+        """The VCs of ``cluster`` that have a (non-empty) queue, sorted."""
+        prefix = self.keys.queue(cluster, "")
+        match = prefix.translate(_GLOB_SPECIAL) + "*"
+        found = {_s(k)[len(prefix) :] for k in self.r.scan_iter(match=match, count=500)}
+        return sorted(vc for vc in found if vc and ":" not in vc)
+
+    def merged_queue(self, cluster: str, vc: str, limit: int | None = None) -> list[QueueEntry]:
+        """One queue over ``vc`` and its spread sub-VCs ``<vc>~k`` (``gpuhint replay
+        --spread-vcs``), smallest priority first (ties by job id); at most ``limit``.
+
+        Priorities are expected GPU-seconds, comparable across the sub-VCs' models, so
+        the merge is the queue a scheduler with one real queue ranks.
+        """
+        if limit is not None and limit <= 0:
+            return []
+        parts = [v for v in self.vcs(cluster) if v == vc or v.startswith(vc + SUB_VC)]
+        rows = [e for v in parts for e in self.queue(cluster, v, limit)]
+        rows.sort(key=lambda e: (e.priority, e.job_id))
+        return rows if limit is None else rows[:limit]
+
+    def pending_hints(self, cluster: str, vc: str | None = None) -> list[PriorityHint]:
+        """The hints of every queued job (of ``vc``, or of all VCs), each VC in queue order.
+
+        A queue member whose hint key has already expired is left out.
+        """
+        out: list[PriorityHint] = []
+        for v in [vc] if vc is not None else self.vcs(cluster):
+            ids = [e.job_id for e in self.queue(cluster, v)]
+            for i in range(0, len(ids), _MGET_CHUNK):
+                chunk = [self.keys.hint(cluster, j) for j in ids[i : i + _MGET_CHUNK]]
+                raws: Any = self.r.mget(chunk)
+                for key, raw in zip(chunk, raws, strict=True):
+                    h = self._parse(key, raw, PriorityHint)
+                    if h is not None:
+                        out.append(h)
+        return out
+
+    # -- change stream -----------------------------------------------------------------
+    def changes(
+        self, after: str = "0-0", block_ms: int | None = None, count: int = 1000
+    ) -> Iterator[Change]:
+        """The change-stream entries after id ``after``, oldest first.
+
+        ``block_ms=None``: yield what is there now and stop. ``block_ms=N``: when caught
+        up, wait up to N ms for more; stop after a wait that brought nothing.
+        ``block_ms=0``: follow forever. Resume later from the last ``Change.id`` seen.
+        The stream is trimmed (``changes_maxlen``): if ``after`` is older than
+        :meth:`first_change_id`, entries were lost, so re-read the queues.
+        """
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        last = after
+        stream = self.keys.changes
+        while True:
+            resp: Any = self.r.xread({stream: last}, count=count)
+            waited = 0
+            while not resp and block_ms is not None and (block_ms == 0 or waited < block_ms):
+                # short waits, so a blocked read never outlasts the socket timeout
+                step = _BLOCK_STEP_MS if block_ms == 0 else min(_BLOCK_STEP_MS, block_ms - waited)
+                resp = self.r.xread({stream: last}, count=count, block=step)
+                waited += step
+            if not resp:
+                return
+            entries = resp[0][1]
+            for raw_id, raw_fields in entries:
+                fields = {_s(k): _s(v) for k, v in raw_fields.items()}
+                last = _s(raw_id)
+                yield Change(last, fields.get("type", ""), fields)
+
+    def last_change_id(self) -> str:
+        """The id of the newest change (``"0-0"`` for an empty stream): start following here."""
+        rows: Any = self.r.xrevrange(self.keys.changes, count=1)
+        return _s(rows[0][0]) if rows else "0-0"
+
+    def first_change_id(self) -> str:
+        """The id of the oldest change still kept (``"0-0"`` for an empty stream)."""
+        rows: Any = self.r.xrange(self.keys.changes, count=1)
+        return _s(rows[0][0]) if rows else "0-0"

@@ -1,0 +1,312 @@
+"""The Redis store: the key schema of :mod:`gpuhint.wire.keys` written in pipelines.
+
+Writes are buffered (see :class:`gpuhint.cores.sink.BufferedStore`) and one ``flush()``
+sends them as a single non-transactional pipeline. Every write is idempotent: a hint
+is ``SET`` + ``ZADD``, a removal is ``DEL`` + ``ZREM`` (a Lua script, so the change
+stream records a removal only when a hint really existed, and a hint only when it
+changed). A hint write sent under a VC other than the one whose hint for the job lives
+is refused and counted (``hint_vc_conflicts`` in the stats hash, and one warning per
+flush). Every pipeline begins with
+``SET epoch <random> NX`` and ``GET epoch``: when the SET succeeds, or the marker is not
+the one this store saw last (another worker re-created it), Redis had lost its data and
+the worker rewrites its pending hints (:attr:`~gpuhint.cores.sink.BufferedStore.empty_detected`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import redis
+
+from gpuhint.cores.sink import (
+    HINT_VC_CONFLICTS,
+    BufferedStore,
+    Count,
+    MarkRebuilt,
+    Op,
+    PutAdvisory,
+    PutHint,
+    PutLoad,
+    RemoveHint,
+    UpdateHint,
+    VcConflict,
+    op_target,
+)
+from gpuhint.wire import keys as K
+from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.wire.keys import RedisKeys
+
+log = logging.getLogger(__name__)
+
+# A job id belongs to the VC whose hint for it lives (docs/redis-keys.md): a write sent
+# under another VC is refused, counted (HINCRBY stats <counter>) and answered with the
+# owner's VC, which the store logs. The VC is read from the stored JSON (cjson); a value
+# that is not a hint's JSON is overwritten as before.
+_OWNER = """
+local function owner(cur, vc)
+  local ok, old = pcall(cjson.decode, cur)
+  if ok and type(old) == 'table' and type(old.vc) == 'string' and old.vc ~= vc then
+    return old.vc
+  end
+  return nil
+end
+"""
+
+# KEYS: hint key, queue key, changes stream, stats hash; ARGV: job_id, hint JSON,
+# priority, ttl, cluster, vc, maxlen, conflict counter. One command per new hint instead
+# of SET + ZADD + EXPIRE + XADD. The hint already stored (same JSON, same score: a
+# re-emit) is rewritten for its TTL but not announced again. Returns 1 (announced), 0
+# (rewritten) or the owner's VC (refused).
+_PUT_HINT = (
+    _OWNER
+    + """
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[2] then
+  local other = owner(cur, ARGV[6])
+  if other then
+    redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
+    return other
+  end
+end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+if cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint',
+           'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
+return 1
+"""
+)
+
+# KEYS: hint key, queue key, changes stream, stats hash; ARGV: job_id, cluster, vc,
+# maxlen, conflict counter. The job always leaves its own VC's queue; its hint goes
+# (and a removal is announced) only when it exists and is that VC's.
+_REMOVE_HINT = (
+    _OWNER
+    + """
+redis.call('ZREM', KEYS[2], ARGV[1])
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  return 0
+end
+local other = owner(cur, ARGV[3])
+if other then
+  redis.call('HINCRBY', KEYS[4], ARGV[5], 1)
+  return other
+end
+redis.call('DEL', KEYS[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*',
+           'type', 'hint_removed', 'cluster', ARGV[2], 'vc', ARGV[3], 'job_id', ARGV[1])
+return 1
+"""
+)
+
+# KEYS and ARGV as _PUT_HINT. Only a hint that still exists (its job has not started)
+# and is the same VC's moves.
+_UPDATE_HINT = (
+    _OWNER
+    + """
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  return 0
+end
+local other = owner(cur, ARGV[6])
+if other then
+  redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
+  return other
+end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
+           'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
+return 1
+"""
+)
+
+
+class RedisStore(BufferedStore):
+    """Writes hints, advisories and load to Redis; reads them back for clients and tests."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: RedisKeys | None = None,
+        hint_ttl_s: int = 7 * 86400,
+        advisory_ttl_s: int = 3600,
+        changes_maxlen: int = 100_000,
+        max_buffer: int = 10_000,
+    ) -> None:
+        super().__init__(max_buffer)
+        self.r = client
+        self.k = keys or RedisKeys()
+        self.hint_ttl_s = hint_ttl_s
+        self.advisory_ttl_s = advisory_ttl_s
+        self.changes_maxlen = changes_maxlen
+        self._remove = self.r.register_script(_REMOVE_HINT)
+        self._update = self.r.register_script(_UPDATE_HINT)
+        self._put = self.r.register_script(_PUT_HINT)
+        self._scripts_loaded = False
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisStore:
+        client = redis.Redis.from_url(url, socket_timeout=10, health_check_interval=30)
+        return cls(client, **kwargs)
+
+    def _xadd(self, pipe: Any, fields: dict[str, str]) -> None:
+        pipe.xadd(self.k.changes, fields, maxlen=self.changes_maxlen, approximate=True)
+
+    def _apply(self, ops: list[Op]) -> None:
+        if not self._scripts_loaded:
+            self._load_scripts()
+        try:
+            results, hint_slots = self._send(ops)
+        except redis.exceptions.NoScriptError:
+            # Redis lost its script cache (restarted, SCRIPT FLUSH): load the scripts and
+            # send the batch again, as any failed flush is (its writes are idempotent)
+            self._load_scripts()
+            results, hint_slots = self._send(ops)
+        self._saw_epoch(bool(results[0]), bytes(results[1]).decode())
+        conflicts: list[VcConflict] = []
+        for i, (cluster, job_id, vc) in hint_slots:
+            res = results[i]
+            if isinstance(res, bytes | str):  # refused: the script answered the owner's VC
+                owner = res.decode() if isinstance(res, bytes) else res
+                conflicts.append(VcConflict(cluster, job_id, vc, owner))
+        self._refused(conflicts)
+
+    def _hint_script(self, pipe: Any, script: Any, h: PriorityHint) -> None:
+        """Queue ``_PUT_HINT`` or ``_UPDATE_HINT`` (same keys and arguments) for a hint."""
+        pipe.evalsha(
+            script.sha,
+            4,
+            self.k.hint(h.cluster, h.job_id),
+            self.k.queue(h.cluster, h.vc),
+            self.k.changes,
+            self.k.stats,
+            h.job_id,
+            h.model_dump_json(),
+            repr(h.priority),
+            self.hint_ttl_s,
+            h.cluster,
+            h.vc,
+            self.changes_maxlen,
+            HINT_VC_CONFLICTS,
+        )
+
+    def _load_scripts(self) -> None:
+        """Load the Lua scripts once (``SCRIPT LOAD``), not one ``SCRIPT EXISTS`` per flush."""
+        for script in (self._remove, self._update, self._put):
+            self.r.script_load(script.script)
+        self._scripts_loaded = True
+
+    def _send(self, ops: list[Op]) -> tuple[list[Any], list[tuple[int, tuple[str, str, str]]]]:
+        """One pipeline: the epoch marker, then every op in order. Returns the replies
+        and, for each hint write, its reply's index and ``(cluster, job_id, vc)``."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(self.k.epoch, uuid.uuid4().hex, nx=True)  # True: Redis had lost it
+        pipe.get(self.k.epoch)
+        hint_slots: list[tuple[int, tuple[str, str, str]]] = []
+        for op in ops:
+            target = op_target(op)
+            if target is not None:
+                hint_slots.append((len(pipe), target))
+            if isinstance(op, PutHint):
+                self._hint_script(pipe, self._put, op.hint)
+            elif isinstance(op, UpdateHint):
+                self._hint_script(pipe, self._update, op.hint)
+            elif isinstance(op, RemoveHint):
+                pipe.evalsha(
+                    self._remove.sha,
+                    4,
+                    self.k.hint(op.cluster, op.job_id),
+                    self.k.queue(op.cluster, op.vc),
+                    self.k.changes,
+                    self.k.stats,
+                    op.job_id,
+                    op.cluster,
+                    op.vc,
+                    self.changes_maxlen,
+                    HINT_VC_CONFLICTS,
+                )
+            elif isinstance(op, PutAdvisory):
+                a = op.advisory
+                key = (
+                    self.k.cluster_advice(a.cluster)
+                    if a.node is None
+                    else self.k.node_advice(a.cluster, a.node)
+                )
+                pipe.set(key, a.model_dump_json(), ex=self.advisory_ttl_s)
+                self._xadd(
+                    pipe,
+                    {
+                        "type": K.CHANGE_ADVICE,
+                        "cluster": a.cluster,
+                        "node": a.node or "",
+                        "action": a.action.value,
+                        "count": str(a.count),
+                    },
+                )
+            elif isinstance(op, PutLoad):
+                ld = op.load
+                pipe.set(self.k.load(ld.cluster), ld.model_dump_json(), ex=self.advisory_ttl_s)
+                self._xadd(pipe, {"type": K.CHANGE_LOAD, "cluster": ld.cluster})
+            elif isinstance(op, Count):
+                pipe.hincrby(self.k.stats, op.name, op.n)
+            elif isinstance(op, MarkRebuilt):
+                self._xadd(
+                    pipe, {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
+                )
+        return list(pipe.execute()), hint_slots
+
+    def sweep_stale(self) -> int:
+        """Drop queue members whose hint key has expired; return how many were dropped."""
+        removed = 0
+        for raw_key in self.r.scan_iter(match=f"{self.k.root}:queue:*", count=500):
+            qkey = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            cluster = qkey.split(":")[3]
+            raw_members: Any = self.r.zrange(qkey, 0, -1)
+            members = [m.decode() for m in raw_members]
+            if not members:
+                continue
+            pipe = self.r.pipeline(transaction=False)
+            for m in members:
+                pipe.exists(self.k.hint(cluster, m))
+            stale = [m for m, ok in zip(members, pipe.execute(), strict=True) if not ok]
+            if stale:
+                removed += int(self.r.zrem(qkey, *stale))
+        if removed:
+            log.info("swept %d stale queue entries", removed)
+        return removed
+
+    # -- read side ---------------------------------------------------------------------
+    def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
+        raw: Any = self.r.get(self.k.hint(cluster, job_id))
+        return PriorityHint.model_validate_json(raw) if raw else None
+
+    def queue(self, cluster: str, vc: str) -> list[tuple[str, float]]:
+        rows: Any = self.r.zrange(self.k.queue(cluster, vc), 0, -1, withscores=True)
+        return [(m.decode(), float(s)) for m, s in rows]
+
+    def get_advisory(self, cluster: str, node: str | None = None) -> PowerAdvisory | None:
+        key = self.k.cluster_advice(cluster) if node is None else self.k.node_advice(cluster, node)
+        raw: Any = self.r.get(key)
+        return PowerAdvisory.model_validate_json(raw) if raw else None
+
+    def get_load(self, cluster: str) -> ClusterLoad | None:
+        raw: Any = self.r.get(self.k.load(cluster))
+        return ClusterLoad.model_validate_json(raw) if raw else None
+
+    def counters(self) -> dict[str, int]:
+        raw: Any = self.r.hgetall(self.k.stats)
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.r.close()

@@ -1,0 +1,193 @@
+"""Slurm job events that survive an agent restart: a remembered watermark.
+
+:class:`SlurmFeed` is the agent's Slurm source. After every poll it writes its
+watermark to a small JSON file (atomically): the lifecycle step already published for
+each job it still sees, and the time of that poll. On start it reads it back, so a
+restarted agent
+
+* publishes no duplicate: a job already announced ``submitted`` / ``started`` /
+  ``finished`` is not announced again;
+* misses no transition: with ``sacct`` it reads accounting from the last poll (minus a
+  margin) up to now, so a job that started or finished while the agent was down is
+  still seen, with its true times. With ``squeue`` only jobs Slurm still lists are seen
+  (it keeps finished ones for ``MinJobAge``, 300 s by default); a job that went missing
+  meanwhile is published ``finished`` with state ``unknown``.
+
+Events are handed to the publisher before the watermark is written; a clean stop
+(SIGTERM) flushes them, and ``--spill-dir`` keeps what Kafka did not take yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuhint.cores.job_tracker import (
+    JobTracker,
+    SchedJob,
+    SchedulerError,
+    SchedulerFeed,
+    read_source,
+)
+from gpuhint.slurm.jobs import SQUEUE_CMD, VcFrom, parse_slurm
+from gpuhint.wire.contract import JobEvent, JobState
+
+log = logging.getLogger(__name__)
+
+WATERMARK_VERSION = 1
+
+
+def sacct_command(window_s: float) -> tuple[str, ...]:
+    """``sacct --json`` for every job in any state within the last ``window_s`` seconds."""
+    secs = max(60, int(window_s) + 1)
+    return ("sacct", "--json", "--allusers", "--allocations", "--starttime", f"now-{secs}")
+
+
+def save_tracker(tracker: JobTracker, path: Path, polled_at: float) -> None:
+    """Write the tracker's view and the poll time to ``path`` (atomic rename)."""
+    doc = {
+        "version": WATERMARK_VERSION,
+        "cluster": tracker.cluster,
+        "polled_at": polled_at,
+        "jobs": [
+            {"step": tracker._step[job_id], "job": _job_json(job)}
+            for job_id, job in tracker._jobs.items()
+            if job_id in tracker._step
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, separators=(",", ":"))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_tracker(tracker: JobTracker, path: Path) -> float | None:
+    """Restore a tracker saved by :func:`save_tracker`; the last poll time, or None.
+
+    Raises ValueError with a one-line reason when the file is not a watermark.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable watermark: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("version") != WATERMARK_VERSION:
+        raise ValueError(f"{path}: not a gpuhint Slurm watermark (version {WATERMARK_VERSION})")
+    if doc.get("cluster") != tracker.cluster:
+        raise ValueError(
+            f"{path}: watermark of cluster {doc.get('cluster')!r}, not {tracker.cluster!r}"
+        )
+    for item in doc.get("jobs") or []:
+        job = _job_from(item["job"])
+        tracker._step[job.job_id] = int(item["step"])
+        tracker._jobs[job.job_id] = job
+    polled = doc.get("polled_at")
+    return float(polled) if isinstance(polled, int | float) else None
+
+
+def _job_json(job: SchedJob) -> dict[str, Any]:
+    d = asdict(job)
+    d["final"] = job.final.value if job.final else None
+    d["nodes"] = list(job.nodes)
+    return d
+
+
+def _job_from(d: dict[str, Any]) -> SchedJob:
+    d = dict(d)
+    d["final"] = JobState(d["final"]) if d.get("final") else None
+    d["nodes"] = tuple(d.get("nodes") or ())
+    return SchedJob(**d)
+
+
+@dataclass
+class SlurmFeed(SchedulerFeed):
+    """The agent's Slurm feed: ``squeue`` / ``sacct`` / a file, with a watermark file.
+
+    ``spec`` is ``sacct`` (accounting window from the watermark), ``squeue``, ``cmd:...``
+    or a file path. ``state_path`` None keeps no watermark (a restart starts fresh).
+    """
+
+    spec: str = "sacct"
+    state_path: Path | None = None
+    vc_from: VcFrom = "account"
+    lookback_s: float = 3600.0
+    margin_s: float = 300.0
+    last_poll: float | None = field(default=None)
+    accept: Callable[[str], bool] | None = None  # job ids to follow (None: all)
+
+    def __post_init__(self) -> None:
+        if self.state_path is not None:
+            self.last_poll = load_tracker(self.tracker, self.state_path)
+            if self.last_poll is not None:
+                log.info(
+                    "slurm: watermark %s: %d job(s), last poll at %.0f",
+                    self.state_path,
+                    len(self.tracker._step),
+                    self.last_poll,
+                )
+
+    def command(self, now: float) -> str | Sequence[str]:
+        if self.spec == "sacct":
+            since = self.last_poll - self.margin_s if self.last_poll else now - self.lookback_s
+            return sacct_command(now - since)
+        if self.spec == "squeue":
+            return SQUEUE_CMD
+        return self.spec
+
+    def poll(self, now: float) -> list[JobEvent]:
+        try:
+            text = read_source(self.command(now), timeout_s=self.timeout_s)
+            jobs = parse_slurm(text, self.vc_from)
+            if self.accept is not None:
+                jobs = [j for j in jobs if self.accept(j.job_id)]
+        except SchedulerError as exc:
+            self.failures += 1
+            if self.failures == 1 or self.failures % 60 == 0:
+                log.warning("%s: %s (failure %d; will retry)", self.name, exc, self.failures)
+            return []
+        if self.failures:
+            log.warning("%s: readable again after %d failure(s)", self.name, self.failures)
+            self.failures = 0
+        events = self.tracker.update(jobs, now)
+        self.last_poll = now
+        if self.state_path is not None:
+            try:
+                save_tracker(self.tracker, self.state_path, now)
+            except OSError as exc:
+                log.warning("slurm: cannot write watermark %s: %s", self.state_path, exc)
+        return events
+
+
+def slurm_feed(
+    spec: str,
+    *,
+    cluster: str,
+    state_path: Path | None = None,
+    vc_from: VcFrom = "account",
+    lookback_s: float = 3600.0,
+) -> SlurmFeed:
+    """A :class:`SlurmFeed` for ``gpuhint agent --slurm SPEC``."""
+    return SlurmFeed(
+        name="slurm",
+        source=spec,
+        parse=lambda text: parse_slurm(text, vc_from),
+        tracker=JobTracker(cluster=cluster, vanished_state=JobState.UNKNOWN),
+        spec=spec,
+        state_path=state_path,
+        vc_from=vc_from,
+        lookback_s=lookback_s,
+    )

@@ -1,1 +1,0 @@
-"""Development and test helpers: real Kafka and Redis servers on loopback."""

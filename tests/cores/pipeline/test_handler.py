@@ -1,0 +1,80 @@
+"""The one message path, without Kafka: decode, check, apply, say what to emit."""
+
+from __future__ import annotations
+
+import json
+
+from gpuhint.cores.ces import CesEngine, ClusterLoadTracker
+from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
+from gpuhint.cores.pipeline.handler import Message, MessageHandler
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.wire.contract import JobEvent, NodeStatus, encode_message
+from gpuhint.wire.topics import Topics, cluster_key, job_key
+from models.history import HistoryEstimator
+
+T = Topics("t")
+
+
+def handler(ces: bool = True) -> MessageHandler:
+    store = InMemoryStore()
+    proc = ClusterLoadProcessor(ClusterLoadTracker(slot_s=60), CesEngine(store)) if ces else None
+    return MessageHandler(HintEngine(HistoryEstimator, store), T, proc)
+
+
+def job(phase: str = "submitted", **kw: object) -> JobEvent:
+    base: dict[str, object] = dict(job_id="j", vc="a", cluster="c", time=0, submit_time=0)
+    base.update(kw)
+    return JobEvent(phase=phase, **base)  # type: ignore[arg-type]
+
+
+def msg(value: bytes | None, key: bytes | None = b"c/a", topic: str = T.job_events) -> Message:
+    return Message(topic, 2, 9, key, value)
+
+
+def test_valid_event_writes_a_hint_and_names_its_state() -> None:
+    h = handler()
+    out = h.job_event(msg(encode_message(job())))
+    assert out.hint is not None and out.state_key == "c/a" and out.dead_letter is None
+    assert h.engine.states["c/a"].applied_offset == 9
+    assert h.stats.processed == 1
+
+
+def test_bad_messages_are_dead_lettered_with_where_and_why() -> None:
+    h = handler()
+    for value, key, why in [
+        (None, b"c/a", "empty message"),
+        (b"{nope", b"c/a", "JSON"),
+        (encode_message(job()), b"c/b", "per-VC state must stay on one partition"),
+    ]:
+        out = h.job_event(msg(value, key))
+        assert out.reason is not None and why in out.reason, out.reason
+        rec = json.loads(out.dead_letter or b"")
+        assert (rec["topic"], rec["partition"], rec["offset"]) == (T.job_events, 2, 9)
+    assert h.stats.dead_letter == 3 and h.stats.processed == 0
+    h.engine.store.flush()
+    assert h.engine.store.counters()["dead_letter"] == 3
+
+
+def test_placements_are_forwarded_to_the_cluster_topic_only_with_ces() -> None:
+    started = encode_message(job("started", nodes=("n1",)))
+    fw = handler().job_event(msg(started)).forwards
+    assert [(f.topic, f.key) for f in fw] == [(T.cluster_telemetry, cluster_key("c"))]
+    assert handler(ces=False).job_event(msg(started)).forwards == ()
+    assert handler().job_event(msg(encode_message(job()))).forwards == ()  # a submit
+
+
+def test_node_status_is_rekeyed_and_telemetry_feeds_ces() -> None:
+    h = handler()
+    ns = encode_message(NodeStatus(cluster="c", node="n1", time=0, num_gpus=8))
+    out = h.node_status(msg(ns, key=b"c/n1", topic=T.node_status))
+    assert [f.key for f in out.forwards] == [b"c"]
+    assert h.node_status(msg(encode_message(job()), topic=T.node_status)).reason
+    assert h.telemetry(msg(ns, key=b"c", topic=T.cluster_telemetry)).dead_letter is None
+    assert h.ces is not None and "c" in h.ces.dirty
+
+
+def test_dispatch_by_topic() -> None:
+    h = handler()
+    assert h.handle(msg(encode_message(job()), key=job_key("c", "a"))).hint is not None
+    assert "unexpected topic" in (h.handle(msg(b"x", topic="other")).reason or "")

@@ -1,0 +1,63 @@
+"""The report's assembly: headline facts from the numbers, a page with nothing external."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuhint.lab.analysis import report
+from gpuhint.lab.analysis.reader import read_frame
+
+from .test_stats import TINY
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:  # type: ignore[type-arg]
+    d = tmp_path_factory.mktemp("report")
+    (d / "tiny.csv").write_text(TINY)
+    frame = read_frame(d / "tiny.csv", tail_jobs=100)
+    n = report.analyze(frame, report.Options(out_dir=d / "out", qssf=False))
+    return n, d / "out"
+
+
+def test_findings_in_plain_words(analysed) -> None:  # type: ignore[no-untyped-def]
+    n, _ = analysed
+    facts = report.findings(n)
+    # hand-computed on the tiny trace (see test_stats)
+    assert facts[0] == (
+        "Half of the GPU jobs run under 5.8 min, yet the mean is 13.9 min: the 100.0% that "
+        "end within an hour use 100.0% of the GPU time."
+    )
+    assert facts[1].startswith("50.0% of GPU jobs ask for one GPU; jobs of more than 8 GPUs")
+    assert facts[2] == (
+        "33.3% of GPU jobs end cancelled or failed, holding 24.6% of the GPU time (failed "
+        "alone: 16.7% of the jobs, 0.6% of the time)."
+    )
+    assert (
+        facts[3] == "GPU jobs wait 0 s at the median and 117 s on average; 0.0% wait over an hour."
+    )
+    assert facts[4] == "The top 10% of users (1 of 3) use 95.8% of the GPU time."
+    assert facts[5].startswith("42.9% of jobs repeat")
+    assert facts[6] == "Submissions peak at 10:00 and are fewest at 00:00 (trace timestamps)."
+    assert len(facts) == 7  # QSSF was not run
+
+
+def test_page_references_nothing_outside_itself(analysed) -> None:  # type: ignore[no-untyped-def]
+    n, out = analysed
+    html = report.render_html(n, out)
+    assert "<script" not in html and "@import" not in html and "url(" not in html
+    srcs = re.findall(r'src="([^"]*)"', html)
+    assert len(srcs) == len(n["figures"]) and all(
+        s.startswith("data:image/png;base64,") for s in srcs
+    )
+    hrefs = re.findall(r"href=['\"]([^'\"]*)['\"]", html)
+    assert hrefs and all(h.startswith("#") for h in hrefs)
+
+
+def test_names_are_escaped(tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text(TINY.replace("bob", "<b>ob&"))
+    n = report.analyze(read_frame(tmp_path / "t.csv"), report.Options(out_dir=tmp_path, qssf=False))
+    html = report.render_html(n, tmp_path)
+    assert "&lt;b&gt;ob&amp;" in html and "<b>ob&" not in html

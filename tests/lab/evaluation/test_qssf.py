@@ -1,0 +1,317 @@
+"""``gpuhint evaluate qssf`` on a real excerpt: keys, errors, online (no look-ahead) hints."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from gpuhint.cli import main
+from gpuhint.lab.evaluation.qssf import (
+    band_stats,
+    evaluate_qssf,
+    predict_online,
+    read_priorities,
+    read_vc_config,
+)
+from gpuhint.lab.traces.readers import TraceJob
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+TRACE = DATA / "venus_qssf_300.csv"
+VCS = DATA / "venus_qssf_vc_config.csv"
+PRIOS = DATA / "venus_qssf_300_lgb_priorities.csv"
+
+POLICIES = {"fifo", "sjf", "srtf", "qssf-oracle", "qssf", "qssf-given"}
+TOP_KEYS = {
+    "policies",
+    "jct_ratio_fifo_over_qssf",
+    "jct_ratio_qssf_over_fifo",
+    "jct_ratio_qssf_over_sjf",
+    "loop",
+    "hint_updates",
+    "jct_ratio_qssf_over_oracle",
+    "mae_log",
+    "median_abs_pct_error",
+    "vc_sizes",
+}
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
+    rc = main(["evaluate", "qssf", *argv, "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return json.loads(out.out)  # type: ignore[no-any-return]
+
+
+def test_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    plot = tmp_path / "cdf.png"
+    doc = run_json(
+        capsys,
+        "--trace",
+        str(TRACE),
+        "--vc-config",
+        str(VCS),
+        "--priorities",
+        str(PRIOS),
+        "--priority-times-gpus",
+        "--plot",
+        str(plot),
+    )
+    assert doc.keys() >= TOP_KEYS
+    assert set(doc["policies"]) == POLICIES
+    for name, pol in doc["policies"].items():
+        assert {"avg_jct_s", "avg_queue_s", "p99_jct_s"} <= pol.keys(), name
+        assert pol["avg_jct_s"] >= pol["avg_queue_s"] >= 0
+        assert pol["jobs"] == 300
+    assert doc["vc_sizes"] == {"vcvGl": 20, "vcvlY": 2}
+    pols = doc["policies"]
+    assert doc["jct_ratio_fifo_over_qssf"] == pytest.approx(
+        pols["fifo"]["avg_jct_s"] / pols["qssf"]["avg_jct_s"]
+    )
+    assert doc["jct_ratio_qssf_over_oracle"] == pytest.approx(
+        pols["qssf"]["avg_jct_s"] / pols["qssf-oracle"]["avg_jct_s"]
+    )
+    assert doc["jct_ratio_qssf_over_fifo"] == pytest.approx(1 / doc["jct_ratio_fifo_over_qssf"])
+    assert doc["loop"] == "closed" and doc["hint_updates"] > 0
+    assert doc["given_priorities"]["missing"] == 0
+    assert doc["mae_log"] > 0 and doc["median_abs_pct_error"] > 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_backfill_adds_rows_and_sizing_by_load(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = run_json(capsys, "--trace", str(TRACE), "--backfill", "--no-plot", "--target-load", "0.5")
+    assert "fifo+backfill" in doc["policies"] and "srtf+backfill" not in doc["policies"]
+    assert doc["plot"] is None
+    assert set(doc["vc_sizing"].values()) == {"sized to load 0.5"}
+    # the largest job of the excerpt (144 GPUs) must fit its VC
+    assert doc["vc_sizes"]["vcvGl"] >= 18
+
+
+def test_missing_priorities_are_counted(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    lines = PRIOS.read_text().splitlines()
+    short = tmp_path / "p.csv"
+    short.write_text("\n".join(lines[:-10]) + "\n")
+    doc = run_json(
+        capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--priorities", str(short),
+        "--no-plot",
+    )  # fmt: skip
+    assert doc["given_priorities"]["missing"] == 10
+    assert "ranked after" in doc["given_priorities"]["missing_treatment"]
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "reason"),
+    [
+        ("job_id,priority\n1,5\n2,abc\n", 3, "not a number"),
+        ("job_id,priority\n1,5\n1,6\n", 3, "listed twice"),
+        ("id,prio\n1,5\n", 1, "header must name job_id and priority"),
+        ("job_id,priority\n1,inf\n", 2, "finite"),
+    ],
+)
+def test_bad_priorities_file_is_a_user_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, line: int, reason: str
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(content)
+    rc = main(["evaluate", "qssf", "--trace", str(TRACE), "--priorities", str(bad), "--no-plot"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{bad}:{line}:" in err and reason in err
+    assert "Traceback" not in err
+
+
+def test_bad_vc_config_and_too_small_vc(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "vcs.csv"
+    bad.write_text(",num\nvcvGl,twenty\n")
+    assert main(["evaluate", "qssf", "--trace", str(TRACE), "--vc-config", str(bad)]) == 2
+    assert f"{bad}:2: nodes must be a whole number" in capsys.readouterr().err
+    small = tmp_path / "small.csv"
+    small.write_text(",num\nvcvGl,4\nvcvlY,2\n")
+    rc = main(["evaluate", "qssf", "--trace", str(TRACE), "--vc-config", str(small), "--no-plot"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "could never run" in err and str(small) in err
+
+
+def test_text_output_names_sizes_ratios_and_plot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    plot = tmp_path / "x.png"
+    rc = main(
+        ["evaluate", "qssf", "--trace", str(TRACE), "--vc-config", str(VCS), "--plot", str(plot)]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "vcvGl 20, vcvlY 2" in out
+    assert "qssf-oracle" in out and "xoracle" in out
+    assert str(plot.resolve()) in out and plot.exists()
+
+
+def test_side_file_readers() -> None:
+    assert read_vc_config(VCS) == {"vcvGl": 20, "vcvlY": 2}
+    prios = read_priorities(PRIOS)
+    assert len(prios) == 300 and all(p > 0 for p in prios.values())
+
+
+def test_online_hints_never_look_ahead() -> None:
+    # b is submitted before a finishes: the model knows nothing of this user yet.
+    jobs = [
+        TraceJob("a", submit_time=0, duration=100, num_gpus=2, user="u"),
+        TraceJob("b", submit_time=50, duration=10, num_gpus=2, user="u"),
+        TraceJob("c", submit_time=200, duration=10, num_gpus=2, user="u"),
+    ]
+    preds = predict_online(jobs, "history")
+    prior = preds.predicted_duration[0]
+    assert preds.predicted_duration[1] == prior  # a still running at 50
+    assert preds.predicted_duration[2] == pytest.approx((100 + 10) / 2)  # both done by 200
+    assert preds.priority[2] == pytest.approx(2 * 55)
+
+
+def test_open_loop_keeps_the_artifact_way(capsys: pytest.CaptureFixture[str]) -> None:
+    closed = run_json(capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--no-plot")
+    opened = run_json(
+        capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--no-plot", "--open-loop"
+    )
+    assert opened["loop"] == "open" and opened["hint_updates"] == 0
+    assert closed["loop"] == "closed"
+    for name in ("fifo", "sjf", "srtf", "qssf-oracle"):  # the model plays no part in these
+        assert opened["policies"][name] == closed["policies"][name]
+
+
+def test_closed_loop_learns_from_the_simulated_schedule() -> None:
+    # One 8-GPU node. A sweep of three 8-GPU jobs arrives while a long job runs; its first
+    # job, once it ends *in the simulated schedule* (not at the trace's times: the trace
+    # has no start times), tells the hints that its siblings are short, so they overtake
+    # the 8-GPU job "z" of another shape submitted before them.
+    jobs = [
+        TraceJob("long", submit_time=0, duration=1000, num_gpus=8, user="x"),
+        TraceJob("s1", submit_time=10, duration=5, num_gpus=8, user="u"),
+        TraceJob("z", submit_time=20, duration=4000, num_gpus=8, user="v"),
+        TraceJob("s2", submit_time=30, duration=5, num_gpus=8, user="u"),
+        TraceJob("s3", submit_time=31, duration=5, num_gpus=8, user="u"),
+    ]
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1}, loop="closed")
+    assert rep.loop == "closed" and rep.predictions.hint_updates > 0
+    oracle = rep.policies["qssf-oracle"].summary.avg_jct_s
+    assert rep.policies["qssf"].summary.avg_jct_s == pytest.approx(oracle)
+    opened = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1}, loop="open")
+    assert opened.predictions.hint_updates == 0
+
+
+# --- tails and band coverage --------------------------------------------------------------
+
+# every key the JSON had before the tails: users' automation reads them
+OLD_TOP_KEYS = {
+    "trace", "format", "rows_skipped", "jobs", "jobs_simulated", "jobs_without_gpus",
+    "vc_sizes", "vc_sizing", "target_load", "gpus_per_node", "model", "model_version",
+    "mae_log", "median_abs_pct_error", "jobs_scored", "policies", "loop", "hint_updates",
+    "jct_ratio_fifo_over_qssf", "jct_ratio_qssf_over_fifo", "jct_ratio_qssf_over_sjf",
+    "jct_ratio_qssf_over_oracle", "given_priorities", "seconds", "plot",
+}  # fmt: skip
+OLD_POLICY_KEYS = {
+    "description", "jobs", "avg_jct_s", "avg_queue_s", "p50_jct_s", "p95_jct_s",
+    "p99_jct_s", "by_gpus",
+}  # fmt: skip
+TAIL_KEYS = {
+    "max_wait_s",
+    "p99_wait_s",
+    "p99_bounded_slowdown",
+    "share_jct_over_2x_fifo",
+    "share_jct_over_10x_fifo",
+}
+BAND_KEYS = {"band_coverage", "band_jobs", "share_off_2x", "share_off_2x_expected"}
+
+
+@pytest.mark.parametrize("extra", [[], ["--backfill", "--open-loop"]])
+def test_json_adds_tails_and_band_and_keeps_every_old_key(
+    capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    doc = run_json(
+        capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--priorities", str(PRIOS),
+        "--priority-times-gpus", "--no-plot", *extra,
+    )  # fmt: skip
+    assert doc.keys() >= OLD_TOP_KEYS | BAND_KEYS
+    assert set(doc["policies"]) >= POLICIES
+    for name, pol in doc["policies"].items():
+        assert pol.keys() >= OLD_POLICY_KEYS | TAIL_KEYS, name
+        assert pol["max_wait_s"] >= pol["p99_wait_s"] >= 0, name
+        assert pol["p99_bounded_slowdown"] > 0, name
+        assert 0 <= pol["share_jct_over_10x_fifo"] <= pol["share_jct_over_2x_fifo"] <= 1, name
+    fifo = doc["policies"]["fifo"]
+    assert fifo["share_jct_over_2x_fifo"] == 0 and fifo["share_jct_over_10x_fifo"] == 0
+    assert doc["band_jobs"] == 300
+    assert 0 < doc["band_coverage"] < 1
+    assert 0 <= doc["share_off_2x"] <= 1 and 0 <= doc["share_off_2x_expected"] <= 1
+
+
+def test_tails_are_per_job_against_fifo() -> None:
+    # One 8-GPU node. FIFO: long 0..1000, then s1 (submitted 10) 1000..1005, z (20)
+    # 1005..5005. The QSSF oracle runs s1 before z as well (smaller service): same order.
+    # SJF is the same too. Tails by hand for FIFO: waits 0, 990, 985.
+    jobs = [
+        TraceJob("long", submit_time=0, duration=1000, num_gpus=8, user="x"),
+        TraceJob("s1", submit_time=10, duration=5, num_gpus=8, user="u"),
+        TraceJob("z", submit_time=20, duration=4000, num_gpus=8, user="v"),
+    ]
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1})
+    fifo = rep.policies["fifo"]
+    assert fifo.wait == [0, 990, 985]
+    assert fifo.jct == [1000, 995, 4985]
+    t = fifo.tails
+    assert t is not None
+    assert t.max_wait_s == 990
+    assert t.p99_wait_s == pytest.approx(985 + 0.98 * 5)
+    # bounded slowdowns 1, 995/60, 4985/4000: sorted 1, 1.246, 16.58
+    bs = sorted([1.0, 995 / 60, 4985 / 4000])
+    assert t.p99_bounded_slowdown == pytest.approx(bs[1] + 0.98 * (bs[2] - bs[1]))
+    assert t.share_jct_over_2x_fifo == 0
+    # SRTF preempts long for s1: s1's JCT is 5 + 1 s tick (995 under FIFO), long's grows
+    # by s1's run and the checkpoint cost: nobody is over 2x their FIFO JCT.
+    srtf = rep.policies["srtf"].tails
+    assert srtf is not None and srtf.share_jct_over_2x_fifo == 0
+    d = rep.as_dict()
+    assert d["policies"]["fifo"]["max_wait_s"] == 990
+    assert d["band_jobs"] == 3 and d["band_coverage"] is not None
+
+
+def test_band_stats_by_hand() -> None:
+    b = band_stats(
+        true=[100, 10, 50, 0, 7],
+        predicted=[90, 30, 50, 0.5, math.nan],  # the last job has no prediction
+        expected=[120, 10, 200, 3, math.nan],
+        p10=[50, 1, 60, math.nan, 1],  # the 4th job's hint has no band
+        p90=[200, 5, 90, math.nan, 9],
+    )
+    assert b.jobs == 4 and b.band_jobs == 3
+    assert b.band_coverage == pytest.approx(1 / 3)  # only 100 in [50, 200]
+    # point forecast off 2x: 30 vs 10 only (0.5 vs 0 floors to 1 s vs 1 s)
+    assert b.share_off_2x == pytest.approx(1 / 4)
+    # expected off 2x: 200 vs 50 (4x), 3 vs 0 (3 s vs 1 s)
+    assert b.share_off_2x_expected == pytest.approx(2 / 4)
+    assert b.as_dict().keys() == BAND_KEYS
+    none = band_stats([], [], [], [], [])
+    assert math.isnan(none.band_coverage) and none.jobs == 0
+
+
+def test_band_uses_the_hint_at_submit_not_later_updates() -> None:
+    # Closed loop with hint updates: the band scored is the one of the hint written at
+    # submit; the priorities the run ends with may differ.
+    rep = evaluate_qssf(
+        [
+            TraceJob("long", submit_time=0, duration=1000, num_gpus=8, user="x"),
+            TraceJob("s1", submit_time=10, duration=5, num_gpus=8, user="u"),
+            TraceJob("z", submit_time=20, duration=4000, num_gpus=8, user="v"),
+            TraceJob("s2", submit_time=30, duration=5, num_gpus=8, user="u"),
+            TraceJob("s3", submit_time=31, duration=5, num_gpus=8, user="u"),
+        ],
+        model="history_mix",
+        vc_nodes={"default": 1},
+    )
+    p = rep.predictions
+    assert p.hint_updates > 0
+    assert p.submit_priority != p.priority  # updates moved some priorities
+    assert all(lo <= hi for lo, hi in zip(p.p10, p.p90, strict=True))
+    assert rep.band is not None and rep.band.band_jobs == 5

@@ -35,7 +35,7 @@ from gpuhint.cores.sink import (
     op_target,
 )
 from gpuhint.wire import keys as K
-from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.wire.contract import PriorityHint
 from gpuhint.wire.keys import RedisKeys
 
 log = logging.getLogger(__name__)
@@ -282,28 +282,6 @@ class RedisStore(BufferedStore):
         if removed:
             log.info("swept %d stale queue entries", removed)
         return removed
-
-    # -- read side ---------------------------------------------------------------------
-    def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
-        raw: Any = self.r.get(self.k.hint(cluster, job_id))
-        return PriorityHint.model_validate_json(raw) if raw else None
-
-    def queue(self, cluster: str, vc: str) -> list[tuple[str, float]]:
-        rows: Any = self.r.zrange(self.k.queue(cluster, vc), 0, -1, withscores=True)
-        return [(m.decode(), float(s)) for m, s in rows]
-
-    def get_advisory(self, cluster: str, node: str | None = None) -> PowerAdvisory | None:
-        key = self.k.cluster_advice(cluster) if node is None else self.k.node_advice(cluster, node)
-        raw: Any = self.r.get(key)
-        return PowerAdvisory.model_validate_json(raw) if raw else None
-
-    def get_load(self, cluster: str) -> ClusterLoad | None:
-        raw: Any = self.r.get(self.k.load(cluster))
-        return ClusterLoad.model_validate_json(raw) if raw else None
-
-    def counters(self) -> dict[str, int]:
-        raw: Any = self.r.hgetall(self.k.stats)
-        return {k.decode(): int(v) for k, v in raw.items()}
 
     def close(self) -> None:
         try:

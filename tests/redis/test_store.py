@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import pytest
 import redis
 
 from gpuhint.cores.sink import HintStore, InMemoryStore
+from gpuhint.redis.client import HintClient
 from gpuhint.redis.store import RedisStore
 from gpuhint.wire.contract import ClusterLoad, PowerAction, PowerAdvisory, PriorityHint
 from gpuhint.wire.keys import RedisKeys
@@ -30,9 +32,36 @@ def hint(job: str, prio: float, vc: str = "a") -> PriorityHint:
     )
 
 
+class ReadableRedisStore(RedisStore):
+    """The store under test, read back through :class:`HintClient`, the one Redis reader
+    (the product's store only writes), so it answers like its in-memory twin."""
+
+    def __init__(self, r: redis.Redis, keys: RedisKeys, **kwargs: Any) -> None:
+        super().__init__(r, keys, **kwargs)
+        self.reader = HintClient(r, key_prefix=keys.prefix)
+
+    def get_hint(self, cluster: str, job_id: str) -> PriorityHint | None:
+        return self.reader.hint(cluster, job_id)
+
+    def queue(self, cluster: str, vc: str) -> list[tuple[str, float]]:
+        return [(e.job_id, e.priority) for e in self.reader.queue(cluster, vc)]
+
+    def get_advisory(self, cluster: str, node: str | None = None) -> PowerAdvisory | None:
+        if node is None:
+            return self.reader.cluster_advice(cluster)
+        return self.reader.node_advice(cluster, node)
+
+    def get_load(self, cluster: str) -> ClusterLoad | None:
+        return self.reader.load(cluster)
+
+    def counters(self) -> dict[str, int]:
+        return self.reader.stats()
+
+
 @pytest.fixture
-def store(redis_url: str, unique_prefix: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix), hint_ttl_s=60)
+def store(redis_url: str, unique_prefix: str) -> ReadableRedisStore:
+    r = redis.Redis.from_url(redis_url)
+    return ReadableRedisStore(r, RedisKeys(unique_prefix), hint_ttl_s=60)
 
 
 def scenario(s: HintStore) -> None:
@@ -47,7 +76,7 @@ def scenario(s: HintStore) -> None:
     s.flush()
 
 
-def test_redis_store_matches_its_in_memory_twin(store: RedisStore) -> None:
+def test_redis_store_matches_its_in_memory_twin(store: ReadableRedisStore) -> None:
     twin = InMemoryStore()
     for s in (store, twin):
         scenario(s)
@@ -61,7 +90,7 @@ def test_redis_store_matches_its_in_memory_twin(store: RedisStore) -> None:
         assert s.counters() == {"dead_letter": 2}
 
 
-def test_change_stream_and_ttls(store: RedisStore) -> None:
+def test_change_stream_and_ttls(store: ReadableRedisStore) -> None:
     scenario(store)
     entries = store.r.xrange(store.k.changes)
     types = [fields[b"type"].decode() for _, fields in entries]
@@ -72,7 +101,7 @@ def test_change_stream_and_ttls(store: RedisStore) -> None:
     assert store.r.ttl(store.k.queue("default", "a")) > 0
 
 
-def test_replay_writes_the_same_state(store: RedisStore) -> None:
+def test_replay_writes_the_same_state(store: ReadableRedisStore) -> None:
     scenario(store)
     before = {
         k: store.r.dump(k)
@@ -88,7 +117,7 @@ def test_replay_writes_the_same_state(store: RedisStore) -> None:
     assert before == after
 
 
-def test_sweep_drops_queue_entries_whose_hint_expired(store: RedisStore) -> None:
+def test_sweep_drops_queue_entries_whose_hint_expired(store: ReadableRedisStore) -> None:
     store.put_hint(hint("short", 1))
     store.put_hint(hint("long", 2))
     store.flush()
@@ -102,7 +131,7 @@ def test_epoch_marker_tells_each_worker_that_redis_lost_its_data(
     redis_url: str, unique_prefix: str
 ) -> None:
     keys = RedisKeys(unique_prefix)
-    a, b = (RedisStore(redis.Redis.from_url(redis_url), keys) for _ in range(2))
+    a, b = (ReadableRedisStore(redis.Redis.from_url(redis_url), keys) for _ in range(2))
     for s in (a, b):
         s.count("x")
         s.flush()
@@ -125,7 +154,7 @@ def test_epoch_marker_tells_each_worker_that_redis_lost_its_data(
 
 
 def test_update_hint_moves_a_waiting_job_and_announces_it(
-    store: RedisStore, redis_url: str, unique_prefix: str
+    store: ReadableRedisStore, redis_url: str, unique_prefix: str
 ) -> None:
     twin = InMemoryStore()
     for s in (store, twin):
@@ -153,7 +182,9 @@ def test_update_hint_moves_a_waiting_job_and_announces_it(
     assert [c.type for c in twin.changes] == ["hint", "hint", "hint_updated"]
 
 
-def test_scripts_lost_by_redis_are_loaded_again_and_the_batch_applied(store: RedisStore) -> None:
+def test_scripts_lost_by_redis_are_loaded_again_and_the_batch_applied(
+    store: ReadableRedisStore,
+) -> None:
     store.put_hint(hint("a1", 5))
     store.put_hint(hint("a2", 6))
     store.flush()  # loads the scripts once
@@ -183,7 +214,7 @@ def _types(s: HintStore) -> list[tuple[str, str]]:
 
 
 def test_a_vc_cannot_clobber_another_vcs_hint(
-    store: RedisStore, caplog: pytest.LogCaptureFixture
+    store: ReadableRedisStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     twin = InMemoryStore()
     for s in (store, twin):
@@ -228,7 +259,7 @@ def test_a_vc_cannot_clobber_another_vcs_hint(
     )
 
 
-def test_a_refused_removal_still_clears_the_events_own_queue(store: RedisStore) -> None:
+def test_a_refused_removal_still_clears_the_events_own_queue(store: ReadableRedisStore) -> None:
     twin = InMemoryStore()
     for s in (store, twin):
         s.put_hint(hint("x", 10, vc="b"))
@@ -246,7 +277,7 @@ def test_a_refused_removal_still_clears_the_events_own_queue(store: RedisStore) 
         assert s.counters() == {"hint_vc_conflicts": 1}
 
 
-def test_an_identical_hint_is_rewritten_without_a_new_change(store: RedisStore) -> None:
+def test_an_identical_hint_is_rewritten_without_a_new_change(store: ReadableRedisStore) -> None:
     twin = InMemoryStore()
     for s in (store, twin):
         s.put_hint(hint("x", 10))
@@ -275,7 +306,7 @@ def test_an_identical_hint_is_rewritten_without_a_new_change(store: RedisStore) 
         assert len(_types(s)) == 3
 
 
-def test_rebuild_after_redis_came_back_empty_still_writes(store: RedisStore) -> None:
+def test_rebuild_after_redis_came_back_empty_still_writes(store: ReadableRedisStore) -> None:
     twin = InMemoryStore()
     for s in (store, twin):
         s.put_hint(hint("x", 10))

@@ -8,8 +8,8 @@ floor. The pure floors import no Kafka, Faust, Redis, NVML or Kubernetes library
 system homes (one folder per outside system) may use each other, but the folders form no
 circle, and no two modules import each other, even lazily.
 
-    wire -> models -> cores -> systems (streams, redis, slurm, kueue, metrics) -> agents
-         -> lab -> cli
+    wire -> models -> cores -> systems (streams, redis, slurm, kueue, metrics)
+         -> processes (agents, serve) -> lab -> cli
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gpuhint", "models", "streams", "agents")
-FLOORS = ("wire", "models", "cores", "systems", "agents", "lab", "cli")
+FLOORS = ("wire", "models", "cores", "systems", "processes", "lab", "cli")
 EDGE_LIBRARIES = frozenset({"faust", "mode", "kafka", "aiokafka", "redis", "pynvml", "kubernetes"})
 
 # One rule per folder; a folder not named takes the floor of the nearest named one above.
@@ -34,7 +34,8 @@ FLOOR_OF_FOLDER: dict[str, str] = {
     "gpuhint/slurm": "systems",  # Slurm: its feed, its appliers, its parsing
     "gpuhint/kueue": "systems",  # Kubernetes and Kueue: the pod feed, the applier
     "gpuhint/metrics": "systems",  # Prometheus: /metrics, /healthz, the dashboard
-    "agents": "agents",  # the GPU node agent: NVML, sampling, publishing
+    "agents": "processes",  # the GPU node agent: NVML, sampling, publishing
+    "gpuhint/serve": "processes",  # one process for one cluster: feed, log, hints, appliers
     "gpuhint/lab": "lab",  # traces, evaluation, analysis, replay, local services, faults
     "gpuhint/cli": "cli",
     "gpuhint": "cli",  # the package root: ``__version__`` and ``python -m gpuhint``

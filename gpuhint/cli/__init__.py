@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "demo",
     "replay",
     "worker",
+    "serve",
     "hints",
     "evaluate",
     "agent",
@@ -41,6 +42,7 @@ priority hints and node power advisories to Redis, where any scheduler reads the
 EPILOG = """\
 start here:
   gpuhint demo                          replay a real Helios excerpt in-process (no Kafka/Redis)
+  gpuhint serve --cluster C             one process for one Slurm cluster (no Kafka)
   gpuhint hints --cluster C             the queues and power advice a scheduler reads in Redis
   gpuhint evaluate qssf --trace FILE    simulate FIFO/SJF/QSSF on a trace
   gpuhint evaluate ces --series FILE    replay a cluster load series through CES

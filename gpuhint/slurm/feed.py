@@ -50,9 +50,9 @@ def sacct_command(window_s: float) -> tuple[str, ...]:
     return ("sacct", "--json", "--allusers", "--allocations", "--starttime", f"now-{secs}")
 
 
-def save_tracker(tracker: JobTracker, path: Path, polled_at: float) -> None:
-    """Write the tracker's view and the poll time to ``path`` (atomic rename)."""
-    doc = {
+def tracker_doc(tracker: JobTracker, polled_at: float) -> dict[str, Any]:
+    """The tracker's view and the poll time, as the watermark's JSON document."""
+    return {
         "version": WATERMARK_VERSION,
         "cluster": tracker.cluster,
         "polled_at": polled_at,
@@ -62,6 +62,11 @@ def save_tracker(tracker: JobTracker, path: Path, polled_at: float) -> None:
             if job_id in tracker._step
         ],
     }
+
+
+def save_tracker(tracker: JobTracker, path: Path, polled_at: float) -> None:
+    """Write the tracker's view and the poll time to ``path`` (atomic rename)."""
+    doc = tracker_doc(tracker, polled_at)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -85,11 +90,16 @@ def load_tracker(tracker: JobTracker, path: Path) -> float | None:
         return None
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable watermark: {exc}") from None
+    return restore_tracker(tracker, doc, str(path))
+
+
+def restore_tracker(tracker: JobTracker, doc: Any, where: str) -> float | None:
+    """Restore a tracker from :func:`tracker_doc`'s document; the last poll time."""
     if not isinstance(doc, dict) or doc.get("version") != WATERMARK_VERSION:
-        raise ValueError(f"{path}: not a gpuhint Slurm watermark (version {WATERMARK_VERSION})")
+        raise ValueError(f"{where}: not a gpuhint Slurm watermark (version {WATERMARK_VERSION})")
     if doc.get("cluster") != tracker.cluster:
         raise ValueError(
-            f"{path}: watermark of cluster {doc.get('cluster')!r}, not {tracker.cluster!r}"
+            f"{where}: watermark of cluster {doc.get('cluster')!r}, not {tracker.cluster!r}"
         )
     for item in doc.get("jobs") or []:
         job = _job_from(item["job"])

@@ -1,0 +1,216 @@
+"""``gpuhint serve``: one process for one Slurm cluster, no Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from gpuhint.cli.common import UserError, add_config_args, add_fallback_args
+
+log = logging.getLogger("gpuhint.serve")
+
+DESCRIPTION = """\
+The whole of gpuhint for one Slurm cluster in one process, without Kafka: polls Slurm
+(sacct or squeue) for job events, runs them through the same message path, hint core
+and checkpoint order as the Kafka worker, writes the hints to Redis (the same keys a
+worker writes: any scheduler or `gpuhint hints` reads them) and applies them as
+SiteFactor every --apply-interval seconds, as `gpuhint slurm apply-priorities` does.
+
+State (each VC's model and queue, the job-event log and the Slurm watermark) is kept
+in one SQLite file under GPUHINT_STATE_DIR (default .gpuhint-state): a restart, or a
+SIGKILL, neither loses an event nor learns one twice; the hints are the same as the
+Kafka pipeline's for the same events. No CES: power advice needs the node agents'
+telemetry, which goes through Kafka (docs/slurm.md says when to move to the workers).
+
+examples:
+  gpuhint serve --cluster prod --redis-url redis://localhost:6379/0
+  gpuhint serve --cluster prod --dry-run --once        one poll and pass, print scontrol lines
+  gpuhint serve --cluster prod --slurm squeue --no-apply    hints only (another applier)
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
+    p = sub.add_parser(
+        "serve",
+        help="one process for one Slurm cluster: feed, hints, SiteFactor (no Kafka)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--cluster", help="gpuhint cluster name (else GPUHINT_CLUSTER)")
+    p.add_argument("--redis-url", metavar="URL", help="Redis URL (else GPUHINT_REDIS_URL)")
+    p.add_argument("--slurm-conf", metavar="FILE", help="slurm.conf (else SLURM_CONF)")
+    p.add_argument(
+        "--slurm",
+        default="sacct",
+        metavar="SOURCE",
+        help="job events from: sacct (default; needs slurmdbd, misses no transition across "
+        "a restart), squeue, cmd:COMMAND, or a FILE of squeue/sacct output",
+    )
+    p.add_argument(
+        "--slurm-vc",
+        choices=["account", "partition"],
+        default="account",
+        help="a job's VC: its account (default) or its partition",
+    )
+    p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
+    p.add_argument("--poll", type=float, default=10.0, metavar="S", help="poll every S (10)")
+    p.add_argument(
+        "--apply-interval", type=float, metavar="S", help="SiteFactor pass every S (else 60)"
+    )
+    p.add_argument("--no-apply", action="store_true", help="write hints only, set no SiteFactor")
+    p.add_argument("--dry-run", action="store_true", help="print the scontrol lines, run none")
+    p.add_argument("--once", action="store_true", help="one poll, drain and pass, then exit")
+    p.add_argument("--json", action="store_true", help="one JSON object per SiteFactor pass")
+    p.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
+    )
+    add_fallback_args(p, "factor")
+    add_config_args(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuhint.cli.slurm import _check_slurm, _stopper
+    from gpuhint.serve.local_log import LocalLog, LocalLogError
+    from gpuhint.serve.server import Server, restore_feed
+    from gpuhint.slurm.commands import SlurmCli
+
+    settings, ss = _serve_settings(args)
+    cli = SlurmCli(ss.conf)
+    _check_slurm(cli)
+    store = _store(settings)
+    path = Path(settings.state_dir) / f"serve-{settings.cluster}.sqlite"
+    try:
+        local = LocalLog(path, topic=settings.topics.job_events)
+    except (LocalLogError, OSError) as exc:
+        raise UserError(str(exc)) from None
+    one = _one_process(settings, local, store)
+    feed = _feed(args, settings, ss)
+    restore_feed(feed, one)
+    passes = [] if args.no_apply else [_priority_pass(args, settings, ss, cli)]
+    stop, restore = _stopper()
+    server = Server(one, feed, passes, poll_s=args.poll, stop=stop)
+    log.info(
+        "serve %s: slurm %s, redis %s, state %s, model %s%s",
+        settings.cluster,
+        args.slurm,
+        _redacted(settings),
+        path,
+        settings.model,
+        "" if passes else ", no SiteFactor (--no-apply)",
+    )
+    try:
+        server.run(once=args.once)
+    finally:
+        restore()
+        store.close()
+        local.close()
+    return 0
+
+
+def _serve_settings(args: argparse.Namespace) -> tuple[Any, Any]:
+    from gpuhint.cli.slurm import _settings
+    from models.registry import DURATION_MODELS
+
+    args.metrics_port = getattr(args, "metrics_port", None)
+    settings, ss = _settings(
+        args,
+        interval_s=args.apply_interval,
+        neutral=args.neutral,
+        stale_after_s=args.stale_after,
+        fade_s=args.fade,
+    )
+    if args.model:
+        settings = settings.model_copy(update={"model": args.model})
+    if settings.model not in DURATION_MODELS:
+        raise UserError(
+            f"unknown model {settings.model!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
+        )
+    if args.poll <= 0:
+        raise UserError(f"--poll {args.poll}: must be > 0 seconds")
+    return settings, ss
+
+
+def _redacted(settings: Any) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(settings.redis_url.get_secret_value())
+    return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}"
+
+
+def _store(settings: Any) -> Any:
+    import redis
+
+    from gpuhint.metrics.store import MeteredRedisStore
+
+    try:
+        store = MeteredRedisStore.from_url(
+            settings.redis_url.get_secret_value(),
+            keys=settings.keys,
+            hint_ttl_s=settings.hint_ttl_s,
+            advisory_ttl_s=settings.advisory_ttl_s,
+            changes_maxlen=settings.changes_maxlen,
+        )
+        store.r.ping()
+    except ValueError as exc:
+        raise UserError(f"bad Redis URL: {exc}") from None
+    except redis.RedisError as exc:
+        raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
+    return store
+
+
+def _one_process(settings: Any, local: Any, store: Any) -> Any:
+    from gpuhint.serve.runner import OneProcess
+
+    return OneProcess(
+        local,
+        store,
+        model=settings.model,
+        topics=settings.topics,
+        batch_max=settings.batch_max,
+        save_interval_s=0.0,
+        max_record_bytes=settings.state_max_record_bytes,
+        max_live=settings.state_max_live_vcs,
+    )
+
+
+def _feed(args: argparse.Namespace, settings: Any, ss: Any) -> Any:
+    from gpuhint.cli.agent import _check_source
+    from gpuhint.slurm.feed import slurm_feed
+    from gpuhint.slurm.jobs import slurm_source
+
+    _check_source("slurm", slurm_source(args.slurm))
+    return slurm_feed(args.slurm, cluster=settings.cluster, vc_from=args.slurm_vc)
+
+
+def _priority_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any) -> Any:
+    import redis
+
+    from gpuhint.cli.slurm import _client, _ClientHints, _report_priorities
+    from gpuhint.serve.server import Pass
+    from gpuhint.slurm.commands import SlurmQueue
+    from gpuhint.slurm.priority import FactorMap, Fallback, PriorityApplier
+
+    try:
+        fmap = FactorMap(ss.max_factor, ss.p0, ss.p_max)
+        fallback = Fallback(ss.neutral_mode, ss.stale_after_s, ss.fade_s)
+    except ValueError as exc:
+        raise UserError(f"factor map: {exc}") from None
+    applier = PriorityApplier(
+        SlurmQueue(cli),
+        _ClientHints(_client(settings)),
+        settings.cluster,
+        fmap,
+        dry_run=args.dry_run,
+        max_updates=ss.max_updates,
+        rate=ss.rate,
+        fallback=fallback,
+        hint_errors=(redis.RedisError,),
+    )
+
+    def one_pass() -> None:
+        _report_priorities(applier.run_pass(), args)
+
+    return Pass("SiteFactor", one_pass, ss.interval_s)

@@ -1,0 +1,163 @@
+"""One process for one cluster: events into the local log, the worker's batch routine out.
+
+:class:`OneProcess` runs exactly the worker's message path and checkpoint order
+(:class:`~gpuhint.cores.pipeline.checkpoint.BatchRoutine`: admit, handle, flush, hold,
+save, commit) over a :class:`~gpuhint.serve.local_log.LocalLog` instead of Kafka, with
+any :class:`~gpuhint.cores.sink.BufferedStore` (Redis in ``gpuhint serve``, the
+in-memory twin in tests). Events are appended to the log *before* they are handled, and
+the feed's watermark is committed with the offsets, so a crash at any point loses no
+event and learns none twice.
+
+>>> from gpuhint.cores.sink import InMemoryStore
+>>> from gpuhint.serve.local_log import LocalLog
+>>> from gpuhint.wire.contract import JobEvent
+>>> store = InMemoryStore()
+>>> p = OneProcess(LocalLog(":memory:"), store, model="history", clock=lambda: 0.0)
+>>> p.ingest([JobEvent(phase="submitted", job_id="1", vc="a", time=0, submit_time=0)])
+1
+>>> p.drain()
+1
+>>> store.queue("default", "a")
+[('1', 3600.0)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from gpuhint.cores.pipeline.checkpoint import BatchRoutine, Sink
+from gpuhint.cores.pipeline.handler import Message, MessageHandler, Outcome
+from gpuhint.cores.pipeline.state_table import (
+    DEFAULT_MAX_LIVE,
+    DEFAULT_MAX_RECORD_BYTES,
+    TableStates,
+)
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import BufferedStore
+from gpuhint.serve.local_log import LocalLog
+from gpuhint.wire.contract import JobEvent, encode_message
+from gpuhint.wire.topics import Topics, job_key
+from models.base import DurationModel
+from models.registry import DEFAULT_MODEL, make_model
+
+log = logging.getLogger(__name__)
+
+PARTITION = 0
+"""The local log has one partition: one process owns every VC of its cluster."""
+
+
+class LocalEdge:
+    """The batch routine's edge over the local log: reads move ``position``, commits are
+    the routine's own (:meth:`OneProcess.commit`), dead letters are kept in the log."""
+
+    def __init__(self, log_: LocalLog) -> None:
+        self.log = log_
+        self.position = log_.committed()
+        self.forwards_dropped = 0
+
+    def message(self, event: Message) -> Message:
+        return event
+
+    def hold(self, event: Message) -> None:
+        pass
+
+    def ack(self, event: Message) -> None:
+        pass
+
+    async def emit(self, outcome: Outcome) -> None:
+        if outcome.dead_letter is not None:
+            self.log.dead_letter(-1, outcome.dead_letter)
+            log.warning("dead letter: %s", outcome.reason)
+        # placements forwarded to the CES path: one-process mode runs no CES (docs/slurm.md)
+        self.forwards_dropped += len(outcome.forwards)
+
+    async def committed(self, partition: int) -> int | None:
+        return self.log.committed()
+
+    async def first_offset(self, partition: int, at: int) -> int | None:
+        return self.log.first_offset(at)
+
+    async def seek(self, partition: int, offset: int) -> None:
+        self.position = offset
+
+
+class OneProcess:
+    """The hint path of one cluster in one process, durable on local disk.
+
+    ``save_interval_s`` is the state-save cadence (0: every batch, as the tests use);
+    ``probe(step)`` is the routine's crash hook (tests raise there to kill the process).
+    """
+
+    def __init__(
+        self,
+        log_: LocalLog,
+        store: BufferedStore,
+        *,
+        model: str | Callable[[], DurationModel] = DEFAULT_MODEL,
+        topics: Topics | None = None,
+        batch_max: int = 500,
+        save_interval_s: float = 0.0,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        max_live: int = DEFAULT_MAX_LIVE,
+        clock: Callable[[], float] | None = None,
+        probe: Callable[[str], None] | None = None,
+    ) -> None:
+        self.log = log_
+        self.store = store
+        self.batch_max = batch_max
+        factory = partial(make_model, model) if isinstance(model, str) else model
+        self.states = TableStates(log_.states, max_record_bytes=max_record_bytes, max_live=max_live)
+        self.engine = HintEngine(factory, store, states=self.states, clock=clock or time.time)
+        self.handler = MessageHandler(self.engine, topics or Topics())
+        self.edge = LocalEdge(log_)
+        self.sink = Sink(store, lambda: self.engine.rebuild(list(self.states)))
+        self.routine: BatchRoutine[Message] = BatchRoutine(
+            self.handler,
+            self.states,
+            self.edge,
+            flush=self.sink.flush,
+            save_interval_s=save_interval_s,
+            probe=probe,
+        )
+
+    def ingest(self, events: Iterable[JobEvent], meta: dict[str, str] | None = None) -> int:
+        """Append events to the log with ``meta`` (the feed's watermark), durable
+        together when this returns; how many."""
+        records = [(job_key(e.cluster, e.vc), encode_message(e)) for e in events]
+        return self.ingest_raw(records, meta)
+
+    def ingest_raw(
+        self, records: Iterable[tuple[bytes | None, bytes]], meta: dict[str, str] | None = None
+    ) -> int:
+        first, end = self.log.append(records, meta)
+        return end - first
+
+    def drain(self) -> int:
+        """Handle everything in the log, save all state and commit; the events handled."""
+        return asyncio.run(self._drain())
+
+    async def _drain(self) -> int:
+        handled = 0
+        while True:
+            batch = self.log.read(self.edge.position, self.batch_max)
+            if not batch:
+                break
+            self.edge.position = batch[-1].offset + 1
+            await self.routine.run_batch(batch)
+            await self.routine.save(self.routine.cadence.due_keys())
+            self.commit()
+            handled += len(batch)
+        await self.routine.save_all()
+        self.commit()
+        return handled
+
+    def commit(self) -> None:
+        """Commit the routine's durable offset with the state saved so far."""
+        offset = self.routine.committable(PARTITION)
+        if offset is None:
+            offset = self.log.committed()
+        self.log.commit(max(offset, self.log.committed()))

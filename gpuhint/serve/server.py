@@ -1,0 +1,113 @@
+"""The ``gpuhint serve`` loop: poll the scheduler, log, handle, apply; durable between.
+
+Each tick: the feed is polled; its new job events are appended to the local log *with*
+the feed's watermark, in one transaction (a restart neither misses a transition nor
+publishes one twice); the log is drained through the worker's batch routine
+(:class:`~gpuhint.serve.runner.OneProcess`); then every applier whose interval is due
+runs one pass. A failing pass is logged once per outage and retried; the hints stay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpuhint.serve.runner import OneProcess
+from gpuhint.slurm.feed import SlurmFeed, restore_tracker, tracker_doc
+
+log = logging.getLogger(__name__)
+
+WATERMARK_META = "slurm_watermark"
+
+
+@dataclass
+class Pass:
+    """A periodic action (an applier's pass), run when ``interval_s`` has passed."""
+
+    name: str
+    run: Callable[[], object]
+    interval_s: float
+    next_at: float = 0.0
+    failures: int = 0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def attempt(self, now: float) -> bool:
+        """Run once; a failure is logged once per outage and retried with backoff."""
+        try:
+            self.run()
+        except Exception as exc:  # a scheduler or Redis outage: hints stay, retry later
+            self.failures += 1
+            (log.warning if self.failures == 1 else log.debug)(
+                "%s pass failed (%d): %s: %s; retrying",
+                self.name,
+                self.failures,
+                type(exc).__name__,
+                exc,
+            )
+            self.next_at = now + min(self.interval_s, 2.0**self.failures)
+            return False
+        if self.failures:
+            log.info("%s pass succeeded again after %d failed", self.name, self.failures)
+        self.failures = 0
+        self.next_at = now + self.interval_s
+        return True
+
+
+def restore_feed(feed: SlurmFeed, one: OneProcess) -> None:
+    """Give the feed the watermark committed with the log (if any)."""
+    raw = one.log.meta(WATERMARK_META)
+    if raw is not None:
+        feed.last_poll = restore_tracker(feed.tracker, json.loads(raw), one.log.path)
+        log.info(
+            "serve: resumed at offset %d, %d job(s) known to the feed",
+            one.log.committed(),
+            len(feed.tracker._step),
+        )
+
+
+@dataclass
+class Server:
+    """Feed -> local log -> batch routine -> store; appliers every ``interval_s``."""
+
+    one: OneProcess
+    feed: SlurmFeed
+    passes: Sequence[Pass] = ()
+    poll_s: float = 10.0
+    clock: Callable[[], float] = time.time
+    stop: threading.Event = field(default_factory=threading.Event)
+    ticks: int = 0
+    events: int = 0
+
+    def tick(self) -> int:
+        """One poll, append, drain and the due passes; the events handled."""
+        now = self.clock()
+        new = self.feed.poll(now)
+        polled = self.feed.last_poll  # unchanged when the poll failed: the window stays
+        meta = {}
+        if polled is not None:
+            doc = tracker_doc(self.feed.tracker, polled)
+            meta[WATERMARK_META] = json.dumps(doc, separators=(",", ":"))
+        self.one.ingest(new, meta=meta)
+        handled = self.one.drain()
+        self.events += len(new)
+        self.ticks += 1
+        for p in self.passes:
+            if p.due(time.monotonic()):
+                p.attempt(time.monotonic())
+        if new:
+            log.info("serve: %d new job event(s), %d handled", len(new), handled)
+        return handled
+
+    def run(self, once: bool = False) -> None:
+        """Tick every ``poll_s`` until :attr:`stop` is set (SIGTERM), or once."""
+        while not self.stop.is_set():
+            self.tick()
+            if once:
+                return
+            self.stop.wait(self.poll_s)

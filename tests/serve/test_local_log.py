@@ -1,0 +1,63 @@
+"""The local durable log of ``gpuhint serve`` on a real SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuhint.serve.local_log import LocalLog, LocalLogError
+
+
+def test_appends_survive_a_reopen_and_uncommitted_state_does_not(tmp_path: Path) -> None:
+    path = tmp_path / "serve.sqlite"
+    log = LocalLog(path)
+    assert log.append([(b"k", b"v1"), (None, b"v2")], meta={"feed": "w1"}) == (0, 2)
+    log.states["vc"] = b"saved"
+    log.commit(1)
+    log.states["vc"] = b"not committed"  # a kill before the next commit
+    log.db.rollback()
+    log.close()
+    again = LocalLog(path)
+    assert [(m.offset, m.key, m.value) for m in again.read(0, 10)] == [
+        (0, b"k", b"v1"),
+        (1, None, b"v2"),
+    ]
+    assert again.committed() == 1 and again.meta("feed") == "w1"
+    assert dict(again.states) == {"vc": b"saved"}
+
+
+def test_compaction_keeps_everything_after_the_commit(tmp_path: Path) -> None:
+    log = LocalLog(tmp_path / "s.sqlite")
+    log.append([(b"k", b"%d" % i) for i in range(5)])
+    log.commit(3)
+    assert log.compact(keep_from=10) == 3  # never past the commit
+    assert [m.offset for m in log.read(0, 10)] == [3, 4]
+    log.compact(keep_from=5)
+    log.commit(5)
+    log.compact(keep_from=5)
+    assert log.read(0, 10) == [] and log.end_offset() == 5  # offsets never restart
+
+
+def test_a_file_that_is_not_a_log_is_refused_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello, this is not SQLite\n" * 100)
+    with pytest.raises(LocalLogError, match=r"notes\.txt: not a gpuhint data file"):
+        LocalLog(bad)
+    other = tmp_path / "other.sqlite"
+    first = LocalLog(other)
+    first.db.execute("UPDATE meta SET value = '99' WHERE name = 'schema_version'")
+    first.db.commit()
+    first.close()
+    with pytest.raises(LocalLogError, match="data of schema 99, this gpuhint reads 1"):
+        LocalLog(other)
+
+
+def test_state_table_is_a_mapping(tmp_path: Path) -> None:
+    log = LocalLog(":memory:")
+    log.states["a"] = b"1"
+    log.states["b"] = b"2"
+    del log.states["a"]
+    assert list(log.states) == ["b"] and len(log.states) == 1
+    with pytest.raises(KeyError):
+        del log.states["a"]

@@ -131,6 +131,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     power.add_argument("--min-on", type=int, metavar="N", help="nodes always on (1)")
     power.add_argument("--max-age", type=float, metavar="S", help="ignore older advice (1800)")
     power.add_argument("--exclude", metavar="HOSTLIST", help="nodes never touched")
+    power.add_argument(
+        "--resume-timeout",
+        type=float,
+        metavar="S",
+        help="a node not up S seconds after power_up is a failed resume: reported, left out "
+        "of the plan, another woken instead (900; Slurm's own DOWN after ResumeTimeout "
+        "counts at once)",
+    )
     power.set_defaults(handler=run_power)
 
     prog = s.add_parser(
@@ -423,6 +431,7 @@ def run_power(args: argparse.Namespace) -> int:
         min_on=args.min_on,
         advice_max_age_s=args.max_age,
         exclude_nodes=args.exclude,
+        resume_timeout_s=args.resume_timeout,
     )
     cli = SlurmCli(ss.conf)
     _check_slurm(cli)
@@ -436,6 +445,7 @@ def run_power(args: argparse.Namespace) -> int:
         max_age_s=ss.advice_max_age_s,
         exclude=expand_hostlist(ss.exclude_nodes),
         dry_run=args.dry_run,
+        resume_timeout_s=ss.resume_timeout_s,
     )
     metrics = _metrics(settings)
     stop, restore = _stopper()
@@ -457,7 +467,8 @@ def run_power(args: argparse.Namespace) -> int:
             metrics.observe_slurm_power(result, time.monotonic() - t0, args.dry_run)
             _print_pass(result, args)
             log.info(
-                "power pass: %d on (%d busy), target %d, down %s, up %s, %d refused (total %d)",
+                "power pass: %d on (%d busy), target %d, down %s, up %s, %d refused (total %d), "
+                "failed resumes %s",
                 result.on,
                 result.busy,
                 result.target_on,
@@ -465,6 +476,7 @@ def run_power(args: argparse.Namespace) -> int:
                 ",".join(result.powered_up) or "-",
                 result.refused,
                 applier.total_refused,
+                ",".join(result.resume_failed) or "-",
             )
             if args.once:
                 break

@@ -250,6 +250,7 @@ class ApplierMetrics:
             self.action("power_up", up)
         self.refusal("slurm_refused", result.refused)
         self.refusal("held_back", result.held_back)
+        self.refusal("resume_failed", len(result.newly_failed))
         self.pass_done(seconds, None, down + up)
 
     def health(self) -> tuple[bool, str]:

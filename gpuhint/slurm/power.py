@@ -12,7 +12,12 @@ the applier moves Slurm towards it, one pass at a time, within these rules:
 * powered-down nodes (``idle~``) come back with ``power_up`` when the target, or the
   idle buffer, needs them; Slurm itself also resumes them when a pending job needs one;
 * an advisory older than ``max_age_s`` is ignored (then only the buffer rule acts);
-* nodes in ``exclude`` are never touched.
+* nodes in ``exclude`` are never touched;
+* a node that does not come back is a **failed resume**: Slurm marked it DOWN while
+  powered down (``down~``, after its ``ResumeTimeout``), or it is still not up
+  ``resume_timeout_s`` after the applier's ``power_up``. It is reported (log, the
+  pass's ``resume_failed``, the metric's ``resume_failed`` reason), left out of the
+  plan, so another powered-down node is woken in its place, until it is up again.
 
 >>> nodes = [Node("n1", "allocated"), Node("n2", "idle"), Node("n3", "idle"), Node("n4", "idle")]
 >>> plan_power(nodes, target_on=2, min_idle=1).lines
@@ -23,12 +28,15 @@ the applier moves Slurm towards it, one pass at a time, within these rules:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuhint.wire.contract import PowerAdvisory
+
+log = logging.getLogger(__name__)
 
 _FLAGS = "~#%!*$@^-+"
 
@@ -65,6 +73,21 @@ class Node:
     @property
     def idle_on(self) -> bool:
         return self.base == "idle" and not self.off and not self.powering_up and self.usable
+
+    @property
+    def wakeable(self) -> bool:
+        """Powered down and otherwise fine (``idle~``): ``power_up`` brings it back."""
+        return self.base == "idle" and self.state.endswith("~")
+
+    @property
+    def resume_failed(self) -> bool:
+        """Slurm gave up waking it: DOWN while powered down (``down~``)."""
+        return self.base == "down" and self.state.endswith("~")
+
+    @property
+    def up(self) -> bool:
+        """Powered on, schedulable and not still booting."""
+        return self.usable and not self.off and not self.powering_up
 
 
 @dataclass
@@ -109,7 +132,7 @@ def plan_power(
     on = [n for n in ns if not n.off and n.usable]
     busy = [n for n in on if n.busy]
     idle = [n for n in on if n.idle_on]
-    off = [n for n in ns if n.state.endswith("~")]
+    off = [n for n in ns if n.wakeable]
     floor = max(len(busy) + min_idle, min_on)
     want = floor if target_on is None else max(target_on, floor)
     plan = PowerPlan(on=len(on), busy=len(busy), target_on=want)
@@ -163,6 +186,10 @@ class PowerResult:
     held_back: int = 0
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    resume_failed: list[str] = field(default_factory=list)
+    """Nodes that did not come back, left out of the plan (all known now)."""
+    newly_failed: list[str] = field(default_factory=list)
+    """Of those, the ones found in this pass."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -175,6 +202,7 @@ class PowerResult:
             "held_back": self.held_back,
             "advice_age_s": None if self.advice_age_s is None else round(self.advice_age_s, 1),
             "errors": self.errors[:20],
+            "resume_failed": self.resume_failed,
         }
 
 
@@ -192,6 +220,7 @@ class PowerApplier:
         max_age_s: float = 1800.0,
         exclude: Sequence[str] = (),
         dry_run: bool = False,
+        resume_timeout_s: float = 900.0,
     ) -> None:
         self.slurm = slurm
         self.advice = advice
@@ -202,22 +231,53 @@ class PowerApplier:
         self.exclude = tuple(exclude)
         self.dry_run = dry_run
         self.total_refused = 0
+        self.resume_timeout_s = resume_timeout_s
+        self.waking: dict[str, float] = {}
+        """Nodes this applier powered up, and when; watched until they are up."""
+        self.failed: dict[str, str] = {}
+        """Nodes that did not come back, and why."""
+
+    def watch_resumes(self, nodes: Sequence[Node], now: float) -> list[str]:
+        """Update :attr:`failed` from Slurm's node states; return the newly failed."""
+        newly: list[str] = []
+        for n in nodes:
+            why = None
+            if n.resume_failed:
+                why = "DOWN while powered down (Slurm's ResumeTimeout)"
+            elif n.name in self.waking and not n.up:
+                waited = now - self.waking[n.name]
+                if waited > self.resume_timeout_s:
+                    why = f"not up {waited:.0f} s after power_up (state {n.state})"
+            if why is not None and n.name not in self.failed:
+                self.failed[n.name] = why
+                self.waking.pop(n.name, None)
+                newly.append(n.name)
+                log.warning("node %s did not come back: %s; waking another instead", n.name, why)
+            elif n.up and (n.name in self.failed or n.name in self.waking):
+                if self.failed.pop(n.name, None) is not None:
+                    log.info("node %s is up again: back in the power plan", n.name)
+                self.waking.pop(n.name, None)
+        return newly
 
     def run_pass(self, now: float) -> PowerResult:
         adv = self.advice.cluster_advice(self.cluster)
         target = target_from(adv, now, self.max_age_s)
         named = tuple(adv.nodes) if adv is not None and target is not None else ()
+        nodes = self.slurm.nodes()
+        newly = self.watch_resumes(nodes, now)
         plan = plan_power(
-            self.slurm.nodes(),
+            nodes,
             target_on=target,
             min_idle=self.min_idle,
             min_on=self.min_on,
             prefer_down=named,
             prefer_up=named,
-            exclude=self.exclude,
+            exclude=(*self.exclude, *self.failed),
         )
         errors = [] if self.dry_run else self.slurm.apply(plan.lines)
         self.total_refused += len(errors)
+        if not self.dry_run and not errors:
+            self.waking.update((name, now) for name in plan.up)
         return PowerResult(
             target_on=plan.target_on,
             on=plan.on,
@@ -229,4 +289,6 @@ class PowerApplier:
             held_back=plan.held_back,
             lines=plan.lines,
             errors=errors,
+            resume_failed=sorted(self.failed),
+            newly_failed=newly,
         )

@@ -37,6 +37,9 @@ class SlurmSettings(BaseSettings):
     min_on: int = Field(1, ge=0, description="never fewer powered-on nodes")
     advice_max_age_s: float = Field(1800.0, gt=0, description="older advice is ignored")
     exclude_nodes: str = Field("", description="Slurm host list never powered down or up")
+    resume_timeout_s: float = Field(
+        900.0, gt=0, description="a node not up this long after power_up is a failed resume"
+    )
 
     @field_validator("neutral")
     @classmethod

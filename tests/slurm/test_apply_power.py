@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +110,60 @@ def test_nodes_power_down_and_come_back(
         _until(
             "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
         )
+
+
+def test_a_node_that_does_not_resume_is_reported_and_another_woken(
+    slurm_conf: str, redis_url: str, unique_prefix: str
+) -> None:
+    """The launcher's ResumeProgram fails for a node with a ``run/resume-fails-NODE``
+    file: the applier must stop counting on it and wake another node in its place."""
+    cli = SlurmCli(slurm_conf)
+    cluster = "c" + unique_prefix
+    env = {
+        **os.environ,
+        "SLURM_CONF": slurm_conf,
+        "GPUHINT_REDIS_URL": redis_url,
+        "GPUHINT_KEY_PREFIX": unique_prefix,
+        "GPUHINT_CLUSTER": cluster,
+    }
+    names = sorted(_states(cli))
+    broken, spare = names[-2], names[-1]
+    marker = Path(slurm_conf).resolve().parents[1] / "run" / f"resume-fails-{broken}"
+    cli.run(["scontrol", "update", f"nodename={broken},{spare}", "state=power_down_asap"])
+    _until("two idle~ nodes", lambda: all(_states(cli)[n] == "idle~" for n in (broken, spare)), 90)
+    marker.write_text("")
+    store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
+    store.put_advisory(
+        PowerAdvisory(cluster=cluster, time=time.time(), action=PowerAction.KEEP,
+                      count=0, reason="test", active_nodes=len(names) - 1)
+    )  # fmt: skip
+    store.flush()
+    cmd = [sys.executable, "-m", "gpuhint", "slurm", "apply-power", "--json",
+           "--interval", "2", "--resume-timeout", "12", "--min-idle", "0"]  # fmt: skip
+    daemon = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    passes: list[dict] = []  # type: ignore[type-arg]
+    try:
+        assert daemon.stdout is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = daemon.stdout.readline()
+            if not line:
+                break
+            passes.append(json.loads(line))
+            if spare in passes[-1]["powered_up"]:
+                break
+        assert passes and passes[0]["powered_up"] == [broken], passes[:2]
+        assert any(broken in p["resume_failed"] for p in passes)
+        assert spare in passes[-1]["powered_up"], passes[-3:]
+        _until("the spare node up", lambda: _states(cli)[spare] == "idle", 60)
+    finally:
+        daemon.terminate()
+        _, err = daemon.communicate(timeout=30)
+        marker.unlink(missing_ok=True)
+        cli.run(["scontrol", "update", f"nodename={broken}", "state=power_up"], check=False)
+        cli.run(["scontrol", "update", f"nodename={broken}", "state=resume"], check=False)
+        _until(
+            "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
+        )
+    assert f"node {broken} did not come back" in err

@@ -67,3 +67,41 @@ def test_applier_ignores_stale_advice_and_counts_refusals() -> None:
     dry = _Slurm(_nodes("idle", "idle"))
     r = PowerApplier(dry, _Advice(adv), "c", min_idle=0, dry_run=True).run_pass(now=1000.0)
     assert r.lines == ["update nodename=n2 state=power_down_asap"] and dry.applied == []
+
+
+class _AcceptingSlurm(_Slurm):
+    def apply(self, lines: Sequence[str]) -> list[str]:
+        self.applied.extend(lines)
+        return []
+
+
+def test_a_node_slurm_could_not_wake_is_left_out_and_another_woken() -> None:
+    adv = PowerAdvisory(time=0.0, action=PowerAction.KEEP, count=0, reason="t", active_nodes=3)
+    # n3 is down~: Slurm gave up resuming it (ResumeTimeout); n4 and n5 are idle~
+    slurm = _AcceptingSlurm(_nodes("allocated", "idle", "down~", "idle~", "idle~"))
+    a = PowerApplier(slurm, _Advice(adv), "c", min_idle=1)
+    r = a.run_pass(now=10.0)
+    assert r.powered_up == ["n4"] and "n3" not in r.lines[0]
+    assert r.resume_failed == ["n3"] and r.newly_failed == ["n3"]
+    assert r.as_dict()["resume_failed"] == ["n3"]
+    again = a.run_pass(now=20.0)
+    assert again.newly_failed == [] and again.resume_failed == ["n3"]  # reported once
+
+
+def test_a_node_not_up_after_the_resume_timeout_is_replaced_and_forgiven_later() -> None:
+    adv = PowerAdvisory(time=0.0, action=PowerAction.KEEP, count=0, reason="t", active_nodes=3)
+    slurm = _AcceptingSlurm(_nodes("allocated", "idle", "idle~", "idle~"))
+    a = PowerApplier(slurm, _Advice(adv), "c", min_idle=1, resume_timeout_s=100)
+    assert a.run_pass(now=0.0).powered_up == ["n3"]
+    slurm._nodes = _nodes("allocated", "idle", "idle#", "idle~")  # still booting
+    assert a.run_pass(now=50.0).resume_failed == []
+    slurm._nodes = _nodes("allocated", "idle", "idle#", "idle~")  # still not up: failed
+    r = a.run_pass(now=150.0)
+    assert r.newly_failed == ["n3"] and r.powered_up == ["n4"]
+    slurm._nodes = _nodes("allocated", "idle", "idle", "idle")  # fixed by an admin
+    assert a.run_pass(now=400.0).resume_failed == []
+
+
+def test_down_powered_off_nodes_are_never_woken_by_the_plan() -> None:
+    plan = plan_power(_nodes("allocated", "down~", "idle~"), target_on=3, min_idle=1)
+    assert plan.up == ["n3"]

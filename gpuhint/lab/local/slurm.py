@@ -314,10 +314,12 @@ class LocalSlurm:
             '  [ -f "$pf" ] && kill "$(cat "$pf")" 2>/dev/null\n'
             "done\nexit 0\n"
         )
-        # ResumeProgram: (re)start slurmd with -b ("booted now"), else the node goes DOWN
+        # ResumeProgram: (re)start slurmd with -b ("booted now"), else the node goes DOWN;
+        # a file run/resume-fails-NODE makes that node's "boot" fail (a resume-failure test)
         (d / "bin" / "resume.sh").write_text(
             head + 'echo "$(date +%FT%T) resume $*"\n'
             'for n in $(scontrol show hostnames "$1"); do\n'
+            f'  [ -f {d / "run"}/resume-fails-$n ] && {{ echo "resume $n fails"; continue; }}\n'
             f"  pf={d / 'run'}/slurmd-$n.pid\n"
             '  if [ -f "$pf" ] && kill "$(cat "$pf")" 2>/dev/null; then\n'
             '    i=0; while [ -f "$pf" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done\n'

@@ -69,6 +69,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import MISSING, dataclass, field, fields
 
 from gpuhint.cores.sink import HintStore
+from gpuhint.cores.start_forecast import StartBook, forecast_vc
 from gpuhint.wire.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
 from models.base import DurationModel
 from models.fifo_guard import FifoGuard
@@ -195,6 +196,8 @@ class VcState:
     recent_finished: dict[str, None] = field(default_factory=dict)
     """The VC's last :data:`RECENT_FINISHED_MAX` finished job ids, oldest first (an LRU):
     a resent event of one of these jobs changes nothing."""
+    starts: StartBook = field(default_factory=StartBook)
+    """Running jobs, capacity and recent arrivals: the expected-start forecast's input."""
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a pickle, filling the fields that a pickle of before lacks."""
@@ -270,8 +273,14 @@ class HintEngine:
         keep_pct_errors: int = 100_000,
         max_updates: int = 64,
         refresh: int = 4,
+        start_every_s: float = 300.0,
+        start_limit: int = 32,
     ) -> None:
         self.model_factory = model_factory
+        self.start_every_s = start_every_s
+        """A VC's expected starts are re-forecast at most this often (event time; 0: off)."""
+        self.start_limit = start_limit
+        """...for its first this many waiting jobs (the work per forecast is bounded)."""
         self.max_updates = max_updates
         self.refresh = refresh
         self._reemitted: set[str] = set()
@@ -331,11 +340,52 @@ class HintEngine:
                 st.remember_finished(ev.job_id)  # an LRU: a hit is recent again
             hint = self._reemit_job(st, ev)
         else:
+            waiting = st.pending.get(ev.job_id)
             hint = self._apply(st, ev)
+            self._track_starts(st, ev, waiting, hint)
         if offset is not None:
             st.applied_offset = offset
         self.states[state_key(ev.cluster, ev.vc)] = st  # mark dirty
         return hint
+
+    def _track_starts(
+        self, st: VcState, ev: JobEvent, waiting: PendingJob | None, hint: PriorityHint | None
+    ) -> None:
+        """Feed the VC's start book; re-forecast its expected starts when due."""
+        book = st.starts
+        if ev.phase is JobPhase.SUBMITTED and hint is not None:
+            book.arrived(ev.time, hint.priority)
+        elif ev.phase is JobPhase.STARTED and waiting is not None:
+            h = waiting.hint
+            pred = h.predicted_duration_s
+            book.started(
+                ev.job_id,
+                start=ev.time,
+                gpus=ev.num_gpus,
+                expected=pred,
+                low=pred if h.duration_p10_s is None else h.duration_p10_s,
+                high=pred if h.duration_p90_s is None else h.duration_p90_s,
+            )
+        elif ev.phase is JobPhase.FINISHED:
+            book.finished(ev.job_id)
+        book.capacity = max(book.capacity, st.running_gpus)
+        if (
+            self.start_every_s > 0
+            and st.pending
+            and ev.time >= book.published_at + self.start_every_s
+        ):
+            self.store.put_starts(
+                forecast_vc(
+                    book,
+                    st.pending.values(),
+                    ev.cluster,
+                    ev.vc,
+                    ev.time,
+                    self.start_limit,
+                    st.running_gpus,
+                )
+            )
+            book.published_at = ev.time
 
     @staticmethod
     def _is_duplicate(st: VcState, ev: JobEvent) -> bool:

@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint, StartForecasts
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,13 @@ class PutLoad:
 
 
 @dataclass(frozen=True)
+class PutStarts:
+    """A VC's expected starts (replaces the VC's previous forecast)."""
+
+    starts: StartForecasts
+
+
+@dataclass(frozen=True)
 class Count:
     """Add ``n`` to the named counter (e.g. ``dead_letter``): at-least-once, not idempotent."""
 
@@ -83,7 +90,7 @@ class MarkRebuilt:
     """Why: ``redis_empty`` (the epoch marker was gone or replaced)."""
 
 
-Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | Count | MarkRebuilt
+Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | PutStarts | Count | MarkRebuilt
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,7 @@ class HintStore(Protocol):
     def remove_hint(self, cluster: str, vc: str, job_id: str) -> None: ...
     def put_advisory(self, advisory: PowerAdvisory) -> None: ...
     def put_load(self, load: ClusterLoad) -> None: ...
+    def put_starts(self, starts: StartForecasts) -> None: ...
     def count(self, name: str, n: int = 1) -> None: ...
     def flush(self) -> int: ...
     def close(self) -> None: ...
@@ -212,6 +220,9 @@ class BufferedStore(abc.ABC):
     def put_load(self, load: ClusterLoad) -> None:
         self._add(PutLoad(load))
 
+    def put_starts(self, starts: StartForecasts) -> None:
+        self._add(PutStarts(starts))
+
     def count(self, name: str, n: int = 1) -> None:
         self._add(Count(name, n))
 
@@ -268,6 +279,7 @@ class InMemoryStore(BufferedStore):
         self.queues: dict[tuple[str, str], dict[str, float]] = {}
         self.advisories: dict[tuple[str, str | None], PowerAdvisory] = {}
         self.loads: dict[str, ClusterLoad] = {}
+        self.starts: dict[tuple[str, str], StartForecasts] = {}
         self.changes: list[Change] = []
         self._counters: dict[str, int] = {}
         self.keep_changes = keep_changes
@@ -279,6 +291,7 @@ class InMemoryStore(BufferedStore):
         self.queues.clear()
         self.advisories.clear()
         self.loads.clear()
+        self.starts.clear()
         self.changes.clear()
         self._counters.clear()
         self.epoch = None
@@ -345,6 +358,8 @@ class InMemoryStore(BufferedStore):
             elif isinstance(op, PutLoad):
                 self.loads[op.load.cluster] = op.load
                 self._change(Change(keys.CHANGE_LOAD, op.load.cluster, "", None))
+            elif isinstance(op, PutStarts):
+                self.starts[(op.starts.cluster, op.starts.vc)] = op.starts
             elif isinstance(op, Count):
                 self._counters[op.name] = self._counters.get(op.name, 0) + op.n
             elif isinstance(op, MarkRebuilt):
@@ -363,6 +378,9 @@ class InMemoryStore(BufferedStore):
 
     def get_load(self, cluster: str) -> ClusterLoad | None:
         return self.loads.get(cluster)
+
+    def get_starts(self, cluster: str, vc: str) -> StartForecasts | None:
+        return self.starts.get((cluster, vc))
 
     def counters(self) -> dict[str, int]:
         return dict(self._counters)

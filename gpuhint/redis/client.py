@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import redis
 from pydantic import BaseModel, ValidationError
 
-from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint, StartForecasts
 from gpuhint.wire.keys import RedisKeys
 from gpuhint.wire.topics import SUB_VC
 
@@ -156,6 +156,10 @@ class HintClient:
     def load(self, cluster: str) -> ClusterLoad | None:
         """The cluster's latest load (nodes in use, powered on, idle ones), or ``None``."""
         return self._get(self.keys.load(cluster), ClusterLoad)
+
+    def starts(self, cluster: str, vc: str) -> StartForecasts | None:
+        """The VC's latest expected starts (its first waiting jobs, rank order), or None."""
+        return self._get(self.keys.starts(cluster, vc), StartForecasts)
 
     def stats(self) -> dict[str, int]:
         """The worker's counters (``dead_letter``: messages sent to the dead-letter topic)."""

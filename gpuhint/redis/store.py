@@ -29,6 +29,7 @@ from gpuhint.cores.sink import (
     PutAdvisory,
     PutHint,
     PutLoad,
+    PutStarts,
     RemoveHint,
     UpdateHint,
     VcConflict,
@@ -255,6 +256,9 @@ class RedisStore(BufferedStore):
                 ld = op.load
                 pipe.set(self.k.load(ld.cluster), ld.model_dump_json(), ex=self.advisory_ttl_s)
                 self._xadd(pipe, {"type": K.CHANGE_LOAD, "cluster": ld.cluster})
+            elif isinstance(op, PutStarts):
+                s = op.starts
+                pipe.set(self.k.starts(s.cluster, s.vc), s.model_dump_json(), ex=self.hint_ttl_s)
             elif isinstance(op, Count):
                 pipe.hincrby(self.k.stats, op.name, op.n)
             elif isinstance(op, MarkRebuilt):

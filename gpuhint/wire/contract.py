@@ -328,6 +328,29 @@ class ClusterLoad(_Wire):
     unhealthy_nodes: Annotated[tuple[Name, ...], Field(max_length=MAX_LIST * 4)] = ()
 
 
+class ExpectedStart(_Wire):
+    """One waiting job's expected start and its 80% band (UNIX seconds)."""
+
+    job_id: Annotated[str, Field(min_length=1, max_length=256)]
+    expected: Time
+    low: Time
+    high: Time
+
+
+class StartForecasts(_Wire):
+    """The expected starts of one VC's first waiting jobs, in rank order, at ``time``.
+
+    Written to Redis only (``starts:{cluster}:{vc}``), like ``squeue --start`` but from
+    the jobs' expected durations (docs/qssf.md, *Expected start times*).
+    """
+
+    kind: Literal["start_forecasts"] = "start_forecasts"
+    cluster: Name = "default"
+    vc: Name = "default"
+    time: Time
+    jobs: Annotated[tuple[ExpectedStart, ...], Field(max_length=MAX_LIST)] = ()
+
+
 Message = Annotated[
     JobEvent | GpuSample | NodeStatus | PriorityHint | PowerAdvisory | ClusterLoad,
     Field(discriminator="kind"),

@@ -10,6 +10,7 @@ key                                    type      value
 ``advice:{cluster}``                   string    cluster PowerAdvisory JSON; TTL
 ``advice-node:{cluster}:{node}``       string    node PowerAdvisory JSON; TTL
 ``load:{cluster}``                     string    ClusterLoad JSON; TTL
+``starts:{cluster}:{vc}``              string    StartForecasts JSON (expected starts); TTL
 ``stats``                              hash      counters (``dead_letter``, ...)
 ``changes``                            stream    one entry per change (field ``type``)
 ``epoch``                              string    set by the worker; missing = Redis came back empty
@@ -48,6 +49,10 @@ class RedisKeys:
 
     def load(self, cluster: str) -> str:
         return f"{self.root}:load:{cluster}"
+
+    def starts(self, cluster: str, vc: str) -> str:
+        """The expected starts of a VC's first waiting jobs (StartForecasts JSON)."""
+        return f"{self.root}:starts:{cluster}:{vc}"
 
     @property
     def stats(self) -> str:

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuhint.cores.sink import BufferedStore, Op
+from gpuhint.cores.sink import BufferedStore, Op, PutStarts
+from gpuhint.lab.evaluation.starts import StartRecorder, start_accuracy
 from gpuhint.lab.traces.readers import TraceJob
-from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint
+from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint, StartForecasts
 from models.simulator import (
     PolicyKind,
     SimJob,
@@ -233,6 +234,17 @@ class _DiscardStore(BufferedStore):
         return {}
 
 
+class _StartCatcher(_DiscardStore):
+    """Discards every write but the expected-start forecasts, which it keeps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caught: list[StartForecasts] = []
+
+    def _apply(self, ops: list[Op]) -> None:
+        self.caught.extend(op.starts for op in ops if isinstance(op, PutStarts))
+
+
 class ClosedLoopRanker:
     """One VC's live predictor inside the simulator (:class:`models.simulator.Ranker`).
 
@@ -254,8 +266,13 @@ class ClosedLoopRanker:
 
         make_model(model_name)  # a clear error for an unknown name
         self.jobs = jobs
-        self.store = _DiscardStore()
+        self.store = _StartCatcher()
         self.engine = HintEngine(DURATION_MODELS[model_name], self.store, clock=lambda: 0.0)
+        self.starts = StartRecorder(
+            {j.job_id: k for k, j in enumerate(jobs)},
+            [j.num_gpus for j in jobs],
+            [j.time_limit_s for j in jobs],
+        )
         self.snapshot_at = snapshot_at
         self.snapshot: list[tuple[float, int]] | None = None  # (priority, job) waiting then
         self.snapshot_t = math.nan
@@ -323,11 +340,24 @@ class ClosedLoopRanker:
         st = self.engine.states.get(state_key(self.cluster, self.jobs[0].vc))
         return st.pending if st is not None else {}
 
+    def _record_starts(self) -> None:
+        """Keep the forecasts the engine just published (flushed into the catcher)."""
+        self.store.flush()
+        if not self.store.caught:
+            return
+        from gpuhint.cores.qssf import state_key
+
+        for f in self.store.caught:
+            st = self.engine.states.get(state_key(f.cluster, f.vc))
+            self.starts.record(f, None if st is None else st.starts)
+        self.store.caught.clear()
+
     def submit(self, i: int, t: float) -> float:
         self._maybe_snapshot(t)
         t0 = time.perf_counter()
         hint = self.engine.on_job_event(self._event(i, "submitted", t))
         self.seconds += time.perf_counter() - t0
+        self._record_starts()
         assert hint is not None
         self.priority[i] = hint.priority
         self.predicted[i] = hint.predicted_duration_s
@@ -340,6 +370,7 @@ class ClosedLoopRanker:
         t0 = time.perf_counter()
         self.engine.on_job_event(self._event(i, "started", t))
         self.seconds += time.perf_counter() - t0
+        self._record_starts()
 
     def finish(self, i: int, t: float) -> list[tuple[int, float]]:
         self._maybe_snapshot(t)
@@ -347,6 +378,7 @@ class ClosedLoopRanker:
         self.engine.on_job_event(self._event(i, "finished", t))
         updates = self.engine.updates
         self.seconds += time.perf_counter() - t0
+        self._record_starts()
         self.hint_updates += len(updates)
         out = [(self.index_of[h.job_id], h.priority) for h in updates]
         for k, p in out:
@@ -482,6 +514,7 @@ class QssfReport:
     seconds: dict[str, float] = field(default_factory=dict)
     loop: Loop = "closed"
     band: BandStats | None = None  # the qssf policy's hints at submit vs true durations
+    expected_start: dict[str, Any] | None = None  # the closed loop's forecasts vs its starts
 
     def avg(self, name: str) -> float:
         return self.policies[name].summary.avg_jct_s
@@ -519,6 +552,7 @@ class QssfReport:
             # the qssf policy's hints as written at submit (band_coverage, band_jobs,
             # share_off_2x, share_off_2x_expected): top level, beside mae_log
             **(self.band.as_dict() if self.band is not None else BandStats.empty()),
+            "expected_start": self.expected_start,
         }
 
 
@@ -648,6 +682,7 @@ def evaluate_qssf(
         "given": given_prio,
     }
     results: dict[str, PolicyResult] = {}
+    start_runs: list[tuple[list[float], list[float], StartRecorder]] = []
     for spec in policy_specs(given_priorities is not None, backfill, loop):
         t0 = time.perf_counter()
         gpus: list[int] = []
@@ -673,6 +708,7 @@ def evaluate_qssf(
             )
             if ranker is not None and not spec.backfill:
                 loop_preds[vc] = (ks, ranker.summary())
+                start_runs.append(([j.submit for j in sj], [o.start for o in out], ranker.starts))
             for job, o in zip(sj, out, strict=True):
                 gpus.append(job.gpus)
                 jct.append(o.end - job.submit)
@@ -707,6 +743,7 @@ def evaluate_qssf(
         },
         loop=loop,
         band=band,
+        expected_start=start_accuracy(start_runs) if start_runs else None,
     )
 
 

@@ -89,10 +89,17 @@ class JobTracker:
             seen.add(job.job_id)
             prev = self._step.get(job.job_id, -1)
             target = _ORDER[job.status]
-            for step in range(prev + 1, target + 1):
-                if step == 1 and target == 2 and job.start_time is None:
-                    continue  # finished without starting (cancelled while pending)
-                events.append(self._event(job, step, now))
+            try:
+                new = [
+                    self._event(job, step, now)
+                    for step in range(prev + 1, target + 1)
+                    # a job that finished without starting (cancelled while pending)
+                    if not (step == 1 and target == 2 and job.start_time is None)
+                ]
+            except ValueError as exc:  # one job the contract refuses: skip it, not the poll
+                log.warning("job %s: not published, %s", job.job_id, _first_line(exc))
+                continue
+            events.extend(new)
             self._step[job.job_id] = max(prev, target)
             self._jobs[job.job_id] = job
         for job_id in [j for j in self._step if j not in seen]:
@@ -150,9 +157,21 @@ class JobTracker:
 _BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
 
 
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).splitlines()
+    return " ".join(lines[:3]) if lines else type(exc).__name__
+
+
 def expand_hostlist(spec: str | None) -> tuple[str, ...]:
-    """Expand a Slurm host list (``gpu[01-03,07],login1``) into host names."""
-    if not spec or spec in ("(null)", "None", "Unknown"):
+    """Expand a Slurm host list (``gpu[01-03,07],login1``) into host names.
+
+    Slurm's words for "no node" (``None assigned`` in sacct for a job cancelled while
+    pending, ``(null)``, ``Unknown``) give none.
+
+    >>> expand_hostlist("None assigned"), expand_hostlist("(null)")
+    ((), ())
+    """
+    if not spec or spec.strip() in ("(null)", "None", "None assigned", "Unknown", "n/a"):
         return ()
     parts, depth, cur = [], 0, ""
     for ch in spec:

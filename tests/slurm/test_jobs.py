@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuhint.cores.job_tracker import JobTracker, SchedulerError, expand_hostlist, read_source
+from gpuhint.cores.job_tracker import (
+    JobTracker,
+    SchedJob,
+    SchedulerError,
+    expand_hostlist,
+    read_source,
+)
 from gpuhint.slurm.jobs import gpus_from_gres, gpus_from_tres, map_state, parse_slurm
 from gpuhint.wire.contract import JobEvent, JobState, decode_message, encode_message
 
@@ -145,3 +151,23 @@ def test_bad_input_and_sources(tmp_path: Path) -> None:
     assert read_source(f"cmd:cat {DATA / 'sacct_parsable.txt'}").startswith("JobID|")
     with pytest.raises(SchedulerError, match="cannot read"):
         read_source(str(tmp_path / "missing.json"))
+
+
+def test_a_job_cancelled_while_pending_has_no_nodes() -> None:
+    """sacct says ``None assigned``: found on the real Slurm, it crashed the feed."""
+    assert expand_hostlist("None assigned") == ()
+    t = JobTracker(cluster="c")
+    cancelled = SchedJob("9", "finished", final=JobState.CANCELLED, submit_time=1.0,
+                         end_time=5.0, nodes=expand_hostlist("None assigned"))  # fmt: skip
+    assert [e.phase.value for e in t.update([cancelled], now=6.0)] == ["submitted", "finished"]
+
+
+def test_one_job_the_contract_refuses_is_skipped_not_the_poll(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    t = JobTracker(cluster="c")
+    bad = SchedJob("1", "running", submit_time=1.0, start_time=2.0, nodes=("no such:host",))
+    good = SchedJob("2", "pending", submit_time=1.0)
+    events = t.update([bad, good], now=3.0)
+    assert [(e.job_id, e.phase.value) for e in events] == [("2", "submitted")]
+    assert "job 1: not published" in caplog.text

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuhint.lab.analysis import figures, stats, whatif
+from gpuhint.lab.analysis import figures, repetition, stats, whatif
 from gpuhint.lab.analysis.reader import TraceFrame
 from gpuhint.lab.analysis.render import SECTIONS, findings, render_html
 
@@ -131,9 +131,9 @@ def _section_numbers(
     has_users = need("users", f["user"], "the trace has no users")
     n["users"] = stats.user_stats(df) if has_users else None
     if has_users:
-        hist = stats.history_rule(df)
-        n["repetition"] = stats.repetition_stats(df, hist)
-        per_user_ape = stats.per_user_median_ape(df, hist)
+        hist = repetition.history_rule(df)
+        n["repetition"] = repetition.repetition_stats(df, hist)
+        per_user_ape = repetition.per_user_median_ape(df, hist)
     else:
         skipped["repetition"] = "the trace has no users"
         n["repetition"] = None

@@ -6,15 +6,32 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from gpuhint.lab.local.slurm import LocalSlurm
+from pathlib import Path
+from typing import Protocol
 
 SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def slurm_conf(s: LocalSlurm) -> str:
+class SlurmSpec(Protocol):
+    """What the files say: :class:`~gpuhint.lab.local.slurm.LocalSlurm` has it all."""
+
+    dir: Path
+    conf: Path
+    cluster_name: str
+    nodes: int
+    gpus: int
+    cpus: int
+    sched: str
+    accounting: bool
+    suspend_time: int
+    extra_conf: list[str]
+    ctld_port: int
+    node_port: int
+    dbd_port: int
+    db_port: int
+
+
+def slurm_conf(s: SlurmSpec) -> str:
     """``slurm.conf`` of the cluster."""
     d = s.dir
     last = s.node_port + s.nodes - 1
@@ -90,7 +107,7 @@ def slurm_conf(s: LocalSlurm) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gres_conf(s: LocalSlurm) -> str:
+def gres_conf(s: SlurmSpec) -> str:
     """``gres.conf``: each node's GPUs are files under ``dev/`` (links to /dev/null)."""
     d = s.dir
     return (
@@ -99,7 +116,7 @@ def gres_conf(s: LocalSlurm) -> str:
     )
 
 
-def power_scripts(s: LocalSlurm) -> dict[str, str]:
+def power_scripts(s: SlurmSpec) -> dict[str, str]:
     """SuspendProgram and ResumeProgram, by file name (for ``bin/``)."""
     d = s.dir
     power = d / "log" / "power.log"
@@ -126,7 +143,7 @@ def power_scripts(s: LocalSlurm) -> dict[str, str]:
     return {"suspend.sh": suspend, "resume.sh": resume}
 
 
-def slurmdbd_conf(s: LocalSlurm) -> str:
+def slurmdbd_conf(s: SlurmSpec) -> str:
     """``slurmdbd.conf`` against the private MariaDB."""
     d = s.dir
     return (

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from agents.nvml import NOT_SUPPORTED, Nvml, NvmlError, XidEvent
+from agents.nvml import NOT_SUPPORTED, MigReading, Nvml, NvmlError, ProcessReading, XidEvent
 from gpuhint.wire.contract import GpuHealth, GpuProcess, GpuSample, MigInstance, NodeStatus
 
 log = logging.getLogger(__name__)
@@ -184,28 +184,8 @@ class Sampler:
             ecc_corrected=ecc_c,
             ecc_uncorrected=ecc_u,
             xid_errors=xids,
-            processes=tuple(
-                GpuProcess(
-                    pid=p.pid,
-                    used_memory_mb=None
-                    if p.used_memory_bytes is None
-                    else p.used_memory_bytes / _MIB,
-                )
-                for p in (procs or ())
-            ),
-            mig_instances=tuple(
-                MigInstance(
-                    gpu_instance_id=m.gpu_instance_id,
-                    profile=m.profile,
-                    memory_total_mb=None
-                    if m.memory_total_bytes is None
-                    else m.memory_total_bytes / _MIB,
-                    memory_used_mb=None
-                    if m.memory_used_bytes is None
-                    else m.memory_used_bytes / _MIB,
-                )
-                for m in (migs or ())
-            ),
+            processes=_processes(procs),
+            mig_instances=_mig_instances(migs),
         )
         fatal = self._fatal_xid.get(i)
         problems = [f"{f}: {e.message}" for f, e in r.errors.items() if e.code != NOT_SUPPORTED]
@@ -244,3 +224,27 @@ class Sampler:
 
 def _clip_pct(v: float) -> float:
     return min(100.0, max(0.0, float(v)))
+
+
+def _processes(procs: Sequence[ProcessReading] | None) -> tuple[GpuProcess, ...]:
+    """NVML's compute processes as the wire's (memory in MiB)."""
+    return tuple(
+        GpuProcess(
+            pid=p.pid,
+            used_memory_mb=None if p.used_memory_bytes is None else p.used_memory_bytes / _MIB,
+        )
+        for p in (procs or ())
+    )
+
+
+def _mig_instances(migs: Sequence[MigReading] | None) -> tuple[MigInstance, ...]:
+    """NVML's MIG instances as the wire's (memory in MiB)."""
+    return tuple(
+        MigInstance(
+            gpu_instance_id=m.gpu_instance_id,
+            profile=m.profile,
+            memory_total_mb=None if m.memory_total_bytes is None else m.memory_total_bytes / _MIB,
+            memory_used_mb=None if m.memory_used_bytes is None else m.memory_used_bytes / _MIB,
+        )
+        for m in (migs or ())
+    )

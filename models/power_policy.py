@@ -228,13 +228,7 @@ class PowerPolicy:
                 reason = why_not
             else:
                 target = lvl
-                fc_txt = (
-                    f"forecast peak {forecast.point:.1f} (upper {forecast.upper:.1f}) "
-                    f"over {forecast.horizon_s / 3600:g} h"
-                    if forecast is not None
-                    else "no forecast"
-                )
-                reason = f"idle surplus: used {used}, {fc_txt}; keep {lvl} on (buffer {buf})"
+                reason = _down_reason(used, lvl, buf, forecast)
                 action = "power_down"
         if action != "keep":
             st.active = target
@@ -288,3 +282,14 @@ class PowerPolicy:
         ):
             return "keep: forecast rising"
         return None
+
+
+def _down_reason(used: int, level: int, buf: int, forecast: Forecast | None) -> str:
+    """Why ``level`` nodes stay on and the rest power down."""
+    fc_txt = (
+        f"forecast peak {forecast.point:.1f} (upper {forecast.upper:.1f}) "
+        f"over {forecast.horizon_s / 3600:g} h"
+        if forecast is not None
+        else "no forecast"
+    )
+    return f"idle surplus: used {used}, {fc_txt}; keep {level} on (buffer {buf})"

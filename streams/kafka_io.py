@@ -18,7 +18,7 @@ import logging
 import socket
 import ssl
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,31 +162,7 @@ def probe_broker(
     with contextlib.closing(sock):
         conn: socket.socket = sock
         if proto.endswith("SSL"):
-            try:
-                ctx = _probe_ssl_context(security)
-            except (OSError, ssl.SSLError) as exc:
-                raise mismatch(
-                    f"cannot load the TLS files ({exc})",
-                    "check GPUHINT_KAFKA_SSL_CAFILE, _CERTFILE and _KEYFILE",
-                ) from None
-            try:
-                conn = ctx.wrap_socket(sock, server_hostname=host)
-            except ssl.SSLCertVerificationError as exc:
-                raise mismatch(
-                    f"its TLS certificate is not trusted ({exc.verify_message or exc})",
-                    "set GPUHINT_KAFKA_SSL_CAFILE to the CA that signed it "
-                    "(or GPUHINT_KAFKA_SSL_CHECK_HOSTNAME=false for a name mismatch)",
-                ) from None
-            except TimeoutError:
-                raise mismatch(
-                    f"no TLS handshake within {timeout_s:g} s (a plaintext listener?)",
-                    _use_plaintext(proto),
-                ) from None
-            except (ssl.SSLError, OSError) as exc:
-                raise mismatch(
-                    f"the TLS handshake failed ({_why(exc)}): the listener does not speak TLS",
-                    _use_plaintext(proto),
-                ) from None
+            conn = _probe_tls(sock, host, security, proto, timeout_s, mismatch)
         try:
             _request(conn, 18, 0, b"")  # ApiVersions v0: every listener answers it
             if proto.startswith("SASL_"):
@@ -211,6 +187,42 @@ def probe_broker(
             ) from None
         except (OSError, _Closed):
             return  # closed or silent: ambiguous, left to the client
+
+
+def _probe_tls(
+    sock: socket.socket,
+    host: str,
+    security: Mapping[str, Any],
+    proto: str,
+    timeout_s: float,
+    mismatch: Callable[[str, str], KafkaSecurityMismatch],
+) -> ssl.SSLSocket:
+    """The TLS handshake of :func:`probe_broker`; a clear mismatch raises."""
+    try:
+        ctx = _probe_ssl_context(security)
+    except (OSError, ssl.SSLError) as exc:
+        raise mismatch(
+            f"cannot load the TLS files ({exc})",
+            "check GPUHINT_KAFKA_SSL_CAFILE, _CERTFILE and _KEYFILE",
+        ) from None
+    try:
+        return ctx.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        raise mismatch(
+            f"its TLS certificate is not trusted ({exc.verify_message or exc})",
+            "set GPUHINT_KAFKA_SSL_CAFILE to the CA that signed it "
+            "(or GPUHINT_KAFKA_SSL_CHECK_HOSTNAME=false for a name mismatch)",
+        ) from None
+    except TimeoutError:
+        raise mismatch(
+            f"no TLS handshake within {timeout_s:g} s (a plaintext listener?)",
+            _use_plaintext(proto),
+        ) from None
+    except (ssl.SSLError, OSError) as exc:
+        raise mismatch(
+            f"the TLS handshake failed ({_why(exc)}): the listener does not speak TLS",
+            _use_plaintext(proto),
+        ) from None
 
 
 def _use_plaintext(proto: str) -> str:

@@ -13,9 +13,17 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuhint.cli.common import UserError, add_config_args, settings_from
+
+if TYPE_CHECKING:
+    from agents.node_agent import NodeAgent
+    from agents.nvml import Nvml
+    from agents.publisher import BufferedPublisher
+    from gpuhint.cores.job_tracker import SchedulerFeed
+    from gpuhint.metrics.server import MetricsServer
+    from gpuhint.wire.config import Settings
 
 DESCRIPTION = """\
 Run on every GPU host. Every --interval seconds it reads each GPU through NVML
@@ -85,32 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         action="store_true",
         help='print {"topic","key","message"} JSON lines to stdout instead of Kafka',
     )
-    p.add_argument(
-        "--slurm",
-        metavar="SOURCE",
-        help="Slurm job events from: sacct (sacct --json -a -X from the watermark, else the "
-        "last hour; needs slurmdbd), squeue (squeue --all --states=all --json), cmd:COMMAND, "
-        "or a FILE re-read every interval (squeue/sacct JSON or sacct --parsable2 output)",
-    )
-    p.add_argument(
-        "--slurm-state",
-        metavar="FILE",
-        help="Slurm watermark file: a restarted agent publishes no duplicate and, with "
-        "--slurm sacct, misses no transition (default: none, a restart starts fresh)",
-    )
-    p.add_argument(
-        "--slurm-vc",
-        choices=["account", "partition"],
-        default="account",
-        help="VC of a Slurm job: its account, else its partition (default), or the reverse",
-    )
-    p.add_argument(
-        "--kubernetes",
-        metavar="SOURCE",
-        help="GPU job events from: kueue (Kueue-managed Jobs and their Workloads through the "
-        "API: in-cluster or $KUBECONFIG; job id = label gpuhint.io/job-id, else the Job's UID), "
-        "kubectl (pods: kubectl get pods -A -o json), cmd:COMMAND, or a FILE with a PodList JSON",
-    )
+    _add_scheduler_args(p)
     p.add_argument("--buffer-max", type=int, metavar="N", help="records buffered in memory")
     p.add_argument("--spill-dir", metavar="DIR", help="spill the full buffer to disk here")
     p.add_argument(
@@ -137,22 +120,89 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.set_defaults(handler=run)
 
 
+def _add_scheduler_args(p: argparse.ArgumentParser) -> None:
+    """Where job events come from: Slurm or Kubernetes."""
+    p.add_argument(
+        "--slurm",
+        metavar="SOURCE",
+        help="Slurm job events from: sacct (sacct --json -a -X from the watermark, else the "
+        "last hour; needs slurmdbd), squeue (squeue --all --states=all --json), cmd:COMMAND, "
+        "or a FILE re-read every interval (squeue/sacct JSON or sacct --parsable2 output)",
+    )
+    p.add_argument(
+        "--slurm-state",
+        metavar="FILE",
+        help="Slurm watermark file: a restarted agent publishes no duplicate and, with "
+        "--slurm sacct, misses no transition (default: none, a restart starts fresh)",
+    )
+    p.add_argument(
+        "--slurm-vc",
+        choices=["account", "partition"],
+        default="account",
+        help="VC of a Slurm job: its account, else its partition (default), or the reverse",
+    )
+    p.add_argument(
+        "--kubernetes",
+        metavar="SOURCE",
+        help="GPU job events from: kueue (Kueue-managed Jobs and their Workloads through the "
+        "API: in-cluster or $KUBECONFIG; job id = label gpuhint.io/job-id, else the Job's UID), "
+        "kubectl (pods: kubectl get pods -A -o json), cmd:COMMAND, or a FILE with a PodList JSON",
+    )
+
+
 def _one_line(msg: str) -> str:
     return " ".join(part.strip() for part in msg.splitlines() if part.strip())
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.fake_nvml import FakeNvml, load_scenario
     from agents.node_agent import NodeAgent
-    from agents.nvml import Nvml, NvmlUnavailable, RealNvml
-    from agents.publisher import BufferedPublisher, KafkaTransport, StdoutTransport, Transport
-    from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
-    from gpuhint.kueue.pods import kubernetes_source, parse_pods
-    from gpuhint.slurm.feed import slurm_feed
-    from gpuhint.slurm.jobs import slurm_source
-    from gpuhint.wire.contract import JobState
-    from streams.kafka_io import kafka_client_config
+    from agents.nvml import NvmlUnavailable
 
+    settings = _agent_settings(args)
+    node = settings.node_name or socket.gethostname().split(".")[0]
+    nvml = _make_nvml(args)
+    feeds = _make_feeds(args, settings)
+    publisher = _make_publisher(args, settings, node)
+    agent = NodeAgent(
+        nvml=nvml,
+        publisher=publisher,
+        cluster=settings.cluster,
+        node=node,
+        topics=settings.topics,
+        interval_s=settings.agent_interval_s,
+        feeds=feeds,
+        busy_util_pct=args.busy_util,
+    )
+    try:
+        agent.start()
+    except NvmlUnavailable as exc:
+        raise UserError(str(exc)) from None
+
+    log = logging.getLogger("gpuhint.agent")
+    metrics = _start_metrics(agent, settings, log)
+    log.info(
+        "agent %s/%s: nvml %s, every %.3g s -> %s%s",
+        settings.cluster,
+        node,
+        args.nvml,
+        settings.agent_interval_s,
+        "stdout" if args.dry_run else settings.kafka_bootstrap,
+        "".join(f", {f.name}" for f in feeds),
+    )
+    lost = _run_until_stopped(agent, args, metrics, log)
+    if lost:
+        print(
+            f"gpuhint agent: {lost} record(s) could not be sent to "
+            f"{'stdout' if args.dry_run else settings.kafka_bootstrap} "
+            f"within {args.flush_timeout:g} s",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _agent_settings(args: argparse.Namespace) -> Settings:
+    """The settings from flags, env and --config, with the flags checked."""
     try:
         settings = settings_from(
             args,
@@ -178,7 +228,13 @@ def run(args: argparse.Namespace) -> int:
     bad = [a for a in settings.kafka_bootstrap.split(",") if not _HOSTPORT.match(a.strip())]
     if bad and not args.dry_run:
         raise UserError(f"Kafka bootstrap {settings.kafka_bootstrap!r} is not HOST:PORT[,...]")
-    node = settings.node_name or socket.gethostname().split(".")[0]
+    return settings
+
+
+def _make_nvml(args: argparse.Namespace) -> Nvml | None:
+    """The GPUs to read (real, a fake scenario), or None with ``--nvml none``."""
+    from agents.fake_nvml import FakeNvml, load_scenario
+    from agents.nvml import RealNvml
 
     nvml: Nvml | None = None
     if args.nvml == "fake":
@@ -188,6 +244,16 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
     elif args.nvml == "real":
         nvml = RealNvml()
+    return nvml
+
+
+def _make_feeds(args: argparse.Namespace, settings: Settings) -> list[SchedulerFeed]:
+    """The scheduler event sources of ``--slurm`` and ``--kubernetes``."""
+    from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
+    from gpuhint.kueue.pods import kubernetes_source, parse_pods
+    from gpuhint.slurm.feed import slurm_feed
+    from gpuhint.slurm.jobs import slurm_source
+    from gpuhint.wire.contract import JobState
 
     feeds: list[SchedulerFeed] = []
     if args.slurm:
@@ -222,6 +288,13 @@ def run(args: argparse.Namespace) -> int:
                 JobTracker(cluster=settings.cluster, vanished_state=vanished),
             )
         )
+    return feeds
+
+
+def _make_publisher(args: argparse.Namespace, settings: Settings, node: str) -> BufferedPublisher:
+    """The buffered publisher to Kafka (or stdout with ``--dry-run``)."""
+    from agents.publisher import BufferedPublisher, KafkaTransport, StdoutTransport, Transport
+    from streams.kafka_io import kafka_client_config
 
     send_timeout_s = max(1.0, min(10.0, settings.agent_interval_s))
     transport: Transport
@@ -244,28 +317,18 @@ def run(args: argparse.Namespace) -> int:
             probe.unlink()
         except OSError as exc:
             raise UserError(f"--spill-dir {settings.agent_spill_dir}: {exc.strerror}") from None
-    publisher = BufferedPublisher(
+    return BufferedPublisher(
         transport,
         buffer_max=settings.agent_buffer_max,
         spill_dir=settings.agent_spill_dir,
         send_timeout_s=send_timeout_s,
     )
-    agent = NodeAgent(
-        nvml=nvml,
-        publisher=publisher,
-        cluster=settings.cluster,
-        node=node,
-        topics=settings.topics,
-        interval_s=settings.agent_interval_s,
-        feeds=feeds,
-        busy_util_pct=args.busy_util,
-    )
-    try:
-        agent.start()
-    except NvmlUnavailable as exc:
-        raise UserError(str(exc)) from None
 
-    log = logging.getLogger("gpuhint.agent")
+
+def _start_metrics(
+    agent: NodeAgent, settings: Settings, log: logging.Logger
+) -> MetricsServer | None:
+    """Serve /metrics and /healthz when a port is set; None otherwise."""
     metrics = None
     if settings.metrics_port is not None:
         from gpuhint.metrics.agent import start_agent_metrics
@@ -279,15 +342,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{exc.strerror or exc}"
             ) from None
         log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
-    log.info(
-        "agent %s/%s: nvml %s, every %.3g s -> %s%s",
-        settings.cluster,
-        node,
-        args.nvml,
-        settings.agent_interval_s,
-        "stdout" if args.dry_run else settings.kafka_bootstrap,
-        "".join(f", {f.name}" for f in feeds),
-    )
+    return metrics
+
+
+def _run_until_stopped(
+    agent: NodeAgent, args: argparse.Namespace, metrics: MetricsServer | None, log: logging.Logger
+) -> int:
+    """Run until SIGTERM/SIGINT (or one tick with ``--once``), then flush; the records lost."""
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -303,15 +364,7 @@ def run(args: argparse.Namespace) -> int:
         lost = agent.close(args.flush_timeout)
         if metrics is not None:
             metrics.stop()
-    if lost:
-        print(
-            f"gpuhint agent: {lost} record(s) could not be sent to "
-            f"{'stdout' if args.dry_run else settings.kafka_bootstrap} "
-            f"within {args.flush_timeout:g} s",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return lost
 
 
 def _kueue_feed(cluster: str) -> Any:

@@ -8,8 +8,17 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuhint.cli.common import UserError, add_trace_args, load_trace, report_skipped
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from gpuhint.cores.qssf import EngineStats, HintEngine
+    from gpuhint.cores.sink import InMemoryStore
+    from gpuhint.lab.traces.records import TraceRead
+    from gpuhint.wire.contract import JobEvent
 
 HELP = "replay a real trace through the hint core in-process (no Kafka, no Redis)"
 DESCRIPTION = """\
@@ -71,14 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 def run(args: argparse.Namespace) -> int:
     from functools import partial
 
-    from tqdm import tqdm
-
-    from gpuhint.cores.pipeline.handler import Message, MessageHandler
     from gpuhint.cores.qssf import HintEngine
     from gpuhint.cores.sink import InMemoryStore
     from gpuhint.lab.traces.readers import job_events
-    from gpuhint.wire.contract import encode_message
-    from gpuhint.wire.topics import job_key
     from models.registry import make_model
 
     trace = shipped_trace(args.trace) if args.trace in SHIPPED else Path(args.trace)
@@ -93,27 +97,7 @@ def run(args: argparse.Namespace) -> int:
     # Leave the last day's jobs pending: cut the replay where the last 5% of submits begin,
     # so the store ends holding a real queue, as a live cluster would.
     cut = read.jobs[int(len(read.jobs) * 0.95)].submit_time
-    t0 = time.perf_counter()
-    n = 0
-    bar = tqdm(
-        events, unit="ev", desc="replaying", disable=args.no_progress or args.json, leave=False
-    )
-    # the worker's own message path: each event as the bytes a producer would send
-    handler = MessageHandler(engine)
-    topic = handler.topics.job_events
-    for ev in bar:
-        if ev.time > cut:
-            break
-        key = job_key(ev.cluster, ev.vc)
-        out = handler.job_event(Message(topic, 0, n, key, encode_message(ev)))
-        if out.reason is not None:
-            raise UserError(f"event {n} of {trace}: {out.reason}")
-        n += 1
-        if n % 1000 == 0:
-            store.flush()
-    bar.close()
-    store.flush()
-    elapsed = time.perf_counter() - t0
+    n, elapsed = _replay(events, cut, engine, store, args, trace)
     from gpuhint.lab.evaluation.qssf import InputError, schedule_summary
 
     try:
@@ -145,6 +129,62 @@ def run(args: argparse.Namespace) -> int:
         json.dump(result, sys.stdout, indent=2)
         print()
         return 0
+    _print_replay(trace, read, args, s, n, elapsed, store, queues)
+    if sched is not None:
+        _print_schedule(sched, args.top)
+    return 0
+
+
+def _replay(
+    events: Iterable[JobEvent],
+    cut: float,
+    engine: HintEngine,
+    store: InMemoryStore,
+    args: argparse.Namespace,
+    trace: Path,
+) -> tuple[int, float]:
+    """Feed the events up to ``cut`` through the worker's own message path; the number
+    replayed and the seconds it took."""
+    from tqdm import tqdm
+
+    from gpuhint.cores.pipeline.handler import Message, MessageHandler
+    from gpuhint.wire.contract import encode_message
+    from gpuhint.wire.topics import job_key
+
+    t0 = time.perf_counter()
+    n = 0
+    bar = tqdm(
+        events, unit="ev", desc="replaying", disable=args.no_progress or args.json, leave=False
+    )
+    # the worker's own message path: each event as the bytes a producer would send
+    handler = MessageHandler(engine)
+    topic = handler.topics.job_events
+    for ev in bar:
+        if ev.time > cut:
+            break
+        key = job_key(ev.cluster, ev.vc)
+        out = handler.job_event(Message(topic, 0, n, key, encode_message(ev)))
+        if out.reason is not None:
+            raise UserError(f"event {n} of {trace}: {out.reason}")
+        n += 1
+        if n % 1000 == 0:
+            store.flush()
+    bar.close()
+    store.flush()
+    return n, time.perf_counter() - t0
+
+
+def _print_replay(
+    trace: Path,
+    read: TraceRead,
+    args: argparse.Namespace,
+    s: EngineStats,
+    n: int,
+    elapsed: float,
+    store: InMemoryStore,
+    queues: dict[str, dict[str, float]],
+) -> None:
+    """The replay in words: counts, prediction error, throughput and each VC's queue head."""
     print(f"trace            {trace.name} ({read.fmt}, {len(read.jobs):,} jobs)")
     print(f"model            {args.model}")
     print(
@@ -181,9 +221,6 @@ def run(args: argparse.Namespace) -> int:
                 f"    job {job_id:>10}  {h.num_gpus:>3} GPUs  predicted "
                 f"{h.predicted_duration_s / 60:8.1f} min  priority {prio:12,.0f} GPU-s"
             )
-    if sched is not None:
-        _print_schedule(sched, args.top)
-    return 0
 
 
 def _print_schedule(sched: object, top: int) -> None:

@@ -128,12 +128,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from gpuhint.slurm.commands import SlurmCli, SlurmCommandError
 
-    if args.jobs < 1:
-        raise UserError("--jobs must be >= 1")
-    if args.nodes is not None and args.nodes < 1:
-        raise UserError("--nodes must be >= 1")
-    if args.speed is not None and args.speed <= 0:
-        raise UserError("--speed must be > 0")
+    _check_args(args)
     t_start = time.monotonic()
     read = load_trace(args.trace, args.format, args.on_error)
     report_skipped(read)
@@ -188,14 +183,28 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(
-            f"{len(loop)} jobs, {svc.nodes} nodes, speed {speed:g}x, sched/{sched}\n"
-            f"  Slurm's order : avg JCT {base.avg_jct_s:10,.0f} s  queue "
-            f"{base.avg_queue_s:10,.0f} s  makespan {base.makespan_s:10,.0f} s\n"
-            f"  gpuhint       : avg JCT {gh.avg_jct_s:10,.0f} s  queue "
-            f"{gh.avg_queue_s:10,.0f} s  makespan {gh.makespan_s:10,.0f} s\n"
-            f"  JCT ratio slurm/gpuhint {doc['jct_ratio_slurm_over_gpuhint']}, simulated "
-            f"fifo/qssf {sim_ratio and round(sim_ratio, 3)}; {applied} hints applied; "
-            f"{doc['seconds']:.0f} s"
-        )
+        _print_text(doc, base, gh, sim_ratio)
     return 0
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.jobs < 1:
+        raise UserError("--jobs must be >= 1")
+    if args.nodes is not None and args.nodes < 1:
+        raise UserError("--nodes must be >= 1")
+    if args.speed is not None and args.speed <= 0:
+        raise UserError("--speed must be > 0")
+
+
+def _print_text(doc: dict[str, Any], base: Any, gh: Any, sim_ratio: float | None) -> None:
+    """The two runs side by side (the JSON document in words)."""
+    print(
+        f"{doc['jobs']} jobs, {doc['nodes']} nodes, speed {doc['speed']:g}x, sched/{doc['sched']}\n"
+        f"  Slurm's order : avg JCT {base.avg_jct_s:10,.0f} s  queue "
+        f"{base.avg_queue_s:10,.0f} s  makespan {base.makespan_s:10,.0f} s\n"
+        f"  gpuhint       : avg JCT {gh.avg_jct_s:10,.0f} s  queue "
+        f"{gh.avg_queue_s:10,.0f} s  makespan {gh.makespan_s:10,.0f} s\n"
+        f"  JCT ratio slurm/gpuhint {doc['jct_ratio_slurm_over_gpuhint']}, simulated "
+        f"fifo/qssf {sim_ratio and round(sim_ratio, 3)}; {doc['hints_applied']} hints applied; "
+        f"{doc['seconds']:.0f} s"
+    )

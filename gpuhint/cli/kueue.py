@@ -165,12 +165,6 @@ def run(args: argparse.Namespace) -> int:
         hint_errors=(RedisError, OSError),
     )
     metrics = _metrics(common)
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping after this pass", signal.Signals(signum).name)
-        stop.set()
-
     try:
         created = applier.ensure_classes()
         if created:
@@ -183,47 +177,65 @@ def run(args: argparse.Namespace) -> int:
             backend.sync()
             _report(applier.run_pass(), args, metrics)
             return 0
-        old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            backend.watch(stop)
-            log.info(
-                "applying hints of cluster %s to Kueue every %.3g s (%s)",
-                common.cluster,
-                ks.interval_s,
-                "dry run" if args.dry_run else f"at most {ks.rate:g} patches/s",
-            )
-            failing: str | None = None
-            while not stop.is_set():
-                try:
-                    _report(applier.run_pass(), args, metrics)
-                    if failing:
-                        log.info("passes succeed again")
-                    failing = None
-                except (KubeError, RedisError, OSError) as exc:  # an outage: wait, retry
-                    if isinstance(exc, KubeError):
-                        metrics.error("api")
-                    else:
-                        metrics.redis_down()
-                    kind = type(exc).__name__
-                    if failing != kind:  # once per outage, not every pass
-                        log.warning(
-                            "pass failed, retrying every %.3g s (labels left as they are): %s",
-                            ks.interval_s,
-                            exc,
-                        )
-                    failing = kind
-                # a pass every interval; a changed Workload / Job / queue brings it
-                # forward (after 0.5 s, so a burst of changes makes one pass)
-                if backend.wait_change(ks.interval_s):
-                    stop.wait(0.5)
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+        _serve_passes(applier, backend, args, metrics, common.cluster, ks)
     except KubeError as exc:
         raise UserError(f"Kubernetes API: {exc}") from None
     except (OSError, RedisError) as exc:  # Redis unreachable and the like
         raise UserError(f"cannot read hints from Redis: {exc}") from None
     return 0
+
+
+def _serve_passes(
+    applier: Any, backend: Any, args: argparse.Namespace, metrics: Any, cluster: str, ks: Any
+) -> None:
+    """A pass every interval (sooner on a change) until SIGTERM/SIGINT; an outage is
+    logged once and retried, the labels left as they are."""
+    from redis.exceptions import RedisError
+
+    from gpuhint.kueue.kube import KubeError
+
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping after this pass", signal.Signals(signum).name)
+        stop.set()
+
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        backend.watch(stop)
+        log.info(
+            "applying hints of cluster %s to Kueue every %.3g s (%s)",
+            cluster,
+            ks.interval_s,
+            "dry run" if args.dry_run else f"at most {ks.rate:g} patches/s",
+        )
+        failing: str | None = None
+        while not stop.is_set():
+            try:
+                _report(applier.run_pass(), args, metrics)
+                if failing:
+                    log.info("passes succeed again")
+                failing = None
+            except (KubeError, RedisError, OSError) as exc:  # an outage: wait, retry
+                if isinstance(exc, KubeError):
+                    metrics.error("api")
+                else:
+                    metrics.redis_down()
+                kind = type(exc).__name__
+                if failing != kind:  # once per outage, not every pass
+                    log.warning(
+                        "pass failed, retrying every %.3g s (labels left as they are): %s",
+                        ks.interval_s,
+                        exc,
+                    )
+                failing = kind
+            # a pass every interval; a changed Workload / Job / queue brings it
+            # forward (after 0.5 s, so a burst of changes makes one pass)
+            if backend.wait_change(ks.interval_s):
+                stop.wait(0.5)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _metrics(settings: Any) -> Any:

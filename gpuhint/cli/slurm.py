@@ -14,6 +14,7 @@ from types import FrameType
 from typing import Any
 
 from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, settings_from
+from gpuhint.cli.slurm_hints import _ClientHints, _one_line, _wait_for_hint_change
 
 log = logging.getLogger("gpuhint.slurm")
 
@@ -237,35 +238,10 @@ def _stopper() -> tuple[threading.Event, Callable[[], None]]:
     return stop, restore
 
 
-class _ClientHints:
-    """:class:`~gpuhint.slurm.priority.HintPort` on :class:`gpuhint.redis.client.HintClient`."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def priorities(self, cluster: str) -> dict[str, float]:
-        return self.snapshot(cluster).priorities
-
-    def snapshot(self, cluster: str) -> Any:
-        """The hints, and the cluster's last sign of life: its newest hint's
-        ``created_at`` or its newest load summary, whichever is later."""
-        from gpuhint.slurm.priority import HintSnapshot
-
-        hints = self.client.pending_hints(cluster)
-        times = [h.created_at for h in hints]
-        load = self.client.load(cluster)
-        if load is not None:
-            times.append(load.time)
-        return HintSnapshot({h.job_id: h.priority for h in hints}, max(times, default=None))
-
-
-HINT_CHANGES = {"hint", "hint_updated", "hint_removed", "rebuilt"}
-
-
 def run_priorities(args: argparse.Namespace) -> int:
     import redis
 
-    from gpuhint.slurm.commands import SlurmCli, SlurmCommandError, SlurmQueue
+    from gpuhint.slurm.commands import SlurmCli, SlurmQueue
     from gpuhint.slurm.priority import FactorMap, Fallback, PriorityApplier
 
     settings, ss = _settings(
@@ -299,93 +275,72 @@ def run_priorities(args: argparse.Namespace) -> int:
     )
     metrics = _metrics(settings)
     stop, restore = _stopper()
-    failures = 0
     try:
-        last_id = "0-0"
-        next_pass = 0.0
-        pending_change = True
-        while not stop.is_set():
-            now = time.monotonic()
-            if pending_change or now >= next_pass:
-                try:
-                    if last_id == "0-0":
-                        # Redis down: the pass says so, and may go on with its last hints
-                        with contextlib.suppress(redis.RedisError):
-                            last_id = client.last_change_id()
-                    result = applier.run_pass()
-                except (redis.RedisError, SlurmCommandError) as exc:
-                    if isinstance(exc, redis.RedisError):
-                        metrics.redis_down()
-                    else:
-                        metrics.error("scheduler")
-                    failures += 1
-                    if args.once:
-                        raise UserError(f"pass failed: {_one_line(exc)}") from None
-                    # once per outage; the factors stay as they are meanwhile
-                    (log.warning if failures == 1 else log.debug)(
-                        "pass failed (%d): %s; retrying, SiteFactors left as they are",
-                        failures,
-                        _one_line(exc),
-                    )
-                    stop.wait(min(30.0, 2.0**failures))
-                    continue
-                if failures:
-                    log.info("pass succeeded again after %d failed", failures)
-                failures = 0
-                if result.hints_from == "cache":
-                    metrics.error("redis")
-                metrics.observe_slurm_priorities(result, args.dry_run)
-                _report_priorities(result, args)
-                pending_change = False
-                next_pass = time.monotonic() + ss.interval_s
-                if args.once:
-                    break
-            last_id, pending_change = _wait_for_hint_change(
-                client, settings.cluster, stop, next_pass, last_id
-            )
-            if pending_change:
-                stop.wait(0.2)  # let a burst of hints land first
+        _priority_passes(args, ss.interval_s, settings.cluster, client, applier, metrics, stop)
     finally:
         restore()
         client.close()
     return 0
 
 
-def _wait_for_hint_change(
-    client: Any, cluster: str, stop: threading.Event, until: float, after: str
-) -> tuple[str, bool]:
-    """Follow the change stream until a hint change of ``cluster`` or ``until``.
-
-    Returns the last change id read and whether a hint changed.
-    """
+def _priority_passes(
+    args: argparse.Namespace,
+    interval_s: float,
+    cluster: str,
+    client: Any,
+    applier: Any,
+    metrics: Any,
+    stop: threading.Event,
+) -> None:
+    """A pass every interval and on each hint change, until ``stop`` (one with --once);
+    a failed pass is retried with backoff, the SiteFactors left as they are."""
     import redis
 
-    last = after
-    while not stop.is_set() and time.monotonic() < until:
-        try:
-            got = False
-            for ch in client.changes(after=last, block_ms=1000):
-                last = ch.id
-                if ch.type in HINT_CHANGES and ch.fields.get("cluster") in (None, cluster):
-                    got = True
-                    break
-                if stop.is_set() or time.monotonic() >= until:
-                    break
-            if _STREAM_DOWN.is_set():
-                log.info("change stream readable again")
-                _STREAM_DOWN.clear()
-            if got:
-                return last, True
-        except redis.RedisError as exc:
-            if not _STREAM_DOWN.is_set():  # once per outage, not every 2 s
-                log.warning("change stream: %s (retrying quietly)", _one_line(exc))
-                _STREAM_DOWN.set()
-            stop.wait(2.0)
-            return last, False
-    return last, False
+    from gpuhint.slurm.commands import SlurmCommandError
 
-
-_STREAM_DOWN = threading.Event()
+    failures = 0
+    last_id = "0-0"
+    next_pass = 0.0
+    pending_change = True
+    while not stop.is_set():
+        now = time.monotonic()
+        if pending_change or now >= next_pass:
+            try:
+                if last_id == "0-0":
+                    # Redis down: the pass says so, and may go on with its last hints
+                    with contextlib.suppress(redis.RedisError):
+                        last_id = client.last_change_id()
+                result = applier.run_pass()
+            except (redis.RedisError, SlurmCommandError) as exc:
+                if isinstance(exc, redis.RedisError):
+                    metrics.redis_down()
+                else:
+                    metrics.error("scheduler")
+                failures += 1
+                if args.once:
+                    raise UserError(f"pass failed: {_one_line(exc)}") from None
+                # once per outage; the factors stay as they are meanwhile
+                (log.warning if failures == 1 else log.debug)(
+                    "pass failed (%d): %s; retrying, SiteFactors left as they are",
+                    failures,
+                    _one_line(exc),
+                )
+                stop.wait(min(30.0, 2.0**failures))
+                continue
+            if failures:
+                log.info("pass succeeded again after %d failed", failures)
+            failures = 0
+            if result.hints_from == "cache":
+                metrics.error("redis")
+            metrics.observe_slurm_priorities(result, args.dry_run)
+            _report_priorities(result, args)
+            pending_change = False
+            next_pass = time.monotonic() + interval_s
+            if args.once:
+                break
+        last_id, pending_change = _wait_for_hint_change(client, cluster, stop, next_pass, last_id)
+        if pending_change:
+            stop.wait(0.2)  # let a burst of hints land first
 
 
 def _print_pass(result: Any, args: argparse.Namespace) -> None:
@@ -520,7 +475,3 @@ def run_power_program(args: argparse.Namespace) -> int:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0))
             print(f"{stamp} {args.action} {node}: rc={rc} {msg}".rstrip(), file=out, flush=True)
     return 1 if failed else 0
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from gpuhint.lab.local.scrape import get
 from gpuhint.lab.local.services import free_port, kafka_service, redis_service, stop_processes
@@ -109,7 +110,6 @@ def record(out: Path, seconds: float, interval: float, workdir: Path, slot_s: in
     CES needs ``warmup_slots`` (144) slots of history before it advises a power-down,
     so ``slot_s=2`` sees power-downs after about 5 minutes.
     """
-    from prometheus_client.parser import text_string_to_metric_families
     from tqdm import tqdm
 
     keep = wanted_metrics()
@@ -134,25 +134,8 @@ def record(out: Path, seconds: float, interval: float, workdir: Path, slot_s: in
             GPUHINT_METRICS_HOST="127.0.0.1",
             PYTHONUNBUFFERED="1",
         )
-        sources: dict[str, str] = {}
         try:
-            port = free_port()
-            procs.append(_spawn(["worker"], dict(env, GPUHINT_METRICS_PORT=str(port)), log))
-            sources["worker"] = f"http://127.0.0.1:{port}"
-            for node, scenario in AGENTS:
-                port = free_port()
-                args = ["agent", "--nvml", "fake", "--scenario", scenario, "--node", node]
-                agent_env = dict(env, GPUHINT_METRICS_PORT=str(port), GPUHINT_CLUSTER="philly")
-                procs.append(_spawn([*args, "--interval", "1"], agent_env, log))
-                sources[node] = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                with contextlib.suppress(OSError):
-                    if get(f"{sources['worker']}/healthz", timeout=2)[0] == 200:
-                        break
-                time.sleep(0.5)
-            else:
-                raise RuntimeError(f"the worker never got ready; see {log}")
+            sources = _start_worker_and_agents(env, log, procs)
             speed = TRACE_SPAN_S / (seconds * 0.8)
             procs.append(
                 _spawn(["replay", str(TRACE), "--speed", f"{speed:.0f}", "--no-progress"], env, log)
@@ -173,26 +156,59 @@ def record(out: Path, seconds: float, interval: float, workdir: Path, slot_s: in
                     if planted < 3 and time.monotonic() - t0 > seconds * (planted + 1) / 4:
                         _plant_bad_messages(bootstrap, prefix, 2)
                         planted += 1
-                    now = time.time()
-                    for name, base in sources.items():
-                        try:
-                            status, text = get(f"{base}/metrics", timeout=5)
-                        except OSError:
-                            continue
-                        if status != 200:
-                            continue
-                        samples = [
-                            [s.name, s.labels, s.value]
-                            for fam in text_string_to_metric_families(text)
-                            for s in fam.samples
-                            if s.name in keep
-                        ]
-                        rec = {"round": k, "t": now, "source": name, "samples": samples}
-                        fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+                    _scrape(sources, keep, k, time.time(), fh)
                     rounds += 1
         finally:
             stop_processes(procs)
     return rounds
+
+
+def _start_worker_and_agents(
+    env: dict[str, str], log: Path, procs: list[subprocess.Popen[bytes]]
+) -> dict[str, str]:
+    """Start the worker and the fake-NVML agents (appended to ``procs``); wait until the
+    worker is ready. Returns each one's metrics address by name."""
+    sources: dict[str, str] = {}
+    port = free_port()
+    procs.append(_spawn(["worker"], dict(env, GPUHINT_METRICS_PORT=str(port)), log))
+    sources["worker"] = f"http://127.0.0.1:{port}"
+    for node, scenario in AGENTS:
+        port = free_port()
+        args = ["agent", "--nvml", "fake", "--scenario", scenario, "--node", node]
+        agent_env = dict(env, GPUHINT_METRICS_PORT=str(port), GPUHINT_CLUSTER="philly")
+        procs.append(_spawn([*args, "--interval", "1"], agent_env, log))
+        sources[node] = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if get(f"{sources['worker']}/healthz", timeout=2)[0] == 200:
+                break
+        time.sleep(0.5)
+    else:
+        raise RuntimeError(f"the worker never got ready; see {log}")
+    return sources
+
+
+def _scrape(sources: dict[str, str], keep: set[str], k: int, now: float, fh: IO[str]) -> None:
+    """One round: every source's wanted samples as one JSON line each (a source that
+    does not answer is skipped)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for name, base in sources.items():
+        try:
+            status, text = get(f"{base}/metrics", timeout=5)
+        except OSError:
+            continue
+        if status != 200:
+            continue
+        samples = [
+            [s.name, s.labels, s.value]
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name in keep
+        ]
+        rec = {"round": k, "t": now, "source": name, "samples": samples}
+        fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

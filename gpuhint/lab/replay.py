@@ -107,15 +107,8 @@ def replay_acked(
     while prog.acked < len(events):
         if not pending:
             end = min(len(events), prog.acked + batch_max)
-            if speed is not None:  # only what is due (at least one, after waiting for it)
-                due = t0_wall + (events[prog.acked].time - t0_trace) / speed
-                if due > clock():
-                    sleep(due - clock())
-                now = clock()
-                stop = prog.acked + 1
-                while stop < end and t0_wall + (events[stop].time - t0_trace) / speed <= now:
-                    stop += 1
-                end = stop
+            if speed is not None:
+                end = _due_end(events, prog.acked, end, speed, t0_trace, t0_wall, clock, sleep)
             pending = [
                 Record(topic, job_key(ev.cluster, ev.vc), encode_message(ev))
                 for ev in events[prog.acked : end]
@@ -157,6 +150,28 @@ def replay_acked(
         if on_progress is not None:
             on_progress(prog)
     return prog
+
+
+def _due_end(
+    events: Sequence[JobEvent],
+    first: int,
+    end: int,
+    speed: float,
+    t0_trace: float,
+    t0_wall: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> int:
+    """Only what is due, paced at ``speed``: at least ``events[first]`` (after waiting for
+    it), at most up to ``end``. Returns the end of the batch."""
+    due = t0_wall + (events[first].time - t0_trace) / speed
+    if due > clock():
+        sleep(due - clock())
+    now = clock()
+    stop = first + 1
+    while stop < end and t0_wall + (events[stop].time - t0_trace) / speed <= now:
+        stop += 1
+    return stop
 
 
 @dataclass(frozen=True)

@@ -286,26 +286,12 @@ def run_gpuhint(
     from kafka import KafkaProducer
 
     from gpuhint.redis.client import HintClient
-    from gpuhint.wire.topics import Topics, job_key
+    from gpuhint.wire.topics import Topics
     from streams.kafka_io import ensure_topics
 
     cluster = "evalslurm"
     topics = Topics(prefix)
-    env = {
-        **os.environ,
-        "SLURM_CONF": svc.slurm_conf,
-        "GPUHINT_KAFKA_BOOTSTRAP": svc.bootstrap,
-        "GPUHINT_REDIS_URL": svc.redis_url,
-        "GPUHINT_TOPIC_PREFIX": prefix,
-        "GPUHINT_KEY_PREFIX": prefix,
-        "GPUHINT_APP_ID": f"{prefix}-worker",
-        "GPUHINT_CLUSTER": cluster,
-        "GPUHINT_MODEL": model,
-        "GPUHINT_PARTITIONS": "2",
-        "GPUHINT_STATE_DIR": str(workdir / "worker-state"),
-        "GPUHINT_CES_ENABLED": "false",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = _worker_env(svc, prefix, cluster, model, workdir)
     ensure_topics(svc.bootstrap, topics, 2)
     producer = KafkaProducer(bootstrap_servers=svc.bootstrap, acks=1, linger_ms=5)
     gh = [sys.executable, "-m", "gpuhint"]
@@ -315,26 +301,7 @@ def run_gpuhint(
     feed: FeedThread | None = None
     client = HintClient.from_url(svc.redis_url, key_prefix=prefix)
     try:
-        # readiness: a probe job in its own VC gets a hint once the worker consumes
-        probe = JobEvent(
-            phase=JobPhase.SUBMITTED, job_id="probe", cluster=cluster, vc="probe",
-            num_gpus=1, time=time.time(), submit_time=time.time(),
-        )  # fmt: skip
-        producer.send(topics.job_events, key=job_key(cluster, "probe"), value=encode_message(probe))
-        producer.flush(30)
-        progress("  waiting for the worker (probe hint)")
-        deadline = time.monotonic() + 180
-        while client.hint(cluster, "probe") is None:
-            if worker.poll() is not None or time.monotonic() > deadline:
-                tail = (workdir / "worker.log").read_text(errors="replace")[-2000:]
-                raise LoopError(f"the worker did not come up:\n{tail}")
-            time.sleep(0.5)
-        done = probe.model_copy(
-            update={"phase": JobPhase.FINISHED, "start_time": probe.time, "duration_s": 0.0,
-                    "state": JobState.COMPLETED, "time": time.time()}
-        )  # fmt: skip
-        producer.send(topics.job_events, key=job_key(cluster, "probe"), value=encode_message(done))
-        producer.flush(30)
+        _wait_for_worker(producer, topics, cluster, client, worker, workdir, progress)
 
         applier = subprocess.Popen(
             [*gh, "slurm", "apply-priorities", "--interval", "5", "--json"],
@@ -345,19 +312,7 @@ def run_gpuhint(
         )
         ids: dict[str, LoopJob] = {}
 
-        def relabel(ev: JobEvent) -> JobEvent | None:
-            lj = ids.get(ev.job_id)
-            if lj is None:
-                return None
-            return ev.model_copy(
-                update={"user": lj.trace.user, "name": lj.trace.name, "vc": VC, "cluster": cluster}
-            )
-
-        def send(ev: JobEvent) -> None:
-            producer.send(topics.job_events, key=job_key(cluster, VC), value=encode_message(ev))
-            producer.flush(10)
-
-        feed = FeedThread(svc.slurm_conf, cluster, send, relabel, accept=ids.__contains__)
+        feed = _feed(svc.slurm_conf, cluster, producer, topics, ids)
         lock = threading.Lock()
 
         def submitted(job_id: str, lj: LoopJob) -> None:
@@ -377,19 +332,7 @@ def run_gpuhint(
         if feed is not None:
             feed.stop.set()
             feed.join(10)
-        applied = 0
-        if applier is not None:
-            applier.send_signal(signal.SIGTERM)
-            try:
-                out, _ = applier.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                applier.kill()
-                out, _ = applier.communicate()
-            for line in out.splitlines():
-                try:
-                    applied += int(json.loads(line).get("updated", 0))
-                except (ValueError, AttributeError):
-                    continue
+        applied = _stop_applier(applier) if applier is not None else 0
         worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(60)
@@ -399,6 +342,100 @@ def run_gpuhint(
         producer.close(10)
         client.close()
     return result, applied
+
+
+def _feed(
+    slurm_conf: str, cluster: str, producer: Any, topics: Any, ids: dict[str, LoopJob]
+) -> FeedThread:
+    """The Slurm feed of the loop's jobs (those in ``ids``), relabeled with their trace's
+    user and name, published as JobEvents."""
+    from gpuhint.wire.topics import job_key
+
+    def relabel(ev: JobEvent) -> JobEvent | None:
+        lj = ids.get(ev.job_id)
+        if lj is None:
+            return None
+        return ev.model_copy(
+            update={"user": lj.trace.user, "name": lj.trace.name, "vc": VC, "cluster": cluster}
+        )
+
+    def send(ev: JobEvent) -> None:
+        producer.send(topics.job_events, key=job_key(cluster, VC), value=encode_message(ev))
+        producer.flush(10)
+
+    return FeedThread(slurm_conf, cluster, send, relabel, accept=ids.__contains__)
+
+
+def _worker_env(
+    svc: Services, prefix: str, cluster: str, model: str, workdir: Path
+) -> dict[str, str]:
+    """The environment of the worker and apply-priorities: this run's topics and keys."""
+    return {
+        **os.environ,
+        "SLURM_CONF": svc.slurm_conf,
+        "GPUHINT_KAFKA_BOOTSTRAP": svc.bootstrap,
+        "GPUHINT_REDIS_URL": svc.redis_url,
+        "GPUHINT_TOPIC_PREFIX": prefix,
+        "GPUHINT_KEY_PREFIX": prefix,
+        "GPUHINT_APP_ID": f"{prefix}-worker",
+        "GPUHINT_CLUSTER": cluster,
+        "GPUHINT_MODEL": model,
+        "GPUHINT_PARTITIONS": "2",
+        "GPUHINT_STATE_DIR": str(workdir / "worker-state"),
+        "GPUHINT_CES_ENABLED": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _wait_for_worker(
+    producer: Any,
+    topics: Any,
+    cluster: str,
+    client: Any,
+    worker: subprocess.Popen[bytes],
+    workdir: Path,
+    progress: Progress,
+) -> None:
+    """Readiness: a probe job in its own VC gets a hint once the worker consumes (then
+    the probe finishes)."""
+    from gpuhint.wire.topics import job_key
+
+    probe = JobEvent(
+        phase=JobPhase.SUBMITTED, job_id="probe", cluster=cluster, vc="probe",
+        num_gpus=1, time=time.time(), submit_time=time.time(),
+    )  # fmt: skip
+    producer.send(topics.job_events, key=job_key(cluster, "probe"), value=encode_message(probe))
+    producer.flush(30)
+    progress("  waiting for the worker (probe hint)")
+    deadline = time.monotonic() + 180
+    while client.hint(cluster, "probe") is None:
+        if worker.poll() is not None or time.monotonic() > deadline:
+            tail = (workdir / "worker.log").read_text(errors="replace")[-2000:]
+            raise LoopError(f"the worker did not come up:\n{tail}")
+        time.sleep(0.5)
+    done = probe.model_copy(
+        update={"phase": JobPhase.FINISHED, "start_time": probe.time, "duration_s": 0.0,
+                "state": JobState.COMPLETED, "time": time.time()}
+    )  # fmt: skip
+    producer.send(topics.job_events, key=job_key(cluster, "probe"), value=encode_message(done))
+    producer.flush(30)
+
+
+def _stop_applier(applier: subprocess.Popen[str]) -> int:
+    """SIGTERM apply-priorities; the SiteFactor updates its JSON passes report."""
+    applied = 0
+    applier.send_signal(signal.SIGTERM)
+    try:
+        out, _ = applier.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        applier.kill()
+        out, _ = applier.communicate()
+    for line in out.splitlines():
+        try:
+            applied += int(json.loads(line).get("updated", 0))
+        except (ValueError, AttributeError):
+            continue
+    return applied
 
 
 def run_slurm_only(

@@ -46,8 +46,14 @@ class ApplierMetrics:
         self.applier = applier
         self.registry = registry or CollectorRegistry()
         self.stale_after_s = stale_after_s
-        r = self.registry
-        labels = ["applier"]
+        self._add_pass_metrics(self.registry, ["applier"])
+        self._add_hint_metrics(self.registry, ["applier"])
+        self._lock = threading.Lock()
+        self._last_pass: float | None = None
+        self._process_registered = False
+
+    def _add_pass_metrics(self, r: CollectorRegistry, labels: list[str]) -> None:
+        """What the passes did: changes, refusals, errors, durations, the last pass."""
         self._actions = Counter(
             "gpuhint_applier_actions",
             "Changes an applier made in the scheduler, by action.",
@@ -92,6 +98,9 @@ class ApplierMetrics:
             labels,
             registry=r,
         )
+
+    def _add_hint_metrics(self, r: CollectorRegistry, labels: list[str]) -> None:
+        """How fresh the hints were and what the neutral priority did."""
         self._fresh = Gauge(
             "gpuhint_applier_hints_fresh",
             "1 while the cluster shows life (a hint or load summary newer than the "
@@ -138,9 +147,6 @@ class ApplierMetrics:
             labels,
             registry=r,
         )
-        self._lock = threading.Lock()
-        self._last_pass: float | None = None
-        self._process_registered = False
 
     def action(self, action: str, n: int = 1) -> None:
         """``n`` changes of kind ``action`` were made (e.g. ``set_priority``)."""

@@ -33,7 +33,7 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -152,6 +152,9 @@ def _arrival_order(jobs: Sequence[SimJob]) -> list[int]:
     return sorted(range(len(jobs)), key=lambda i: (jobs[i].submit, i))
 
 
+_Heap = list[tuple[tuple[float, ...], int, int]]  # (key..., arrival rank, index)
+
+
 def _nonpreemptive(
     jobs: Sequence[SimJob],
     nodes: Nodes,
@@ -170,7 +173,7 @@ def _nonpreemptive(
     end = [0.0] * n
     allocs: list[Alloc] = [[] for _ in range(n)]
     # Pending jobs, one heap per GPU count: (key..., arrival rank, index).
-    queues: dict[int, list[tuple[tuple[float, ...], int, int]]] = {}
+    queues: dict[int, _Heap] = {}
     queued = 0
     # Closed loop: a re-ranked job gets a new heap entry; older ones are stale (their
     # key is no longer ``keys[i]``) and dropped when they reach the top of a heap.
@@ -179,14 +182,6 @@ def _nonpreemptive(
     def push(i: int) -> None:
         waiting[i] = True
         heapq.heappush(queues.setdefault(gpus[i], []), (keys[i], rank[i], i))
-
-    def head(heap: list[tuple[tuple[float, ...], int, int]]) -> bool:
-        while heap:
-            k, _, i = heap[0]
-            if waiting[i] and k == keys[i]:
-                return True
-            heapq.heappop(heap)
-        return False
 
     running: list[tuple[float, int]] = []  # (end, index)
     nxt = 0
@@ -219,33 +214,15 @@ def _nonpreemptive(
             arrived.append(i)
             nxt += 1
         if new_by_gpus and queued == 0 and arrived:
-            # Only fresh jobs wait: the artifact orders them by GPU count.
-            arrived.sort(key=lambda i: (gpus[i], rank[i]))
-            blocked = False
-            for i in arrived:
-                alloc = None if blocked else nodes.place(gpus[i])
-                if alloc is not None:
-                    start_job(i, t, alloc)
-                    continue
-                blocked = not backfill
-                push(i)
-                queued += 1
+            queued += _start_fresh(arrived, t, gpus, rank, nodes, backfill, start_job, push)
             continue
         for i in arrived:
             push(i)
             queued += 1
         while queued:
-            best = None
-            for g, heap in queues.items():
-                if (
-                    head(heap)
-                    and (best is None or heap[0] < best[0])
-                    and (not backfill or nodes.can_place(g))
-                ):
-                    best = (heap[0], g)
-            if best is None:
+            g = _next_gpus(queues, waiting, keys, nodes, backfill)
+            if g is None:
                 break
-            g = best[1]
             alloc = nodes.place(g)
             if alloc is None:  # the head does not fit: wait (no backfill)
                 break
@@ -254,6 +231,59 @@ def _nonpreemptive(
             queued -= 1
             start_job(i, t, alloc)
     return [Outcome(start[i], end[i], start[i] - jobs[i].submit) for i in range(n)]
+
+
+def _next_gpus(
+    queues: dict[int, _Heap],
+    waiting: list[bool],
+    keys: list[tuple[float, ...]],
+    nodes: Nodes,
+    backfill: bool,
+) -> int | None:
+    """The GPU count of the queue whose head goes next (with backfill: among the heads
+    that fit now); ``None`` when no job waits (or, with backfill, none fits)."""
+    best = None
+    for g, heap in queues.items():
+        while heap:  # drop stale entries (re-ranked jobs) off the top
+            k, _, i = heap[0]
+            if waiting[i] and k == keys[i]:
+                break
+            heapq.heappop(heap)
+        else:
+            continue
+        if (best is None or heap[0] < best[0]) and (not backfill or nodes.can_place(g)):
+            best = (heap[0], g)
+    return None if best is None else best[1]
+
+
+def _start_fresh(
+    arrived: list[int],
+    t: float,
+    gpus: list[int],
+    rank: list[int],
+    nodes: Nodes,
+    backfill: bool,
+    start_job: Callable[[int, float, Alloc], None],
+    push: Callable[[int], None],
+) -> int:
+    """Only fresh jobs wait: the artifact orders them by GPU count and starts them in
+    that order until one does not fit (with backfill: every one that fits). Returns how
+    many were queued."""
+    arrived.sort(key=lambda i: (gpus[i], rank[i]))
+    blocked = False
+    queued = 0
+    for i in arrived:
+        alloc = None if blocked else nodes.place(gpus[i])
+        if alloc is not None:
+            start_job(i, t, alloc)
+            continue
+        blocked = not backfill
+        push(i)
+        queued += 1
+    return queued
+
+
+_SrtfEntry = tuple[float, int, int]  # queued: (remain, rank, index); running: (vend, rank, index)
 
 
 def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
@@ -285,17 +315,11 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
     allocs: list[Alloc] = [[] for _ in range(n)]
     run_rank = [0] * n
     counter = itertools.count()
-    queues: dict[int, list[tuple[float, int, int]]] = {}  # gpus -> (remain, rank, index)
-    queued = 0
-    running: list[tuple[float, int, int]] = []  # sorted: (vend, run rank, index)
+    queues: dict[int, list[_SrtfEntry]] = {}  # gpus -> (remain, rank, index)
+    running: list[_SrtfEntry] = []  # sorted: (vend, run rank, index)
     ends: list[tuple[float, int, int]] = []  # (time, index, segment)
     total = nodes.total_gpus
     nxt = 0
-
-    def enqueue(i: int, rank: int) -> None:
-        nonlocal queued
-        heapq.heappush(queues.setdefault(gpus[i], []), (remain[i], rank, i))
-        queued += 1
 
     while nxt < n or ends:
         t = jobs[order[nxt]].submit if nxt < n else math.inf
@@ -311,43 +335,10 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
         while nxt < n and jobs[order[nxt]].submit == t:
             i = order[nxt]
             nxt += 1
-            enqueue(i, next(counter))
-        if not queued:
+            heapq.heappush(queues.setdefault(gpus[i], []), (remain[i], next(counter), i))
+        if not any(queues.values()):
             continue
-        # Walk queued + running jobs in order of remaining time with the GPU quota.
-        quota = total
-        picked: list[tuple[tuple[float, int, int], int]] = []
-        to_preempt: list[tuple[float, int, int]] = []
-        r = 0
-        n_run = len(running)
-        best: tuple[tuple[float, int, int], int] | None = None
-        stale = True
-        while True:
-            # The best queued job that fits the quota; it stays best while it still fits.
-            if stale or (best is not None and best[1] > quota):
-                best = None
-                for g, heap in queues.items():
-                    if heap and g <= quota and (best is None or heap[0] < best[0]):
-                        best = (heap[0], g)
-                stale = False
-            if r < n_run:
-                run_entry = running[r]
-                # Queued jobs come first on a tie (the artifact sorts queue + running).
-                if best is None or run_entry[0] - t < best[0][0]:
-                    ri = run_entry[2]
-                    if gpus[ri] <= quota:
-                        quota -= gpus[ri]
-                    else:
-                        to_preempt.append(run_entry)
-                    r += 1
-                    continue
-            if best is None:
-                break
-            stale = True
-            entry = heapq.heappop(queues[best[1]])
-            queued -= 1
-            quota -= best[1]
-            picked.append((entry, best[1]))
+        picked, to_preempt = _srtf_walk(queues, running, gpus, total, t)
         for run_entry in to_preempt:
             i = run_entry[2]
             nodes.release(allocs[i])
@@ -356,13 +347,12 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
             remain[i] = vend[i] - t + ckpt_overhead(gpus[i])
             ckpt_at[i] = t
             preempted[i] += 1
-            enqueue(i, next(counter))
+            heapq.heappush(queues.setdefault(gpus[i], []), (remain[i], next(counter), i))
         for entry, g in picked:
             i = entry[2]
             alloc = nodes.place(g)
             if alloc is None:  # fragmented: keep its place in the queue
                 heapq.heappush(queues[g], entry)
-                queued += 1
                 continue
             allocs[i] = alloc
             if math.isnan(first_start[i]):
@@ -375,3 +365,50 @@ def _srtf(jobs: Sequence[SimJob], nodes: Nodes, tick: float) -> list[Outcome]:
             bisect.insort(running, (vend[i], run_rank[i], i))
             heapq.heappush(ends, (vend[i] + tick, i, seg[i]))
     return [Outcome(first_start[i], end[i], queue[i], preempted[i]) for i in range(n)]
+
+
+def _srtf_walk(
+    queues: dict[int, list[_SrtfEntry]],
+    running: list[_SrtfEntry],
+    gpus: list[int],
+    total: int,
+    t: float,
+) -> tuple[list[tuple[_SrtfEntry, int]], list[_SrtfEntry]]:
+    """Walk queued + running jobs in order of remaining time with the GPU quota.
+
+    Returns the queued jobs picked to start (popped off ``queues``, with their GPU
+    count) and the running jobs to preempt.
+    """
+    quota = total
+    picked: list[tuple[tuple[float, int, int], int]] = []
+    to_preempt: list[tuple[float, int, int]] = []
+    r = 0
+    n_run = len(running)
+    best: tuple[tuple[float, int, int], int] | None = None
+    stale = True
+    while True:
+        # The best queued job that fits the quota; it stays best while it still fits.
+        if stale or (best is not None and best[1] > quota):
+            best = None
+            for g, heap in queues.items():
+                if heap and g <= quota and (best is None or heap[0] < best[0]):
+                    best = (heap[0], g)
+            stale = False
+        if r < n_run:
+            run_entry = running[r]
+            # Queued jobs come first on a tie (the artifact sorts queue + running).
+            if best is None or run_entry[0] - t < best[0][0]:
+                ri = run_entry[2]
+                if gpus[ri] <= quota:
+                    quota -= gpus[ri]
+                else:
+                    to_preempt.append(run_entry)
+                r += 1
+                continue
+        if best is None:
+            break
+        stale = True
+        entry = heapq.heappop(queues[best[1]])
+        quota -= best[1]
+        picked.append((entry, best[1]))
+    return picked, to_preempt

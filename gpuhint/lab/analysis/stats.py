@@ -51,7 +51,7 @@ MIN_USER_JOBS = 3
 """A user's median history-rule error is reported when at least this many jobs are scored."""
 
 
-def _num(x: Any) -> float | None:
+def num(x: Any) -> float | None:
     """A finite float, else None (JSON has no NaN)."""
     if x is None:
         return None
@@ -87,10 +87,10 @@ def describe(values: pd.Series) -> dict[str, Any]:
     q = v.quantile([0.5, 0.9, 0.99]).to_numpy()
     return {
         "jobs": len(v),
-        "mean_s": _num(v.mean()),
-        "median_s": _num(q[0]),
-        "p90_s": _num(q[1]),
-        "p99_s": _num(q[2]),
+        "mean_s": num(v.mean()),
+        "median_s": num(q[0]),
+        "p90_s": num(q[1]),
+        "p99_s": num(q[2]),
     }
 
 
@@ -114,8 +114,8 @@ def overview(df: pd.DataFrame) -> dict[str, Any]:
         "cpu_jobs": int((~gpu).sum()),
         "users": int(df["user"].nunique()),
         "vcs": int(df["vc"].nunique()),
-        "first_submit": _num(df["submit"].min()) if len(df) else None,
-        "last_submit": _num(df["submit"].max()) if len(df) else None,
+        "first_submit": num(df["submit"].min()) if len(df) else None,
+        "last_submit": num(df["submit"].max()) if len(df) else None,
         "span_days": span / 86400,
         "gpu_hours": float(gpu_time(df).sum() / 3600),
         "gpus_max": int(df["gpus"].max()) if len(df) else 0,
@@ -136,8 +136,8 @@ def duration_stats(df: pd.DataFrame) -> dict[str, Any]:
         "by_gpus": {
             label: describe(g.loc[by == label, "duration"]) for label, _, _ in DURATION_BUCKETS
         },
-        "gpu_jobs_under_1h_share": _num(short.mean()) if len(g) else None,
-        "gpu_time_of_jobs_under_1h_share": _num(gt[short].sum() / total_gt)
+        "gpu_jobs_under_1h_share": num(short.mean()) if len(g) else None,
+        "gpu_time_of_jobs_under_1h_share": num(gt[short].sum() / total_gt)
         if total_gt > 0
         else None,
     }
@@ -155,17 +155,17 @@ def demand_stats(df: pd.DataFrame) -> dict[str, Any]:
             {
                 "gpus": label,
                 "jobs": int(jobs.get(label, 0)),
-                "job_share": _num(jobs.get(label, 0) / n) if n else None,
+                "job_share": num(jobs.get(label, 0) / n) if n else None,
                 "gpu_hours": float(time_.get(label, 0.0) / 3600),
-                "gpu_time_share": _num(time_.get(label, 0.0) / total) if total > 0 else None,
+                "gpu_time_share": num(time_.get(label, 0.0) / total) if total > 0 else None,
             }
         )
     g = df.loc[df["gpus"] > 0, "gpus"]
     return {
         "buckets": rows,
-        "gpu_jobs_mean_gpus": _num(g.mean()) if len(g) else None,
-        "gpu_jobs_median_gpus": _num(g.median()) if len(g) else None,
-        "single_gpu_job_share": _num((g == 1).mean()) if len(g) else None,
+        "gpu_jobs_mean_gpus": num(g.mean()) if len(g) else None,
+        "gpu_jobs_median_gpus": num(g.median()) if len(g) else None,
+        "single_gpu_job_share": num((g == 1).mean()) if len(g) else None,
     }
 
 
@@ -189,8 +189,8 @@ def state_stats(df: pd.DataFrame) -> dict[str, Any]:
         keys = ["completed", "cancelled", "failed", "unknown"]
         return {
             "jobs": n,
-            "by_count": {k: _num(cnt.get(k, 0) / n) if n else None for k in keys},
-            "by_gpu_time": {k: _num(tim.get(k, 0.0) / total) if total > 0 else None for k in keys},
+            "by_count": {k: num(cnt.get(k, 0) / n) if n else None for k in keys},
+            "by_gpu_time": {k: num(tim.get(k, 0.0) / total) if total > 0 else None for k in keys},
             "gpu_seconds": {k: float(tim.get(k, 0.0)) for k in keys},
         }
 
@@ -215,8 +215,8 @@ def queue_stats(df: pd.DataFrame) -> dict[str, Any]:
         v = q if mask is None else q[mask]
         v = v.dropna()
         d = describe(v)
-        d["zero_share"] = _num((v <= 0).mean()) if len(v) else None
-        d["over_1h_share"] = _num((v > 3600).mean()) if len(v) else None
+        d["zero_share"] = num((v <= 0).mean()) if len(v) else None
+        d["over_1h_share"] = num((v > 3600).mean()) if len(v) else None
         out[key] = d
     out["jobs_with_start"] = int(q.notna().sum())
     return out
@@ -238,8 +238,8 @@ def submission_stats(df: pd.DataFrame, absolute: bool) -> dict[str, Any]:
         "by_weekday": {WEEKDAYS[i]: int(by_day[i]) for i in range(7)} if absolute else None,
         "peak_hour": int(by_hour.argmax()) if len(secs) else None,
         "quietest_hour": int(by_hour.argmin()) if len(secs) else None,
-        "peak_to_trough": _num(by_hour.max() / by_hour.min()) if by_hour.min() > 0 else None,
-        "jobs_per_day": _num(len(secs) / days),
+        "peak_to_trough": num(by_hour.max() / by_hour.min()) if by_hour.min() > 0 else None,
+        "jobs_per_day": num(len(secs) / days),
     }
 
 
@@ -255,7 +255,7 @@ def user_stats(df: pd.DataFrame) -> dict[str, Any]:
         k = max(1, math.ceil(f * n))
         top[f"top_{round(f * 100)}pct"] = {
             "users": k,
-            "gpu_time_share": _num(per_user.iloc[:k].sum() / total) if total > 0 else None,
+            "gpu_time_share": num(per_user.iloc[:k].sum() / total) if total > 0 else None,
         }
     return {
         "users": n,
@@ -264,12 +264,12 @@ def user_stats(df: pd.DataFrame) -> dict[str, Any]:
             {
                 "user": str(u),
                 "gpu_hours": float(v / 3600),
-                "gpu_time_share": _num(v / total) if total > 0 else None,
+                "gpu_time_share": num(v / total) if total > 0 else None,
                 "jobs": int(jobs.get(u, 0)),
             }
             for u, v in per_user.iloc[:10].items()
         ],
-        "jobs_per_user_median": _num(jobs.median()) if n else None,
+        "jobs_per_user_median": num(jobs.median()) if n else None,
     }
 
 
@@ -283,114 +283,6 @@ def user_gpu_time_curve(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     x = np.arange(0, n + 1) / n
     y = np.concatenate([[0.0], per_user.cumsum().to_numpy() / total])
     return x, y
-
-
-def _finished_before_submit(
-    group: np.ndarray, submit: np.ndarray, end: np.ndarray, duration: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per job: how many jobs of its group finished before it was submitted, and the sum
-    of their durations. A finish at the very submit time does not count (the online
-    engine handles a submit before a finish at the same time)."""
-    n = len(group)
-    g = np.concatenate([group, group])
-    t = np.concatenate([submit, end])
-    kind = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
-    val = np.concatenate([np.zeros(n), duration])
-    order = np.lexsort((kind, t, g))  # by group, then time, submits before finishes
-    gs, ks, vs = g[order], kind[order], val[order]
-    c_before = np.cumsum(ks) - ks  # finishes strictly before each position, trace-wide
-    s_before = np.cumsum(vs) - vs
-    first = np.ones(2 * n, dtype=bool)
-    first[1:] = gs[1:] != gs[:-1]
-    start = np.maximum.accumulate(np.where(first, np.arange(2 * n), 0))
-    cnt = c_before - c_before[start]
-    tot = s_before - s_before[start]
-    is_submit = ks == 0
-    rows = order[is_submit]
-    out_c = np.zeros(n, dtype=np.int64)
-    out_s = np.zeros(n)
-    out_c[rows] = cnt[is_submit]
-    out_s[rows] = tot[is_submit]
-    return out_c, out_s
-
-
-def history_rule(df: pd.DataFrame) -> pd.DataFrame:
-    """The paper's history rule, replayed online over the trace.
-
-    As ``models/history.py`` keeps it (per VC): a job is predicted, when it is submitted,
-    as the mean duration of the same user's jobs with the same GPU count that have
-    finished by then, else of all the user's finished jobs; without either it has no
-    prediction. A job finishes at its start (its submit when the trace has no start)
-    plus its duration. Returns ``user``, ``predicted``, ``duration``, ``ape`` (absolute
-    error over the true duration, at least 1 s) and ``same_size_prior`` (an earlier
-    *submitted* job of the same user and GPU count exists) per job with a user.
-    """
-    d = df.loc[df["user"].notna(), ["vc", "user", "gpus", "duration", "submit", "start"]]
-    submit = d["submit"].to_numpy(dtype="float64")
-    start = np.fmax(d["start"].to_numpy(dtype="float64"), submit)  # NaN start -> submit
-    dur = d["duration"].to_numpy(dtype="float64")
-    end = start + dur
-    by_size = d.groupby(["vc", "user", "gpus"], observed=True, sort=False)
-    by_user = d.groupby(["vc", "user"], observed=True, sort=False)
-    cs, ss = _finished_before_submit(by_size.ngroup().to_numpy(), submit, end, dur)
-    cu, su = _finished_before_submit(by_user.ngroup().to_numpy(), submit, end, dur)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pred = np.where(
-            cs > 0, ss / np.maximum(cs, 1), np.where(cu > 0, su / np.maximum(cu, 1), np.nan)
-        )
-    predicted = pd.Series(pred, index=d.index)
-    ape = (predicted - d["duration"]).abs() / d["duration"].clip(lower=1.0)
-    return pd.DataFrame(
-        {
-            "user": d["user"],
-            "predicted": predicted,
-            "duration": d["duration"],
-            "ape": ape,
-            "same_size_prior": by_size.cumcount() > 0,
-        }
-    )
-
-
-def repetition_stats(df: pd.DataFrame, h: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Repetition numbers; ``h`` is :func:`history_rule`'s result when already computed."""
-    h = history_rule(df) if h is None else h
-    scored = h.dropna(subset=["ape"])
-    per_user = scored.groupby("user", observed=True)["ape"].agg(["median", "size"])
-    per_user = per_user[per_user["size"] >= MIN_USER_JOBS]
-    med = per_user["median"]
-    return {
-        "jobs_with_user": len(h),
-        "same_user_same_gpus_prior_share": _num(h["same_size_prior"].mean()) if len(h) else None,
-        "jobs_scored": len(scored),
-        "median_ape": _num(scored["ape"].median()) if len(scored) else None,
-        "within_2x_share": _num(
-            (
-                (scored["predicted"] <= 2 * scored["duration"].clip(lower=1.0))
-                & (scored["predicted"] >= scored["duration"] / 2)
-            ).mean()
-        )
-        if len(scored)
-        else None,
-        "median_factor": _num(_factor(scored).median()) if len(scored) else None,
-        "users_scored": len(med),
-        "min_jobs_per_user": MIN_USER_JOBS,
-        "user_median_ape_median": _num(med.median()) if len(med) else None,
-        "users_median_ape_under_50pct_share": _num((med < 0.5).mean()) if len(med) else None,
-    }
-
-
-def _factor(h: pd.DataFrame) -> pd.Series:
-    """How many times off each prediction is: max(p/t, t/p), durations at least 1 s."""
-    p = h["predicted"].clip(lower=1.0)
-    t = h["duration"].clip(lower=1.0)
-    return np.maximum(p / t, t / p)
-
-
-def per_user_median_ape(df: pd.DataFrame, h: pd.DataFrame | None = None) -> pd.Series:
-    """Each user's median history-rule error (users with at least MIN_USER_JOBS scored)."""
-    h = (history_rule(df) if h is None else h).dropna(subset=["ape"])
-    per_user = h.groupby("user", observed=True)["ape"].agg(["median", "size"])
-    return per_user.loc[per_user["size"] >= MIN_USER_JOBS, "median"]
 
 
 def vc_stats(df: pd.DataFrame, has_state: bool, has_start: bool) -> list[dict[str, Any]]:
@@ -430,12 +322,12 @@ def vc_stats(df: pd.DataFrame, has_state: bool, has_start: bool) -> list[dict[st
             "gpu_jobs": int(r["gpu_jobs"]),
             "users": int(r["users"]),
             "gpu_hours": float(r["gt"] / 3600),
-            "gpu_time_share": _num(r["gt"] / total) if total > 0 else None,
-            "median_duration_gpu_s": _num(r["med"]),
-            "mean_duration_gpu_s": _num(r["mean"]),
+            "gpu_time_share": num(r["gt"] / total) if total > 0 else None,
+            "median_duration_gpu_s": num(r["med"]),
+            "mean_duration_gpu_s": num(r["mean"]),
             "max_gpus": int(r["max_gpus"]),
-            "mean_queue_gpu_s": _num(r["queue"]) if has_start else None,
-            "completion_rate_gpu": _num(r["done"]) if has_state else None,
+            "mean_queue_gpu_s": num(r["queue"]) if has_start else None,
+            "completion_rate_gpu": num(r["done"]) if has_state else None,
         }
         for vc, r in agg.iterrows()
     ]
@@ -455,22 +347,22 @@ def helios_summary(df: pd.DataFrame, has_state: bool, has_start: bool) -> dict[s
         "job_num": len(df),
         "cpu_job_num": len(c),
         "gpu_job_num": len(g),
-        "avg_run_time_cpu": _num(c["duration"].mean()) if len(c) else None,
-        "avg_run_time_gpu": _num(g["duration"].mean()) if len(g) else None,
-        "avg_que_time_cpu": _num(q[~gpu].mean()) if has_start and len(c) else None,
-        "avg_que_time_gpu": _num(q[gpu].mean()) if has_start and len(g) else None,
-        "avg_gpu_num": _num(g["gpus"].mean()) if len(g) else None,
-        "med_run_time_cpu": _num(c["duration"].median()) if len(c) else None,
-        "med_run_time_gpu": _num(g["duration"].median()) if len(g) else None,
-        "med_que_time_cpu": _num(q[~gpu].median()) if has_start and len(c) else None,
-        "med_que_time_gpu": _num(q[gpu].median()) if has_start and len(g) else None,
-        "med_gpu_num": _num(g["gpus"].median()) if len(g) else None,
+        "avg_run_time_cpu": num(c["duration"].mean()) if len(c) else None,
+        "avg_run_time_gpu": num(g["duration"].mean()) if len(g) else None,
+        "avg_que_time_cpu": num(q[~gpu].mean()) if has_start and len(c) else None,
+        "avg_que_time_gpu": num(q[gpu].mean()) if has_start and len(g) else None,
+        "avg_gpu_num": num(g["gpus"].mean()) if len(g) else None,
+        "med_run_time_cpu": num(c["duration"].median()) if len(c) else None,
+        "med_run_time_gpu": num(g["duration"].median()) if len(g) else None,
+        "med_que_time_cpu": num(q[~gpu].median()) if has_start and len(c) else None,
+        "med_que_time_gpu": num(q[gpu].median()) if has_start and len(g) else None,
+        "med_gpu_num": num(g["gpus"].median()) if len(g) else None,
     }
     groups = state_group(df)
     for suffix, mask in (("", None), ("_cpu", ~gpu), ("_gpu", gpu)):
         s = groups if mask is None else groups[mask]
         for key, grp in (("complete", "completed"), ("cancel", "cancelled"), ("fail", "failed")):
-            out[f"{key}_rate{suffix}"] = _num((s == grp).mean()) if has_state and len(s) else None
+            out[f"{key}_rate{suffix}"] = num((s == grp).mean()) if has_state and len(s) else None
     for key, grp in (("complete", "completed"), ("cancel", "cancelled"), ("fail", "failed")):
         out[f"{key}_gpu_time"] = float(gt[groups == grp].sum()) if has_state else None
     return out
@@ -499,9 +391,9 @@ def time_limit_stats(df: pd.DataFrame) -> dict[str, Any]:
     n = len(d)
     return {
         "jobs": n,
-        "median_used_share": _num(used.median()) if n else None,
-        "under_half_share": _num((used < 0.5).mean()) if n else None,
-        "at_limit_share": _num((used >= 0.99).mean()) if n else None,
-        "unused_gpu_time_share": _num(unused / reserved) if reserved > 0 else None,
-        "median_limit_s": _num(d["limit"].median()) if n else None,
+        "median_used_share": num(used.median()) if n else None,
+        "under_half_share": num((used < 0.5).mean()) if n else None,
+        "at_limit_share": num((used >= 0.99).mean()) if n else None,
+        "unused_gpu_time_share": num(unused / reserved) if reserved > 0 else None,
+        "median_limit_s": num(d["limit"].median()) if n else None,
     }

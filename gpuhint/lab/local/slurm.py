@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Self
 
 from gpuhint.lab.local.services import ServiceError, free_port
+from gpuhint.lab.local.slurm_conf import SBIN, gres_conf, power_scripts, slurm_conf, slurmdbd_conf
 
 PACKAGES = ("slurm-wlm", "slurmctld", "slurmd", "slurm-client", "munge")
 DB_PACKAGES = ("slurmdbd", "slurm-wlm-mysql-plugin", "mariadb-server-core", "mariadb-client-core")
-SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def _port_range(n: int) -> int:
@@ -225,110 +225,11 @@ class LocalSlurm:
 
     def _write_conf(self) -> None:
         d = self.dir
-        last = self.node_port + self.nodes - 1
-        acct = (
-            [
-                "AccountingStorageType=accounting_storage/slurmdbd",
-                "AccountingStorageHost=localhost",
-                f"AccountingStoragePort={self.dbd_port}",
-                # connections to slurmdbd take the munge socket from AccountingStoragePass
-                f"AccountingStoragePass={d / 'munge' / 'munge.socket'}",
-                "AccountingStorageTRES=gres/gpu",
-            ]
-            if self.accounting
-            else ["AccountingStorageType=accounting_storage/none"]
-        )
-        lines = [
-            f"ClusterName={self.cluster_name}",
-            "SlurmctldHost=localhost(127.0.0.1)",
-            f"SlurmctldPort={self.ctld_port}",
-            f"SlurmdPort={self.node_port}",
-            "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={d / 'munge' / 'munge.socket'}",
-            f"StateSaveLocation={d / 'state'}",
-            f"SlurmdSpoolDir={d / 'spool'}/%n",
-            f"SlurmctldPidFile={d / 'run' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={d / 'run'}/slurmd-%n.pid",
-            f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={d / 'log'}/slurmd-%n.log",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "MailProg=/bin/true",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "MpiDefault=none",
-            *acct,
-            "JobCompType=jobcomp/none",
-            f"SchedulerType=sched/{self.sched}",
-            "SchedulerParameters=bf_interval=2,sched_interval=1",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "SlurmdParameters=config_overrides",
-            "ReturnToService=2",
-            "MinJobAge=300",
-            "KillWait=2",
-            "OverTimeLimit=0",
-            "GresTypes=gpu",
-            # priority = SiteFactor only (22.05 adds the site factor unweighted)
-            "PriorityType=priority/multifactor",
-            "PriorityCalcPeriod=1",
-            "PriorityWeightAge=0",
-            "PriorityWeightFairshare=0",
-            "PriorityWeightJobSize=0",
-            "PriorityWeightPartition=0",
-            "PriorityWeightQOS=0",
-            f"SuspendProgram={d / 'bin' / 'suspend.sh'}",
-            f"ResumeProgram={d / 'bin' / 'resume.sh'}",
-            f"SuspendTime={self.suspend_time}",
-            "SuspendTimeout=5",
-            "ResumeTimeout=30",
-            "SuspendRate=0",
-            "ResumeRate=0",
-            f"NodeName=n[1-{self.nodes}] NodeHostname=localhost NodeAddr=127.0.0.1 "
-            f"Port=[{self.node_port}-{last}] CPUs={self.cpus} RealMemory=16000 "
-            f"Gres=gpu:{self.gpus} State=UNKNOWN",
-            f"PartitionName=gpu Nodes=n[1-{self.nodes}] Default=YES MaxTime=INFINITE State=UP",
-            *self.extra_conf,
-        ]
-        self.conf.write_text("\n".join(lines) + "\n")
-        (d / "etc" / "gres.conf").write_text(
-            "AutoDetect=off\n"
-            f"NodeName=n[1-{self.nodes}] Name=gpu File={d / 'dev'}/fakegpu[0-{self.gpus - 1}]\n"
-        )
-        power = d / "log" / "power.log"
-        head = (
-            "#!/bin/sh\n"
-            f"exec </dev/null >>{power} 2>&1\n"
-            f"export PATH={SBIN} SLURM_CONF={self.conf}\n"
-        )
-        # SuspendProgram: "power off" = stop that node's slurmd
-        (d / "bin" / "suspend.sh").write_text(
-            head + 'echo "$(date +%FT%T) suspend $*"\n'
-            'for n in $(scontrol show hostnames "$1"); do\n'
-            f"  pf={d / 'run'}/slurmd-$n.pid\n"
-            '  [ -f "$pf" ] && kill "$(cat "$pf")" 2>/dev/null\n'
-            "done\nexit 0\n"
-        )
-        # ResumeProgram: (re)start slurmd with -b ("booted now"), else the node goes DOWN;
-        # a file run/resume-fails-NODE makes that node's "boot" fail (a resume-failure test)
-        (d / "bin" / "resume.sh").write_text(
-            head + 'echo "$(date +%FT%T) resume $*"\n'
-            'for n in $(scontrol show hostnames "$1"); do\n'
-            f'  [ -f {d / "run"}/resume-fails-$n ] && {{ echo "resume $n fails"; continue; }}\n'
-            f"  pf={d / 'run'}/slurmd-$n.pid\n"
-            '  if [ -f "$pf" ] && kill "$(cat "$pf")" 2>/dev/null; then\n'
-            '    i=0; while [ -f "$pf" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done\n'
-            "  fi\n"
-            f'  slurmd -b -f {self.conf} -N "$n"\n'
-            "done\nexit 0\n"
-        )
-        for f in ("suspend.sh", "resume.sh"):
-            (d / "bin" / f).chmod(0o755)
+        self.conf.write_text(slurm_conf(self))
+        (d / "etc" / "gres.conf").write_text(gres_conf(self))
+        for name, text in power_scripts(self).items():
+            (d / "bin" / name).write_text(text)
+            (d / "bin" / name).chmod(0o755)
 
     def _start_accounting(self, timeout: float) -> None:
         d = self.dir
@@ -378,28 +279,7 @@ class LocalSlurm:
                 raise ServiceError(f"mariadbd did not start: {self.log_tail('mariadbd.log')}")
             time.sleep(0.1)
         dbd = d / "etc" / "slurmdbd.conf"
-        dbd.write_text(
-            "\n".join(
-                [
-                    "AuthType=auth/munge",
-                    f"AuthInfo=socket={d / 'munge' / 'munge.socket'}",
-                    "DbdHost=localhost",
-                    "DbdAddr=127.0.0.1",
-                    f"DbdPort={self.dbd_port}",
-                    "CommunicationParameters=NoInAddrAny",
-                    "SlurmUser=root",
-                    f"LogFile={d / 'log' / 'slurmdbd.log'}",
-                    f"PidFile={d / 'run' / 'slurmdbd.pid'}",
-                    "DebugLevel=info",
-                    "StorageType=accounting_storage/mysql",
-                    "StorageHost=127.0.0.1",
-                    f"StoragePort={self.db_port}",
-                    "StorageUser=root",
-                    "StorageLoc=slurm_acct_db",
-                ]
-            )
-            + "\n"
-        )
+        dbd.write_text(slurmdbd_conf(self))
         dbd.chmod(0o600)
         self._daemon("slurmdbd")
         while not self._dbd_answers():

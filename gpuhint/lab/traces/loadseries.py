@@ -106,25 +106,7 @@ def parse_series(
         header = next(reader)
     except StopIteration:
         raise SeriesError(path, 1, "empty file (expected a CSV header)") from None
-    detected = detect_format(header)
-    if fmt == "auto":
-        if detected is None:
-            raise SeriesError(
-                path,
-                1,
-                "unknown load-series header: expected time,active,total or a Helios "
-                "sequence with time,running_gpu_num,total_gpu_num",
-            )
-        fmt = detected  # type: ignore[assignment]
-    idx = {c.strip().lower(): i for i, c in enumerate(header)}
-    if fmt == "nodes":
-        cols = ("time", "active", "total")
-    else:
-        cols = ("time", "running_gpu_num", "total_gpu_num")
-    missing = [c for c in cols if c not in idx]
-    if missing:
-        raise SeriesError(path, 1, f"header lacks column(s) {', '.join(missing)} for {fmt}")
-    it, iu, itot = (idx[c] for c in cols)
+    fmt, cols, (it, iu, itot) = _columns(header, path, fmt)
     width = max(it, iu, itot) + 1
     per_gpu = fmt == "helios-vc"
 
@@ -170,6 +152,51 @@ def parse_series(
                 cur[1] = total
     if not slots:
         raise SeriesError(path, 2, "no usable rows")
+    k0 = min(slots)
+    used_l, total_l, filled = _fill_gaps(slots)
+    name = Path(path).name.removesuffix(".gz").removesuffix(".csv")
+    return LoadSeries(
+        name=name,
+        start=float(k0 * slot_s),
+        slot_s=slot_s,
+        used=used_l,
+        total=total_l,
+        fmt=fmt,
+        rows=rows,
+        filled_slots=filled,
+        errors=errors,
+    )
+
+
+def _columns(
+    header: list[str], path: str, fmt: SeriesFormat
+) -> tuple[SeriesFormat, tuple[str, str, str], tuple[int, int, int]]:
+    """The format (detected when ``auto``), its three columns and their positions."""
+    detected = detect_format(header)
+    if fmt == "auto":
+        if detected is None:
+            raise SeriesError(
+                path,
+                1,
+                "unknown load-series header: expected time,active,total or a Helios "
+                "sequence with time,running_gpu_num,total_gpu_num",
+            )
+        fmt = detected  # type: ignore[assignment]
+    idx = {c.strip().lower(): i for i, c in enumerate(header)}
+    if fmt == "nodes":
+        cols = ("time", "active", "total")
+    else:
+        cols = ("time", "running_gpu_num", "total_gpu_num")
+    missing = [c for c in cols if c not in idx]
+    if missing:
+        raise SeriesError(path, 1, f"header lacks column(s) {', '.join(missing)} for {fmt}")
+    it, iu, itot = (idx[c] for c in cols)
+    return fmt, cols, (it, iu, itot)
+
+
+def _fill_gaps(slots: dict[int, list[int]]) -> tuple[list[int], list[int], int]:
+    """Every slot from the first to the last: ``used``, ``total`` and how many slots
+    without a row were filled with the slot before."""
     k0, k1 = min(slots), max(slots)
     used_l: list[int] = []
     total_l: list[int] = []
@@ -183,18 +210,7 @@ def parse_series(
         used_l.append(cur[0])
         total_l.append(cur[1])
         prev = cur
-    name = Path(path).name.removesuffix(".gz").removesuffix(".csv")
-    return LoadSeries(
-        name=name,
-        start=float(k0 * slot_s),
-        slot_s=slot_s,
-        used=used_l,
-        total=total_l,
-        fmt=fmt,
-        rows=rows,
-        filled_slots=filled,
-        errors=errors,
-    )
+    return used_l, total_l, filled
 
 
 def read_series(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhint.lab.analysis import stats
+from gpuhint.lab.analysis import repetition, stats
 from gpuhint.lab.analysis.reader import read_frame
 
 # 7 jobs; 2020-09-07 is a Monday. Columns of a Helios cluster_log.csv.
@@ -134,11 +134,11 @@ def test_users(df) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_history_rule_and_repetition(df) -> None:  # type: ignore[no-untyped-def]
-    h = stats.history_rule(df)
+    h = repetition.history_rule(df)
     # job 2: alice's 1-GPU history (100); job 3: (100+300)/2; job 5: bob's 1000;
     # job 7: no 2-GPU history, so alice's mean (100+300+200)/3
     assert list(h["predicted"].round(6).fillna(-1)) == [-1, 100, 200, -1, 1000, -1, 200]
-    r = stats.repetition_stats(df)
+    r = repetition.repetition_stats(df)
     assert r["same_user_same_gpus_prior_share"] == pytest.approx(3 / 7)
     assert r["jobs_scored"] == 4
     # errors: 2/3, 0, 2/3, 1/2 -> median 7/12
@@ -221,7 +221,7 @@ def test_history_rule_learns_only_from_finished_jobs(tmp_path: Path) -> None:
         "5,alice,v,2,,1,COMPLETED,2000,2000,,30,",  # no 2-GPU history: all of alice's
     ]
     p.write_text("\n".join([head, *rows]) + "\n")
-    h = stats.history_rule(read_frame(p).jobs)
+    h = repetition.history_rule(read_frame(p).jobs)
     want = [-1, -1, 50, (50 + 20) / 2, (1000 + 50 + 20 + 10) / 4]
     assert list(h["predicted"].fillna(-1)) == pytest.approx(want)
     assert list(h["same_size_prior"]) == [False, True, True, True, False]

@@ -54,29 +54,12 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from gpuhint.contract import JobEvent
+from models.credibility import cred_add, cred_job, credibility_k
 
 # ``KeyStats`` and ``_keystats`` stay importable from here: VC state and checkpoints
 # pickled before the move name ``models.features._keystats`` / ``models.features.KeyStats``
-from models.keystats import (
-    BURST_GAP_S,
-    BurstTracker,
-    KeyStats,
-    _keystats,
-    name_template,
-)
-
-__all__ = [
-    "BURST_GAP_S",
-    "BURST_K",
-    "CRED_LEVELS",
-    "EXPERT_STATS",
-    "LEVELS",
-    "BurstTracker",
-    "HistoryFeatures",
-    "KeyStats",
-    "_keystats",
-    "name_template",
-]
+from models.keystats import BURST_GAP_S, BurstTracker, KeyStats, name_template
+from models.keystats import _keystats as _keystats
 
 LEVELS = ("burst", "name", "user+gpus", "user", "gpus", "vc")
 """Key levels, most specific first."""
@@ -134,8 +117,7 @@ class HistoryFeatures:
         self.submits: OrderedDict[str, deque[float]] = OrderedDict()
         self.inflight: dict[str, int] = {}
         self.pending: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        # credibility sums per ``cluster|vc|level``: [N jobs, S sum, Q sum of squares,
-        # K keys, A = sum over keys of sum^2/n, B = sum over keys of n^2, cached k or -1]
+        # credibility sums per ``cluster|vc|level`` (models/credibility.py)
         self.cred: dict[str, list[float]] = {}
         self.bursts = BurstTracker(BURST_GAP_S if burst_gap_s is None else burst_gap_s, max_keys)
         self.burst_of: dict[str, str] = {}  # pending job key -> its burst key
@@ -309,22 +291,8 @@ class HistoryFeatures:
             x[f"{tag}:inflight"] = math.log1p(max(0, self.inflight.get(skey, 0) - known))
 
     def credibility_k(self, vc_level: str) -> float:
-        """Bühlmann's ``k`` (within-key variance / between-key variance of means) for a
-        ``cluster|vc|level``; ``inf`` (no credibility) until it can be estimated."""
-        a = self.cred.get(vc_level)
-        if a is None:
-            return math.inf
-        if a[6] >= 0.0:  # cached since the last update
-            return a[6]
-        n, s, q, k, sa, b, _ = a
-        out = math.inf
-        if k >= 2 and n - k >= 1:
-            epv = max(0.0, (q - sa) / (n - k))
-            vhm = (sa - s * s / n - (k - 1) * epv) / (n - b / n)
-            if vhm > 0:
-                out = epv / vhm
-        a[6] = out
-        return out
+        """Bühlmann's ``k`` for a ``cluster|vc|level`` (:func:`credibility_k`)."""
+        return credibility_k(self.cred, vc_level)
 
     def expected_duration(self, job: JobEvent, now: float | None = None) -> float:
         """Credibility estimate of the job's mean duration in seconds (module docstring),
@@ -437,38 +405,6 @@ class HistoryFeatures:
             if r[0] <= 0:
                 del self.running[b]
 
-    def _cred_add(self, agg: str, s: KeyStats, sign: float) -> None:
-        """Add (``sign`` 1) or remove (-1) a whole key's sums."""
-        a = self.cred.get(agg)
-        if a is None:
-            a = self.cred[agg] = [0.0] * 6 + [-1.0]
-        n = s.count
-        a[0] += sign * n
-        a[1] += sign * s.sum_dur
-        a[2] += sign * s.sum_sq
-        a[3] += sign
-        a[4] += sign * s.sum_dur * s.sum_dur / n
-        a[5] += sign * n * n
-        a[6] = -1.0
-
-    def _cred_job(self, agg: str, s: KeyStats, d: float) -> None:
-        """Account one more job of ``d`` seconds in key ``s`` (already added to ``s``)."""
-        a = self.cred.get(agg)
-        if a is None:
-            a = self.cred[agg] = [0.0] * 6 + [-1.0]
-        n = s.count
-        old = s.sum_dur - d
-        a[0] += 1.0
-        a[1] += d
-        a[2] += d * d
-        if n == 1:
-            a[3] += 1.0
-            a[4] += d * d
-        else:
-            a[4] += s.sum_dur * s.sum_dur / n - old * old / (n - 1)
-        a[5] += 2 * n - 1
-        a[6] = -1.0
-
     def spread(self, job: JobEvent, min_count: int = 3) -> float | None:
         """EWM of the absolute log error of past predictions at the most specific key."""
         for _, key in self.job_keys(job):
@@ -538,7 +474,7 @@ class HistoryFeatures:
             if lv in CRED_LEVELS:
                 if s.agg is None:
                     s.agg = p + lv
-                self._cred_job(s.agg, s, d)
+                cred_job(self.cred, s.agg, s, d)
             if abs_error is not None:
                 s.add_residual(abs_error, self.residual_alpha)
         self.global_stats.add(log_duration, a, self.slow_alpha)
@@ -547,4 +483,4 @@ class HistoryFeatures:
         while len(self.stats) > self.max_keys:
             _, old = self.stats.popitem(last=False)
             if old.agg is not None and old.count:
-                self._cred_add(old.agg, old, -1.0)
+                cred_add(self.cred, old.agg, old, -1.0)

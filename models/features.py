@@ -50,31 +50,23 @@ True
 from __future__ import annotations
 
 import math
-import re
 from collections import OrderedDict, deque
 from typing import Any
 
 from gpuhint.wire.contract import JobEvent
+from models.credibility import cred_add, cred_job, credibility_k
+
+# ``KeyStats`` and ``_keystats`` stay importable from here: VC state and checkpoints
+# pickled before the move name ``models.features._keystats`` / ``models.features.KeyStats``
+from models.keystats import BURST_GAP_S, BurstTracker, KeyStats, name_template
+from models.keystats import _keystats as _keystats
 
 LEVELS = ("burst", "name", "user+gpus", "user", "gpus", "vc")
 """Key levels, most specific first."""
 
-_DIGITS = re.compile(r"\d+")
 _DAY = 86400.0
 _WEEK = 7 * _DAY
 _TWO_PI = 2.0 * math.pi
-
-
-def name_template(name: str | None) -> str | None:
-    """A job name with runs of digits replaced, so that ``run_12``, ``run_13`` match.
-
-    >>> name_template("resnet50_lr0.1_seed3")
-    'resnet#_lr#.#_seed#'
-    """
-    if not name:
-        return None
-    t = _DIGITS.sub("#", name.strip().lower())
-    return t[:128] or None
 
 
 CRED_LEVELS = ("user", "user+gpus", "name", "burst")
@@ -91,212 +83,8 @@ _EXPERT_NAMES = {lv: tuple(f"{lv}:{st}" for st in EXPERT_STATS) for lv in (*LEVE
 _COUNT_NAMES = {lv: f"{lv}:n" for lv in LEVELS}
 
 
-BURST_GAP_S = 900.0
-"""Default gap between consecutive submits of one shape that still continues a burst;
-chosen on the shared traces (docs/qssf.md, "Bursts")."""
-
 BURST_K = 1.0
 """Weight of the prior (in jobs) against a burst's own evidence (docs/qssf.md)."""
-
-
-class BurstTracker:
-    """Online grouping of submits into bursts (pseudo-users), bounded and picklable.
-
-    A job's *shape* is ``cluster|vc``, user (if any), GPU count and name template (if
-    any). A submit continues the shape's current burst when it comes at most ``gap_s``
-    after the shape's previous submit, else it opens a new one.
-
-    >>> from gpuhint.wire.contract import JobEvent
-    >>> bt = BurstTracker(gap_s=60)
-    >>> def job(i, t):
-    ...     return JobEvent(phase="submitted", job_id=str(i), num_gpus=1, time=t, submit_time=t)
-    >>> [bt.assign(job(i, t)) for i, t in enumerate([0, 30, 80, 500])]
-    ['default|default|b||1|#1', 'default|default|b||1|#1', 'default|default|b||1|#1', \
-'default|default|b||1|#2']
-    """
-
-    def __init__(self, gap_s: float | None = None, max_shapes: int = 200_000) -> None:
-        self.gap_s = BURST_GAP_S if gap_s is None else gap_s
-        self.max_shapes = max_shapes
-        # shape -> [burst number, last submit time]
-        self.shapes: OrderedDict[str, list[float]] = OrderedDict()
-
-    @staticmethod
-    def shape(job: JobEvent) -> str:
-        tmpl = name_template(job.name) or ""
-        return f"{job.cluster}|{job.vc}|b|{job.user or ''}|{job.num_gpus}|{tmpl}"
-
-    def peek(self, job: JobEvent) -> str:
-        """The burst key :meth:`assign` would give (no state change)."""
-        sh = self.shape(job)
-        st = self.shapes.get(sh)
-        if st is None:
-            return f"{sh}#1"
-        seq = int(st[0]) if job.submit_time - st[1] <= self.gap_s else int(st[0]) + 1
-        return f"{sh}#{seq}"
-
-    def assign(self, job: JobEvent) -> str:
-        """Record a submit; return its burst key."""
-        sh = self.shape(job)
-        st = self.shapes.get(sh)
-        t = job.submit_time
-        if st is None:
-            st = self.shapes[sh] = [1.0, t]
-        else:
-            self.shapes.move_to_end(sh)
-            if t - st[1] > self.gap_s:
-                st[0] += 1
-            st[1] = max(st[1], t)
-        while len(self.shapes) > self.max_shapes:
-            self.shapes.popitem(last=False)
-        return f"{sh}#{int(st[0])}"
-
-
-class KeyStats:
-    """Rolling statistics of log durations for one key (picklable, bounded)."""
-
-    __slots__ = (
-        "abs_res",
-        "agg",
-        "count",
-        "ewm",
-        "ewm_slow",
-        "last",
-        "n_res",
-        "recent",
-        "std",
-        "sum_dur",
-        "sum_sq",
-        "values",
-        "win_sq",
-        "win_sum",
-    )
-
-    def __init__(self, window: int) -> None:
-        self.recent: deque[float] = deque(maxlen=window)
-        self.ewm = 0.0  # fast EWM (recent jobs)
-        self.ewm_slow = 0.0  # slow EWM (long memory, O(1) state)
-        self.count = 0
-        self.sum_dur = 0.0  # seconds: the paper's estimator is the mean duration
-        self.sum_sq = 0.0  # seconds squared (credibility: spread within the key)
-        self.agg: str | None = None  # its credibility sums' ``cluster|vc|level``, if any
-        self.last = 0.0
-        self.abs_res = 0.0  # EWM of |log error| of the model's predictions for this key
-        self.n_res = 0
-        # cached on each add (predictions read them far more often than jobs finish)
-        self.values: tuple[float, ...] = ()  # one per EXPERT_STATS
-        self.std = 0.0  # standard deviation of the window
-        self.win_sum = 0.0
-        self.win_sq = 0.0
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # a flat tuple, and no derived fields (``values``, ``std``: recomputed on load
-        # by the same arithmetic): VC state is pickled on every save, ~300 of these each
-        r = self.recent
-        return (
-            _keystats,
-            (
-                tuple(r),
-                r.maxlen,
-                self.ewm,
-                self.ewm_slow,
-                self.count,
-                self.sum_dur,
-                self.sum_sq,
-                self.agg,
-                self.last,
-                self.abs_res,
-                self.n_res,
-                self.win_sum,
-                self.win_sq,
-            ),
-        )
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """Pickles of before :meth:`__reduce__` (a dict of every slot)."""
-        for k, v in state.items():
-            setattr(self, k, v)
-
-    @property
-    def mean_s(self) -> float:
-        """All-time mean duration in seconds (0 before any job)."""
-        return self.sum_dur / self.count if self.count else 0.0
-
-    def add(self, lg: float, alpha: float, alpha_slow: float) -> None:
-        r = self.recent
-        if r.maxlen is not None and len(r) == r.maxlen:
-            old = r[0]
-            self.win_sum -= old
-            self.win_sq -= old * old
-        r.append(lg)
-        self.win_sum += lg
-        self.win_sq += lg * lg
-        if self.count == 0:
-            self.ewm = self.ewm_slow = lg
-        else:
-            self.ewm += alpha * (lg - self.ewm)
-            # early on, a running mean; later an EWM with memory ~1/alpha_slow
-            self.ewm_slow += max(alpha_slow, 1.0 / (self.count + 1)) * (lg - self.ewm_slow)
-        self.count += 1
-        d = math.expm1(lg)
-        self.sum_dur += d
-        self.sum_sq += d * d
-        self.last = lg
-        self._derive()
-
-    def _derive(self) -> None:
-        """The cached ``values`` and ``std`` from the state (after each add, on load)."""
-        n = self.count
-        if n == 0:
-            self.values, self.std = (), 0.0
-            return
-        self.values = (
-            self.median(),
-            self.ewm,
-            self.ewm_slow,
-            math.log1p(self.sum_dur / n),
-        )
-        r = self.recent
-        k = len(r)
-        var = (self.win_sq - self.win_sum * self.win_sum / k) / (k - 1) if k > 1 else 0.0
-        self.std = math.sqrt(max(0.0, var))
-
-    def add_residual(self, abs_err: float, alpha: float) -> None:
-        self.abs_res = (
-            abs_err if self.n_res == 0 else self.abs_res + alpha * (abs_err - self.abs_res)
-        )
-        self.n_res += 1
-
-    def median(self) -> float:
-        xs = sorted(self.recent)
-        n = len(xs)
-        mid = n // 2
-        return xs[mid] if n % 2 else 0.5 * (xs[mid - 1] + xs[mid])
-
-
-def _keystats(
-    recent: tuple[float, ...],
-    window: int | None,
-    ewm: float,
-    ewm_slow: float,
-    count: int,
-    sum_dur: float,
-    sum_sq: float,
-    agg: str | None,
-    last: float,
-    abs_res: float,
-    n_res: int,
-    win_sum: float,
-    win_sq: float,
-) -> KeyStats:
-    """Rebuild a :class:`KeyStats` from :meth:`KeyStats.__reduce__`'s tuple."""
-    s = KeyStats.__new__(KeyStats)
-    s.recent = deque(recent, maxlen=window)
-    s.ewm, s.ewm_slow, s.count, s.sum_dur, s.sum_sq = ewm, ewm_slow, count, sum_dur, sum_sq
-    s.agg, s.last, s.abs_res, s.n_res = agg, last, abs_res, n_res
-    s.win_sum, s.win_sq = win_sum, win_sq
-    s._derive()
-    return s
 
 
 class HistoryFeatures:
@@ -329,8 +117,7 @@ class HistoryFeatures:
         self.submits: OrderedDict[str, deque[float]] = OrderedDict()
         self.inflight: dict[str, int] = {}
         self.pending: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        # credibility sums per ``cluster|vc|level``: [N jobs, S sum, Q sum of squares,
-        # K keys, A = sum over keys of sum^2/n, B = sum over keys of n^2, cached k or -1]
+        # credibility sums per ``cluster|vc|level`` (models/credibility.py)
         self.cred: dict[str, list[float]] = {}
         self.bursts = BurstTracker(BURST_GAP_S if burst_gap_s is None else burst_gap_s, max_keys)
         self.burst_of: dict[str, str] = {}  # pending job key -> its burst key
@@ -504,22 +291,8 @@ class HistoryFeatures:
             x[f"{tag}:inflight"] = math.log1p(max(0, self.inflight.get(skey, 0) - known))
 
     def credibility_k(self, vc_level: str) -> float:
-        """Bühlmann's ``k`` (within-key variance / between-key variance of means) for a
-        ``cluster|vc|level``; ``inf`` (no credibility) until it can be estimated."""
-        a = self.cred.get(vc_level)
-        if a is None:
-            return math.inf
-        if a[6] >= 0.0:  # cached since the last update
-            return a[6]
-        n, s, q, k, sa, b, _ = a
-        out = math.inf
-        if k >= 2 and n - k >= 1:
-            epv = max(0.0, (q - sa) / (n - k))
-            vhm = (sa - s * s / n - (k - 1) * epv) / (n - b / n)
-            if vhm > 0:
-                out = epv / vhm
-        a[6] = out
-        return out
+        """Bühlmann's ``k`` for a ``cluster|vc|level`` (:func:`credibility_k`)."""
+        return credibility_k(self.cred, vc_level)
 
     def expected_duration(self, job: JobEvent, now: float | None = None) -> float:
         """Credibility estimate of the job's mean duration in seconds (module docstring),
@@ -632,38 +405,6 @@ class HistoryFeatures:
             if r[0] <= 0:
                 del self.running[b]
 
-    def _cred_add(self, agg: str, s: KeyStats, sign: float) -> None:
-        """Add (``sign`` 1) or remove (-1) a whole key's sums."""
-        a = self.cred.get(agg)
-        if a is None:
-            a = self.cred[agg] = [0.0] * 6 + [-1.0]
-        n = s.count
-        a[0] += sign * n
-        a[1] += sign * s.sum_dur
-        a[2] += sign * s.sum_sq
-        a[3] += sign
-        a[4] += sign * s.sum_dur * s.sum_dur / n
-        a[5] += sign * n * n
-        a[6] = -1.0
-
-    def _cred_job(self, agg: str, s: KeyStats, d: float) -> None:
-        """Account one more job of ``d`` seconds in key ``s`` (already added to ``s``)."""
-        a = self.cred.get(agg)
-        if a is None:
-            a = self.cred[agg] = [0.0] * 6 + [-1.0]
-        n = s.count
-        old = s.sum_dur - d
-        a[0] += 1.0
-        a[1] += d
-        a[2] += d * d
-        if n == 1:
-            a[3] += 1.0
-            a[4] += d * d
-        else:
-            a[4] += s.sum_dur * s.sum_dur / n - old * old / (n - 1)
-        a[5] += 2 * n - 1
-        a[6] = -1.0
-
     def spread(self, job: JobEvent, min_count: int = 3) -> float | None:
         """EWM of the absolute log error of past predictions at the most specific key."""
         for _, key in self.job_keys(job):
@@ -733,7 +474,7 @@ class HistoryFeatures:
             if lv in CRED_LEVELS:
                 if s.agg is None:
                     s.agg = p + lv
-                self._cred_job(s.agg, s, d)
+                cred_job(self.cred, s.agg, s, d)
             if abs_error is not None:
                 s.add_residual(abs_error, self.residual_alpha)
         self.global_stats.add(log_duration, a, self.slow_alpha)
@@ -742,4 +483,4 @@ class HistoryFeatures:
         while len(self.stats) > self.max_keys:
             _, old = self.stats.popitem(last=False)
             if old.agg is not None and old.count:
-                self._cred_add(old.agg, old, -1.0)
+                cred_add(self.cred, old.agg, old, -1.0)

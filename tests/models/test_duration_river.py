@@ -225,3 +225,25 @@ def test_only_history_mix_has_the_share() -> None:
     del state["share"]  # a version-4 river_linear mix
     old.__setstate__(state)
     assert old.share == 0.0
+
+
+def test_checkpoints_naming_the_mixes_in_duration_river_still_load() -> None:
+    """Hedge, MeanMix and their parts moved to models.mixes; state pickled before names
+    them in models.duration_river (protocol 0 spells each global as text lines)."""
+    import pickle
+
+    from models.duration_river import KeyedDurationModel
+
+    m = KeyedDurationModel()
+    for i in range(20):
+        job = JobEvent(
+            phase="submitted", job_id=str(i), user="u", num_gpus=1, time=i, submit_time=i
+        )
+        m.predict(job)
+        m.learn(job, 100.0 * (1 + i % 3))
+    blob = pickle.dumps(m, protocol=0)
+    old = blob.replace(b"cmodels.mixes\n", b"cmodels.duration_river\n")
+    assert b"cmodels.mixes\n" in blob and b"cmodels.mixes\n" not in old
+    back = pickle.loads(old)
+    probe = JobEvent(phase="submitted", job_id="p", user="u", num_gpus=1, time=50, submit_time=50)
+    assert back.predict_one(probe) == m.predict_one(probe)

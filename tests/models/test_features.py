@@ -293,3 +293,20 @@ def test_key_walk_cache_gives_the_same_keys_and_is_not_pickled() -> None:
     for j in jobs[20:30]:  # finished: the entry goes
         hf.update(j, math.log1p(60.0))
     assert not any(k.endswith(f"|{i}") for k in hf._keys for i in range(20, 30))
+
+
+def test_keystats_pickles_of_before_the_move_still_load() -> None:
+    """VC state pickled when KeyStats lived in models.features names that module."""
+    import pickle
+
+    import models.keystats
+
+    s = KeyStats(4)
+    for v in (1.0, 2.0, 3.0):
+        s.add(v, 0.3, 0.01)
+    blob = pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)
+    old = blob.replace(b"models.keystats", b"models.features")  # same length: valid pickle
+    assert b"models.features" in old and old != blob
+    back = pickle.loads(old)
+    assert type(back) is models.keystats.KeyStats
+    assert back.values == s.values and back.std == s.std and back.count == 3

@@ -68,11 +68,16 @@ import time
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import MISSING, dataclass, field, fields
 
-from gpuhint.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
+from gpuhint.contract import MAX_TIME, FeatureContribution, JobEvent, JobPhase, PriorityHint
 from gpuhint.store import HintStore
 from models.base import DurationModel
 from models.fifo_guard import FifoGuard
 from models.pending_index import PendingIndex
+from models.wait_bound import DEFAULT_WAIT_BOUND, WaitBound
+
+OVERRIDE_TAGS = ("fifo_guard:", "updated:", "wait_bound:")
+"""Prefixes of the reason the core puts first when it publishes a priority other than
+the submit-time one (:meth:`HintEngine._published`)."""
 
 
 def _related_keys(model: DurationModel, ev: JobEvent) -> tuple[str, ...]:
@@ -85,6 +90,48 @@ def _observe_start(model: DurationModel, ev: JobEvent) -> None:
     f = getattr(model, "observe_start", None)
     if f is not None:
         f(ev)
+
+
+def _rescaled(hint: PriorityHint, expected_s: float) -> dict[str, float]:
+    """The hint's duration fields for a new expected duration: the point forecast and
+    the 80% band scaled by the same ratio (the spread, ``log_duration_std``, is kept),
+    so that the published estimate is one distribution, not the submit-time band beside
+    a moved priority.
+
+    >>> h = PriorityHint(job_id="1", num_gpus=2, submit_time=0, predicted_duration_s=50,
+    ...     priority=200, duration_p10_s=10, duration_p90_s=300, model="m",
+    ...     model_version="1", created_at=0, expected_duration_s=100)
+    >>> _rescaled(h, 300.0)
+    {'expected_duration_s': 300.0, 'predicted_duration_s': 150.0, \
+'duration_p10_s': 30.0, 'duration_p90_s': 900.0}
+    """
+    old = hint.expected_duration_s
+    if old is None:  # a hint of before the field: its priority was GPUs x expected...
+        if hint.reasons and hint.reasons[0].feature.startswith(OVERRIDE_TAGS[0]):
+            return {"expected_duration_s": expected_s}  # ... unless the guard had fallen back
+        old = hint.priority / max(hint.num_gpus, 1)
+    out = {"expected_duration_s": expected_s}
+    if old == expected_s or not (old > 0 and math.isfinite(expected_s)):
+        return out
+    r = expected_s / old
+    out["predicted_duration_s"] = min(hint.predicted_duration_s * r, 1e15)
+    if hint.duration_p10_s is not None:
+        out["duration_p10_s"] = min(hint.duration_p10_s * r, 1e15)
+    if hint.duration_p90_s is not None:
+        out["duration_p90_s"] = min(hint.duration_p90_s * r, 1e15)
+    return out
+
+
+def overdue_priority(submit_time: float) -> float:
+    """An overdue job's priority: below a thousandth of a GPU-second, so below every
+    job the model ranks, and in arrival order among the overdue.
+    A scheduler that maps priorities to coarser levels (Slurm's site factor, Kueue's
+    classes) gives them all its top level, and its own order (age, FIFO) among them.
+
+    >>> 0 < overdue_priority(1.7e9) < overdue_priority(1.8e9) < 1e-3
+    True
+    """
+    return 1e-3 * min(max(submit_time, 0.0), MAX_TIME) / MAX_TIME
 
 
 def state_key(cluster: str, vc: str) -> str:
@@ -195,6 +242,11 @@ class VcState:
     recent_finished: dict[str, None] = field(default_factory=dict)
     """The VC's last :data:`RECENT_FINISHED_MAX` finished job ids, oldest first (an LRU):
     a resent event of one of these jobs changes nothing."""
+    bound: WaitBound = field(default_factory=WaitBound)
+    """The starvation bound: waiting jobs' wait limits, and which are overdue."""
+    submit_point: dict[str, float] = field(default_factory=dict)
+    """Each waiting job's point forecast at submit: what is scored when it finishes
+    (its hint's ``predicted_duration_s`` moves with hint updates)."""
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a pickle, filling the fields that a pickle of before lacks."""
@@ -230,7 +282,9 @@ class EngineStats:
     learned: int = 0
     scored: int = 0
     hints_updated: int = 0
-    """Waiting jobs whose priority moved after a job they bear on finished."""
+    """Waiting jobs whose priority moved (a job they bear on finished, or overdue)."""
+    overdue: int = 0
+    """Waiting jobs the starvation bound moved to the front (``wait_bound:overdue``)."""
     redelivered: int = 0
     """Events at or below their VC's offset watermark: re-emitted, not re-applied."""
     duplicates: int = 0
@@ -270,8 +324,11 @@ class HintEngine:
         keep_pct_errors: int = 100_000,
         max_updates: int = 64,
         refresh: int = 4,
+        wait_bound: float = DEFAULT_WAIT_BOUND,
     ) -> None:
         self.model_factory = model_factory
+        self.wait_bound = wait_bound
+        """The starvation bound's factor (:class:`models.wait_bound.WaitBound`; 0: off)."""
         self.max_updates = max_updates
         self.refresh = refresh
         self._reemitted: set[str] = set()
@@ -288,8 +345,10 @@ class HintEngine:
         key = state_key(cluster, vc)
         st = self.states.get(key)
         if st is None:
-            st = VcState(model=self.model_factory())
+            st = VcState(model=self.model_factory(), bound=WaitBound(self.wait_bound))
             self.states[key] = st
+        elif st.bound.factor != self.wait_bound:  # a state saved under another setting
+            st.bound.factor = self.wait_bound
         return st
 
     @staticmethod
@@ -313,6 +372,7 @@ class HintEngine:
                 "model_version": model.version,
                 "reasons": tuple({"feature": f, "contribution": c} for f, c in pred.reasons[:5]),
                 "created_at": created_at,
+                "expected_duration_s": pred.expected_s,
             }
         )
 
@@ -332,6 +392,8 @@ class HintEngine:
             hint = self._reemit_job(st, ev)
         else:
             hint = self._apply(st, ev)
+        if st.bound.heap:
+            self._enforce_bound(st, ev.time)
         if offset is not None:
             st.applied_offset = offset
         self.states[state_key(ev.cluster, ev.vc)] = st  # mark dirty
@@ -357,7 +419,9 @@ class HintEngine:
             s.submitted += 1
             hint = self.make_hint(st.model, ev, self.clock())
             st.model_priority[ev.job_id] = hint.priority
+            st.submit_point[ev.job_id] = hint.predicted_duration_s
             st.guard.submit(ev.job_id, hint.priority, ev.submit_time, ev.num_gpus)
+            st.bound.submit(ev.job_id, ev.submit_time)
             if st.guard.fallback:
                 hint = self._published(st, hint, ev, hint.priority)
             self.store.put_hint(hint)
@@ -369,9 +433,12 @@ class HintEngine:
         s.hints_removed += 1
         if ev.phase is JobPhase.STARTED:
             s.started += 1
+            started_at = ev.start_time if ev.start_time is not None else ev.time
+            st.bound.started(ev.job_id, started_at - ev.submit_time)
             job = st.pending.pop(ev.job_id, None)
             if job is not None:
-                st.running[ev.job_id] = job.hint.predicted_duration_s
+                point = st.submit_point.pop(ev.job_id, job.hint.predicted_duration_s)
+                st.running[ev.job_id] = point
                 st.index.remove(ev.job_id)
                 st.model_priority.pop(ev.job_id, None)
                 _observe_start(st.model, ev)
@@ -382,9 +449,10 @@ class HintEngine:
         was_running = ev.job_id in st.running
         predicted = st.running.pop(ev.job_id, None)
         if job is not None:
-            predicted = job.hint.predicted_duration_s
+            predicted = st.submit_point.pop(ev.job_id, job.hint.predicted_duration_s)
             st.index.remove(ev.job_id)
             st.model_priority.pop(ev.job_id, None)
+            st.bound.forget(ev.job_id)
         if ev.duration_s is not None:
             if predicted is not None:
                 s.scored += 1
@@ -429,22 +497,48 @@ class HintEngine:
             st.model_priority[jid] = mp
             st.guard.reprioritize(jid, mp)
             hint = self._published(st, job.hint, ev, mp)
-            if hint.priority == job.hint.priority:
+            if hint is job.hint or hint.priority == job.hint.priority:
                 continue
             job.hint = hint
             self.store.update_hint(hint)
             self.updates.append(hint)
             self.stats.hints_updated += 1
 
+    def _enforce_bound(self, st: VcState, now: float) -> None:
+        """Move the waiting jobs whose wait limit passed by ``now`` to the front (at
+        most ``max_updates`` per event, the earliest limits first: bounded work)."""
+        for jid in st.bound.due(now, self.max_updates):
+            job = st.pending.get(jid)
+            if job is None:
+                continue
+            mp = st.model_priority.get(jid, job.hint.priority)
+            hint = self._published(st, job.hint, job.event, mp)
+            if hint is job.hint:
+                continue
+            job.hint = hint
+            self.store.update_hint(hint)
+            self.updates.append(hint)
+            self.stats.hints_updated += 1
+            self.stats.overdue += 1
+
     def _published(
         self, st: VcState, hint: PriorityHint, ev: JobEvent, model_priority: float
     ) -> PriorityHint:
-        """The hint as published: the model's priority, or arrival order (the submit
-        time) while the VC's FIFO guard has fallen back; the reasons say which."""
+        """The hint as published, one estimate throughout: the model's priority (GPUs x
+        expected duration), with the point forecast and band moved by the same ratio as
+        the expected duration; or priority 0 once the job is overdue (starvation bound);
+        or arrival order (the submit time) while the VC's FIFO guard has fallen back. The
+        first reason says which. Returns ``hint`` itself when its priority stays."""
         reasons = hint.reasons
-        if reasons and reasons[0].feature.startswith(("fifo_guard:", "updated:")):
+        if reasons and reasons[0].feature.startswith(OVERRIDE_TAGS):
             reasons = reasons[1:]
-        if st.guard.fallback:
+        g = max(ev.num_gpus, 1)
+        if st.bound.is_overdue(ev.job_id):
+            first = FeatureContribution.model_construct(
+                feature="wait_bound:overdue", contribution=round(st.bound.overdue[ev.job_id], 3)
+            )
+            prio = overdue_priority(ev.submit_time)
+        elif st.guard.fallback:
             tag, score = st.guard.reason()
             first = FeatureContribution.model_construct(feature=tag, contribution=score)
             prio = ev.submit_time
@@ -453,7 +547,7 @@ class HintEngine:
             if prio == hint.priority:
                 return hint
             first = FeatureContribution.model_construct(
-                feature="updated:expected_s", contribution=prio / max(ev.num_gpus, 1)
+                feature="updated:expected_s", contribution=prio / g
             )
         if prio == hint.priority and reasons and reasons[0] == first:
             return hint
@@ -463,6 +557,7 @@ class HintEngine:
                 "priority": prio,
                 "reasons": (first, *reasons[:4]),
                 "created_at": self.clock(),
+                **_rescaled(hint, model_priority / g),
             }
         )
 

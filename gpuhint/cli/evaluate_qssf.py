@@ -10,7 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_trace_args, load_trace, report_skipped
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    add_trace_args,
+    load_trace,
+    report_skipped,
+    settings_from,
+)
 
 HELP = "simulate FIFO/SJF/SRTF/QSSF on a job trace with gpuhint's online hints"
 
@@ -140,14 +147,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         "hint updates (the artifact's evaluation; for comparison)",
     )
     p.add_argument(
+        "--wait-bound",
+        type=float,
+        default=None,
+        metavar="F",
+        help="starvation bound (closed loop): a job waiting over F x (its estimated FIFO "
+        "wait + its expected duration) goes to the front; 0 turns it off (default: "
+        "GPUHINT_QSSF_WAIT_BOUND, else off; docs/qssf.md)",
+    )
+    p.add_argument(
         "--plot",
         metavar="PNG",
         default="qssf_jct_cdf.png",
         help="where to write the JCT CDF plot (default: ./qssf_jct_cdf.png)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    add_config_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(handler=run)
+
+
+def _wait_bound(args: argparse.Namespace) -> float:
+    """``--wait-bound``, else the setting (``GPUHINT_QSSF_WAIT_BOUND``, the config file)."""
+    flag: float | None = args.wait_bound
+    if flag is None:
+        return settings_from(args).qssf_wait_bound
+    if not (flag >= 0 and math.isfinite(flag)):
+        raise UserError(f"--wait-bound must be a finite number >= 0, got {flag}")
+    return flag
 
 
 def _progress(msg: str) -> None:
@@ -187,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
             backfill=args.backfill,
             loop="open" if args.open_loop else "closed",
             progress=_progress,
+            wait_bound=_wait_bound(args),
         )
     except InputError as exc:
         raise UserError(str(exc).replace("VC config", args.vc_config or "VC sizes")) from None

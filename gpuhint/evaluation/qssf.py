@@ -248,14 +248,22 @@ class ClosedLoopRanker:
         model_name: str,
         cluster: str = "eval",
         snapshot_at: float = math.inf,
+        wait_bound: float | None = None,
     ) -> None:
         from gpuhint.core import HintEngine
         from models.registry import DURATION_MODELS, make_model
+        from models.wait_bound import DEFAULT_WAIT_BOUND
 
         make_model(model_name)  # a clear error for an unknown name
         self.jobs = jobs
         self.store = _DiscardStore()
-        self.engine = HintEngine(DURATION_MODELS[model_name], self.store, clock=lambda: 0.0)
+        self.engine = HintEngine(
+            DURATION_MODELS[model_name],
+            self.store,
+            clock=lambda: 0.0,
+            wait_bound=DEFAULT_WAIT_BOUND if wait_bound is None else wait_bound,
+        )
+        self._held: list[tuple[int, float]] = []  # updates of submits and starts
         self.snapshot_at = snapshot_at
         self.snapshot: list[tuple[float, int]] | None = None  # (priority, job) waiting then
         self.snapshot_t = math.nan
@@ -329,6 +337,7 @@ class ClosedLoopRanker:
         hint = self.engine.on_job_event(self._event(i, "submitted", t))
         self.seconds += time.perf_counter() - t0
         assert hint is not None
+        self._hold()
         self.priority[i] = hint.priority
         self.predicted[i] = hint.predicted_duration_s
         self.p10[i], self.p90[i] = _band(hint)
@@ -340,6 +349,15 @@ class ClosedLoopRanker:
         t0 = time.perf_counter()
         self.engine.on_job_event(self._event(i, "started", t))
         self.seconds += time.perf_counter() - t0
+        self._hold()
+
+    def _hold(self) -> None:
+        """Keep the hint updates of a submit or a start (jobs the starvation bound moved)
+        for the next finish: the simulator applies updates there."""
+        for h in self.engine.updates:
+            k = self.index_of[h.job_id]
+            self.priority[k] = h.priority
+            self._held.append((k, h.priority))
 
     def finish(self, i: int, t: float) -> list[tuple[int, float]]:
         self._maybe_snapshot(t)
@@ -351,6 +369,10 @@ class ClosedLoopRanker:
         out = [(self.index_of[h.job_id], h.priority) for h in updates]
         for k, p in out:
             self.priority[k] = p
+        if self._held:
+            self.hint_updates += len(self._held)
+            out = self._held + out
+            self._held = []
         return out
 
     def summary(self) -> OnlinePredictions:
@@ -482,6 +504,8 @@ class QssfReport:
     seconds: dict[str, float] = field(default_factory=dict)
     loop: Loop = "closed"
     band: BandStats | None = None  # the qssf policy's hints at submit vs true durations
+    wait_bound: float | None = None  # the starvation bound's factor (closed loop; 0: off)
+    overdue: int = 0  # waiting jobs the bound moved to the front (qssf, closed loop)
 
     def avg(self, name: str) -> float:
         return self.policies[name].summary.avg_jct_s
@@ -519,6 +543,8 @@ class QssfReport:
             # the qssf policy's hints as written at submit (band_coverage, band_jobs,
             # share_off_2x, share_off_2x_expected): top level, beside mae_log
             **(self.band.as_dict() if self.band is not None else BandStats.empty()),
+            "wait_bound": self.wait_bound,
+            "overdue": self.overdue,
         }
 
 
@@ -577,12 +603,19 @@ def evaluate_qssf(
     backfill: bool = False,
     loop: Loop = "closed",
     progress: Progress | None = None,
+    wait_bound: float | None = None,
 ) -> QssfReport:
     """Run the online predictor over ``jobs`` and simulate every policy on each VC.
 
     ``loop="closed"``: the QSSF runs learn and re-rank inside the simulated schedule
     (module docstring); ``"open"``: hints from the trace's own timeline.
+    ``wait_bound``: the starvation bound's factor in the closed loop (None: the
+    default, :data:`models.wait_bound.DEFAULT_WAIT_BOUND`; 0: off).
     """
+    from models.wait_bound import DEFAULT_WAIT_BOUND
+
+    bound = DEFAULT_WAIT_BOUND if wait_bound is None else wait_bound
+    overdue = 0
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
     preds: OnlinePredictions | None = None
@@ -659,7 +692,7 @@ def evaluate_qssf(
             prios = None
             ranker: ClosedLoopRanker | None = None
             if spec.priority == "loop":
-                ranker = ClosedLoopRanker([jobs[k] for k in ks], model)
+                ranker = ClosedLoopRanker([jobs[k] for k in ks], model, wait_bound=bound)
             elif spec.priority is not None:
                 src = prio_sources[spec.priority]
                 prios = [src[k] for k in ks]
@@ -673,6 +706,7 @@ def evaluate_qssf(
             )
             if ranker is not None and not spec.backfill:
                 loop_preds[vc] = (ks, ranker.summary())
+                overdue += ranker.engine.stats.overdue
             for job, o in zip(sj, out, strict=True):
                 gpus.append(job.gpus)
                 jct.append(o.end - job.submit)
@@ -707,6 +741,8 @@ def evaluate_qssf(
         },
         loop=loop,
         band=band,
+        wait_bound=bound if loop == "closed" else None,
+        overdue=overdue,
     )
 
 

@@ -433,8 +433,7 @@ class HintEngine:
         s.hints_removed += 1
         if ev.phase is JobPhase.STARTED:
             s.started += 1
-            started_at = ev.start_time if ev.start_time is not None else ev.time
-            st.bound.started(ev.job_id, started_at - ev.submit_time)
+            st.bound.started(ev.job_id)
             job = st.pending.pop(ev.job_id, None)
             if job is not None:
                 point = st.submit_point.pop(ev.job_id, job.hint.predicted_duration_s)
@@ -464,6 +463,7 @@ class HintEngine:
             s.learned += 1
             running = st.running_gpus if was_running else st.running_gpus + ev.num_gpus
             flipped = st.guard.observe(ev.job_id, ev.duration_s, running)
+            st.bound.scale = st.guard.shadow.max_wait
             self._rerank(st, ev.time, keys, everyone=flipped)
         if was_running:
             st.running_gpus = max(0, st.running_gpus - ev.num_gpus)
@@ -505,9 +505,9 @@ class HintEngine:
             self.stats.hints_updated += 1
 
     def _enforce_bound(self, st: VcState, now: float) -> None:
-        """Move the waiting jobs whose wait limit passed by ``now`` to the front (at
-        most ``max_updates`` per event, the earliest limits first: bounded work)."""
-        for jid in st.bound.due(now, self.max_updates):
+        """Move the oldest waiting job whose wait passed the VC's limit by ``now`` to
+        the front, while no other is there (one update per event at most)."""
+        for jid in st.bound.due(now):
             job = st.pending.get(jid)
             if job is None:
                 continue

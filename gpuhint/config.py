@@ -29,7 +29,6 @@ from pydantic_settings import (
 from gpuhint.contract import Limits
 from gpuhint.keys import RedisKeys
 from gpuhint.topics import Topics
-from models.wait_bound import DEFAULT_WAIT_BOUND
 
 _CONFIG_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
     "gpuhint_config_file", default=None
@@ -84,11 +83,11 @@ class Settings(BaseSettings):
     changes_maxlen: int = Field(100_000, ge=100, description="approximate change-stream length")
     model: str = Field("history_mix", description="duration model for QSSF hints")
     qssf_wait_bound: float = Field(
-        DEFAULT_WAIT_BOUND,
+        16.0,  # models.wait_bound.DEFAULT_WAIT_BOUND (config sits above models)
         ge=0,
         le=1e6,
-        description="QSSF starvation bound: a job waiting over this x (its estimated FIFO "
-        "wait + its expected duration) goes to the front; 0 turns it off (docs/qssf.md)",
+        description="QSSF starvation bound: a job that has waited over this x the longest "
+        "wait FIFO gave in its VC so far goes to the front; 0 turns it off (docs/qssf.md)",
     )
     app_id: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$", description="Faust app id")
     state_dir: Path = Field(Path("var/worker"), description="worker state and checkpoints")

@@ -43,7 +43,7 @@ from __future__ import annotations
 import heapq
 import math
 
-DEFAULT_WAIT_BOUND = 1.0
+DEFAULT_WAIT_BOUND = 16.0
 """The default ``factor`` (``GPUHINT_QSSF_WAIT_BOUND``; docs/qssf.md "Starvation bound")."""
 
 

@@ -92,6 +92,8 @@ share_jct_over_2x_fifo, share_jct_over_10x_fifo (fractions; 0 for fifo). The qss
 policy's hints at submit, top level: band_coverage (share of band_jobs whose true
 duration is within [p10, p90]), share_off_2x (point forecast off by >= 2x either way),
 share_off_2x_expected (the same for the expected duration the priority ranks by).
+The starvation bound, top level: wait_bound (the factor used; null in open loop) and
+overdue (waiting jobs it moved to the front in the qssf run).
 """
 
 
@@ -151,9 +153,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         type=float,
         default=None,
         metavar="F",
-        help="starvation bound (closed loop): a job waiting over F x (its estimated FIFO "
-        "wait + its expected duration) goes to the front; 0 turns it off (default: "
-        "GPUHINT_QSSF_WAIT_BOUND, else off; docs/qssf.md)",
+        help="starvation bound (closed loop): a job that has waited over F x the longest "
+        "wait arrival order (FIFO) gave in its VC so far goes to the front, one at a time; "
+        "0 turns it off (default: GPUHINT_QSSF_WAIT_BOUND, else 16; docs/qssf.md)",
     )
     p.add_argument(
         "--plot",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pickle
 
-from gpuhint.contract import JobEvent, JobPhase, PriorityHint
+from gpuhint.contract import JobEvent, PriorityHint
 from gpuhint.core import HintEngine, VcState
 from gpuhint.store import InMemoryStore
 from models.base import DurationPrediction
-from models.simulator import SimJob, simulate_vc
 from models.fifo_guard import FifoGuard
+from models.simulator import SimJob, simulate_vc
 from models.wait_bound import WaitBound
 
 
@@ -175,3 +175,11 @@ def test_off_means_no_overdue_and_state_pickles() -> None:
     old = VcState.__new__(VcState)  # a state pickled before the bound existed
     old.__setstate__({"model": st.model})
     assert isinstance(old.bound, WaitBound) and old.submit_point == {}
+
+
+def test_the_settings_default_is_the_cores() -> None:
+    from gpuhint.config import Settings
+    from models.wait_bound import DEFAULT_WAIT_BOUND
+
+    assert Settings.model_fields["qssf_wait_bound"].default == DEFAULT_WAIT_BOUND
+    assert HintEngine(lambda: _Truth({}), InMemoryStore()).wait_bound == DEFAULT_WAIT_BOUND

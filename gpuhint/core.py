@@ -35,6 +35,16 @@ hints lose to FIFO there, the VC's hints follow arrival order (priority = submit
 and say so in their reasons (``fifo_guard:fallback``); when the guard changes state,
 every waiting hint of the VC is republished.
 
+Starvation bound: each VC's :class:`models.wait_bound.WaitBound` (``wait_bound``, the
+factor; 0: off) moves the oldest job that has waited longer than ``factor`` x the
+longest wait arrival order would have given in the VC so far (the guard's
+:class:`models.fifo_guard.FifoShadow`) to the front, one at a time (priority below
+0.001, reason ``wait_bound:overdue``).
+
+One estimate per hint: a moved hint's priority, ``expected_duration_s``, point forecast,
+band and first reason are rewritten together (:func:`models.hint_estimate.rescaled`);
+the prediction is scored on the submit-time point forecast.
+
 Idempotent redelivery: an event whose input ``offset`` is at or below its VC's
 ``applied_offset`` was already applied (a crash after the state was saved but before
 the offset was committed). It changes no state; its store writes are re-emitted from
@@ -68,16 +78,13 @@ import time
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import MISSING, dataclass, field, fields
 
-from gpuhint.contract import MAX_TIME, FeatureContribution, JobEvent, JobPhase, PriorityHint
+from gpuhint.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
 from gpuhint.store import HintStore
 from models.base import DurationModel
 from models.fifo_guard import FifoGuard
+from models.hint_estimate import OVERRIDE_TAGS, overdue_priority, rescaled
 from models.pending_index import PendingIndex
 from models.wait_bound import DEFAULT_WAIT_BOUND, WaitBound
-
-OVERRIDE_TAGS = ("fifo_guard:", "updated:", "wait_bound:")
-"""Prefixes of the reason the core puts first when it publishes a priority other than
-the submit-time one (:meth:`HintEngine._published`)."""
 
 
 def _related_keys(model: DurationModel, ev: JobEvent) -> tuple[str, ...]:
@@ -90,48 +97,6 @@ def _observe_start(model: DurationModel, ev: JobEvent) -> None:
     f = getattr(model, "observe_start", None)
     if f is not None:
         f(ev)
-
-
-def _rescaled(hint: PriorityHint, expected_s: float) -> dict[str, float]:
-    """The hint's duration fields for a new expected duration: the point forecast and
-    the 80% band scaled by the same ratio (the spread, ``log_duration_std``, is kept),
-    so that the published estimate is one distribution, not the submit-time band beside
-    a moved priority.
-
-    >>> h = PriorityHint(job_id="1", num_gpus=2, submit_time=0, predicted_duration_s=50,
-    ...     priority=200, duration_p10_s=10, duration_p90_s=300, model="m",
-    ...     model_version="1", created_at=0, expected_duration_s=100)
-    >>> _rescaled(h, 300.0)
-    {'expected_duration_s': 300.0, 'predicted_duration_s': 150.0, \
-'duration_p10_s': 30.0, 'duration_p90_s': 900.0}
-    """
-    old = hint.expected_duration_s
-    if old is None:  # a hint of before the field: its priority was GPUs x expected...
-        if hint.reasons and hint.reasons[0].feature.startswith(OVERRIDE_TAGS[0]):
-            return {"expected_duration_s": expected_s}  # ... unless the guard had fallen back
-        old = hint.priority / max(hint.num_gpus, 1)
-    out = {"expected_duration_s": expected_s}
-    if old == expected_s or not (old > 0 and math.isfinite(expected_s)):
-        return out
-    r = expected_s / old
-    out["predicted_duration_s"] = min(hint.predicted_duration_s * r, 1e15)
-    if hint.duration_p10_s is not None:
-        out["duration_p10_s"] = min(hint.duration_p10_s * r, 1e15)
-    if hint.duration_p90_s is not None:
-        out["duration_p90_s"] = min(hint.duration_p90_s * r, 1e15)
-    return out
-
-
-def overdue_priority(submit_time: float) -> float:
-    """An overdue job's priority: below a thousandth of a GPU-second, so below every
-    job the model ranks, and in arrival order among the overdue.
-    A scheduler that maps priorities to coarser levels (Slurm's site factor, Kueue's
-    classes) gives them all its top level, and its own order (age, FIFO) among them.
-
-    >>> 0 < overdue_priority(1.7e9) < overdue_priority(1.8e9) < 1e-3
-    True
-    """
-    return 1e-3 * min(max(submit_time, 0.0), MAX_TIME) / MAX_TIME
 
 
 def state_key(cluster: str, vc: str) -> str:
@@ -557,7 +522,7 @@ class HintEngine:
                 "priority": prio,
                 "reasons": (first, *reasons[:4]),
                 "created_at": self.clock(),
-                **_rescaled(hint, model_priority / g),
+                **rescaled(hint, model_priority / g),
             }
         )
 

@@ -78,13 +78,13 @@ def test_the_hint_json_only_adds_keys() -> None:
 
 
 def test_a_hint_of_before_the_field_is_rescaled_from_its_priority() -> None:
-    from gpuhint.core import _rescaled
+    from models.hint_estimate import rescaled
 
     old = PriorityHint(
         job_id="1", num_gpus=2, submit_time=0, predicted_duration_s=50, priority=200,
         duration_p10_s=10, duration_p90_s=300, model="m", model_version="1", created_at=0,
     )  # fmt: skip
-    assert _rescaled(old, 200.0) == {
+    assert rescaled(old, 200.0) == {
         "expected_duration_s": 200.0,
         "predicted_duration_s": 100.0,
         "duration_p10_s": 20.0,

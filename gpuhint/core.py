@@ -474,7 +474,8 @@ class HintEngine:
         the front, while no other is there (one update per event at most)."""
         for jid in st.bound.due(now):
             job = st.pending.get(jid)
-            if job is None:
+            if job is None:  # not waiting here (cannot happen): free the front
+                st.bound.forget(jid)
                 continue
             mp = st.model_priority.get(jid, job.hint.priority)
             hint = self._published(st, job.hint, job.event, mp)
@@ -491,7 +492,8 @@ class HintEngine:
     ) -> PriorityHint:
         """The hint as published, one estimate throughout: the model's priority (GPUs x
         expected duration), with the point forecast and band moved by the same ratio as
-        the expected duration; or priority 0 once the job is overdue (starvation bound);
+        the expected duration; or a priority below 0.001 once the job is overdue
+        (starvation bound, arrival order among the overdue);
         or arrival order (the submit time) while the VC's FIFO guard has fallen back. The
         first reason says which. Returns ``hint`` itself when its priority stays."""
         reasons = hint.reasons

@@ -51,6 +51,11 @@ policies:
   qssf-given    QSSF with the priorities of --priorities (e.g. a published predictor)
   X+backfill    with --backfill: the non-preemptive policies again, letting jobs that
                 fit start ahead of a blocked head (greedy, no reservation)
+  sjf-limit     (traces with requested time limits) smallest GPUs x requested limit
+                first: what a site can rank by without gpuhint
+  fifo+easy     (traces with requested time limits) FIFO with EASY backfill on the
+                requested limits, as Slurm's backfill: the head job gets a reservation,
+                later jobs start early only if they end by it or use spare GPUs
 
 the table:
   avg JCT       average job completion time (finish - submit), all GPU jobs

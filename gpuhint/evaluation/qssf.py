@@ -39,6 +39,7 @@ from models.simulator import (
     size_vcs,
     summarize,
 )
+from models.simulator.easy import simulate_easy
 from models.simulator.metrics import Tails, tail_stats
 
 Loop = Literal["closed", "open"]
@@ -399,8 +400,9 @@ class PolicySpec:
     name: str
     kind: PolicyKind
     describe: str
-    priority: str | None = None  # "oracle" | "online" | "given" | "loop"
+    priority: str | None = None  # "oracle" | "online" | "given" | "loop" | "limit"
     backfill: bool = False
+    easy: bool = False  # EASY backfill with the requested time limits (models.simulator.easy)
 
 
 @dataclass
@@ -548,7 +550,9 @@ class QssfReport:
         }
 
 
-def policy_specs(given: bool, backfill: bool, loop: Loop = "open") -> list[PolicySpec]:
+def policy_specs(
+    given: bool, backfill: bool, loop: Loop = "open", limits: bool = False
+) -> list[PolicySpec]:
     specs = [
         PolicySpec("fifo", "fifo", "first in, first out"),
         PolicySpec("sjf", "sjf", "shortest true duration first (oracle)"),
@@ -566,13 +570,28 @@ def policy_specs(given: bool, backfill: bool, loop: Loop = "open") -> list[Polic
     ]
     if given:
         specs.append(PolicySpec("qssf-given", "qssf", "QSSF with the given priorities", "given"))
+    if limits:  # what a site can run without gpuhint: the users' requested time limits
+        specs += [
+            PolicySpec(
+                "sjf-limit",
+                "qssf",
+                "shortest requested service first (GPUs x requested time limit)",
+                "limit",
+            ),
+            PolicySpec(
+                "fifo+easy",
+                "fifo",
+                "FIFO with EASY backfill on the requested time limits (Slurm's backfill)",
+                easy=True,
+            ),
+        ]
     if backfill:
         specs += [
             PolicySpec(
                 f"{s.name}+backfill", s.kind, f"{s.describe}, with backfill", s.priority, True
             )
             for s in list(specs)
-            if s.kind != "srtf"
+            if s.kind != "srtf" and not s.easy
         ]
     return specs
 
@@ -679,9 +698,11 @@ def evaluate_qssf(
         "oracle": [j.num_gpus * j.duration for j in jobs],
         "online": preds.priority if preds is not None else [],
         "given": given_prio,
+        "limit": [j.num_gpus * j.time_limit_s if j.time_limit_s else math.inf for j in jobs],
     }
+    has_limits = any(jobs[k].time_limit_s for k in gpu_idx)
     results: dict[str, PolicyResult] = {}
-    for spec in policy_specs(given_priorities is not None, backfill, loop):
+    for spec in policy_specs(given_priorities is not None, backfill, loop, has_limits):
         t0 = time.perf_counter()
         gpus: list[int] = []
         jct: list[float] = []
@@ -696,14 +717,18 @@ def evaluate_qssf(
             elif spec.priority is not None:
                 src = prio_sources[spec.priority]
                 prios = [src[k] for k in ks]
-            out = simulate_vc(
-                sj,
-                sizes[vc],
-                spec.kind,
-                priorities=prios,
-                ranker=ranker,
-                backfill=spec.backfill,
-            )
+            if spec.easy:
+                lims = [jobs[k].time_limit_s or None for k in ks]
+                out = simulate_easy(sj, sizes[vc], [j.submit for j in sj], lims)
+            else:
+                out = simulate_vc(
+                    sj,
+                    sizes[vc],
+                    spec.kind,
+                    priorities=prios,
+                    ranker=ranker,
+                    backfill=spec.backfill,
+                )
             if ranker is not None and not spec.backfill:
                 loop_preds[vc] = (ks, ranker.summary())
                 overdue += ranker.engine.stats.overdue

@@ -342,3 +342,31 @@ def test_wait_bound_default_comes_from_the_settings(
     monkeypatch.setenv("GPUHINT_QSSF_WAIT_BOUND", "0.25")
     doc = run_json(capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--no-plot")
     assert doc["wait_bound"] == 0.25
+
+
+# --- baselines with the users' requested time limits ----------------------------------------
+
+
+def test_time_limits_add_sjf_limit_and_easy_backfill() -> None:
+    rnd = __import__("random").Random(3)
+    jobs = []
+    t = 0.0
+    for k in range(300):
+        t += rnd.expovariate(1 / 60)
+        d = rnd.choice([30.0, 300.0, 3000.0])
+        jobs.append(
+            TraceJob(
+                f"j{k}", submit_time=t, duration=d, num_gpus=rnd.choice([1, 4, 8, 16]),
+                user=f"u{k % 7}", time_limit_s=d * rnd.choice([1.0, 2.0, 10.0]),
+            )
+        )  # fmt: skip
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 4})
+    pol = rep.policies
+    assert {"sjf-limit", "fifo+easy"} <= set(pol)
+    # EASY backfill with limits beats plain FIFO here; ranking by requested service too
+    assert pol["fifo+easy"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
+    assert pol["sjf-limit"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
+    assert pol["fifo+easy"].tails is not None and pol["sjf-limit"].tails is not None
+    no_limits = [TraceJob(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in jobs[:50]]
+    plain = evaluate_qssf(no_limits, model="history_mix", vc_nodes={"default": 4})
+    assert "sjf-limit" not in plain.policies and "fifo+easy" not in plain.policies

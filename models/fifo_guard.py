@@ -24,6 +24,7 @@ here is fitted to a trace.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections import OrderedDict, deque
@@ -57,10 +58,12 @@ class FifoGuard:
         self.fallback = False
         self.switches = 0
         self.skipped = 0  # checks where no job waited under FIFO (no QSSF replay needed)
+        self.shadow = FifoShadow()  # arrival order over every job so far, continuously
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("skipped", 0)  # a guard pickled before the counter
+        self.__dict__.setdefault("shadow", FifoShadow())
 
     def submit(self, job_id: str, priority: float, submit_time: float, gpus: int) -> None:
         """A job was submitted and the model gave it ``priority``."""
@@ -77,7 +80,9 @@ class FifoGuard:
     def observe(self, job_id: str, duration: float, running_gpus: int) -> bool:
         """A job finished after ``duration`` s, ``running_gpus`` GPUs running (itself
         included); return True when the guard changed state (the VC's waiting hints must
-        then be republished)."""
+        then be republished). Each job that joins :attr:`recent` also goes through
+        :attr:`shadow`, arrival order simulated without a break (the scale of the
+        starvation bound, :mod:`models.wait_bound`)."""
         self.max_running = max(self.max_running, running_gpus)
         e = self.open.get(job_id)
         if e is None:
@@ -93,6 +98,7 @@ class FifoGuard:
             if first[3] >= 0:
                 self.recent.append((first[0], first[3], int(first[1]), first[2]))
                 self.since += 1
+                self.shadow.add(first[0], first[3], int(first[1]), self.max_running)
         if self.since < self.every or len(self.recent) < self.min_jobs:
             return False
         self.since = 0
@@ -145,3 +151,53 @@ def _same_without_queue(jobs: list[SimJob], fifo: list[Outcome]) -> bool:
         if jobs[a].submit == jobs[b].submit and jobs[a].gpus > jobs[b].gpus:
             return False
     return True
+
+
+class FifoShadow:
+    """Arrival order, simulated continuously over the VC's jobs in submit order (pure,
+    picklable): what FIFO's waits would have been, backlog included.
+
+    Fed by :class:`FifoGuard` with each job once its duration and every earlier
+    submit's are known (the guard's own order; stragglers it drops are left out). A
+    pool of ``capacity`` GPUs (the most seen running at once), strict arrival order,
+    no placement (so it slightly *under*-states FIFO's waits). :attr:`max_wait` is the
+    scale of the starvation bound (:mod:`models.wait_bound`).
+
+    >>> f = FifoShadow()
+    >>> for t, d, g in ((0, 100, 8), (1, 10, 8), (2, 10, 4), (3, 10, 4)):
+    ...     f.add(float(t), float(d), g, capacity=8)
+    >>> f.max_wait, f.jobs
+    (108.0, 4)
+    """
+
+    __slots__ = ("capacity", "jobs", "last_start", "max_wait", "running", "used")
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self.used = 0
+        self.running: list[tuple[float, int]] = []  # (end, gpus), a heap
+        self.last_start = -math.inf
+        self.max_wait = 0.0
+        self.jobs = 0
+
+    def __getstate__(self) -> tuple[object, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        for k, v in zip(self.__slots__, state, strict=True):
+            setattr(self, k, v)
+
+    def add(self, submit: float, duration: float, gpus: int, capacity: int) -> None:
+        """The next job in submit order: start it when FIFO would."""
+        self.capacity = max(self.capacity, capacity, gpus)
+        t = max(submit, self.last_start)
+        run = self.running
+        while run and (run[0][0] <= t or self.used + gpus > self.capacity):
+            end, g = heapq.heappop(run)
+            self.used -= g
+            t = max(t, end)
+        self.used += gpus
+        heapq.heappush(run, (t + max(0.0, duration), gpus))
+        self.last_start = t
+        self.max_wait = max(self.max_wait, t - submit)
+        self.jobs += 1

@@ -131,7 +131,12 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     vc_partition: dict[str, int] = {}
     ces_partition: dict[str, int] = {}
     states = _vc_states(settings, ch, vc_partition)
-    engine = HintEngine(partial(make_model, settings.model), store, states=states)
+    engine = HintEngine(
+        partial(make_model, settings.model),
+        store,
+        states=states,
+        wait_bound=settings.qssf_wait_bound,
+    )
     ces = _ces_processor(settings, store, ch, ces_partition)
     handler = MessageHandler(
         engine,

@@ -10,7 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_trace_args, load_trace, report_skipped
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    add_trace_args,
+    load_trace,
+    report_skipped,
+    settings_from,
+)
 
 HELP = "simulate FIFO/SJF/SRTF/QSSF on a job trace with gpuhint's online hints"
 
@@ -44,6 +51,11 @@ policies:
   qssf-given    QSSF with the priorities of --priorities (e.g. a published predictor)
   X+backfill    with --backfill: the non-preemptive policies again, letting jobs that
                 fit start ahead of a blocked head (greedy, no reservation)
+  sjf-limit     (traces with requested time limits) smallest GPUs x requested limit
+                first: what a site can rank by without gpuhint
+  fifo+easy     (traces with requested time limits) FIFO with EASY backfill on the
+                requested limits, as Slurm's backfill: the head job gets a reservation,
+                later jobs start early only if they end by it or use spare GPUs
 
 the table:
   avg JCT       average job completion time (finish - submit), all GPU jobs
@@ -85,6 +97,8 @@ share_jct_over_2x_fifo, share_jct_over_10x_fifo (fractions; 0 for fifo). The qss
 policy's hints at submit, top level: band_coverage (share of band_jobs whose true
 duration is within [p10, p90]), share_off_2x (point forecast off by >= 2x either way),
 share_off_2x_expected (the same for the expected duration the priority ranks by).
+The starvation bound, top level: wait_bound (the factor used; null in open loop) and
+overdue (waiting jobs it moved to the front in the qssf run).
 """
 
 
@@ -140,14 +154,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         "hint updates (the artifact's evaluation; for comparison)",
     )
     p.add_argument(
+        "--wait-bound",
+        type=float,
+        default=None,
+        metavar="F",
+        help="starvation bound (closed loop): a job that has waited over F x the longest "
+        "wait arrival order (FIFO) gave in its VC so far goes to the front, one at a time; "
+        "0 turns it off (default: GPUHINT_QSSF_WAIT_BOUND, else 16; docs/qssf.md)",
+    )
+    p.add_argument(
         "--plot",
         metavar="PNG",
         default="qssf_jct_cdf.png",
         help="where to write the JCT CDF plot (default: ./qssf_jct_cdf.png)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    add_config_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(handler=run)
+
+
+def _wait_bound(args: argparse.Namespace) -> float:
+    """``--wait-bound``, else the setting (``GPUHINT_QSSF_WAIT_BOUND``, the config file)."""
+    flag: float | None = args.wait_bound
+    if flag is None:
+        return settings_from(args).qssf_wait_bound
+    if not (flag >= 0 and math.isfinite(flag)):
+        raise UserError(f"--wait-bound must be a finite number >= 0, got {flag}")
+    return flag
 
 
 def _progress(msg: str) -> None:
@@ -187,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
             backfill=args.backfill,
             loop="open" if args.open_loop else "closed",
             progress=_progress,
+            wait_bound=_wait_bound(args),
         )
     except InputError as exc:
         raise UserError(str(exc).replace("VC config", args.vc_config or "VC sizes")) from None

@@ -173,6 +173,7 @@ def _one_process(settings: Any, local: Any, store: Any) -> Any:
         save_interval_s=0.0,
         max_record_bytes=settings.state_max_record_bytes,
         max_live=settings.state_max_live_vcs,
+        wait_bound=settings.qssf_wait_bound,
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhint.wire import pickles
 from gpuhint.wire.contract import JobEvent, JobPhase, NodeStatus
 
 
@@ -143,7 +144,7 @@ class _Tracked:
             self.slot, self.peak_used = state["slot"], state["peak_used"]
         else:
             self.__dict__.update(state)
-            self.names = pickle.loads(state["names"])
+            self.names = pickles.loads(state["names"])
             self.index = {name: i for i, name in enumerate(self.names)}
         self._derive()
 

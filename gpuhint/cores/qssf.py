@@ -35,6 +35,16 @@ hints lose to FIFO there, the VC's hints follow arrival order (priority = submit
 and say so in their reasons (``fifo_guard:fallback``); when the guard changes state,
 every waiting hint of the VC is republished.
 
+Starvation bound: each VC's :class:`models.wait_bound.WaitBound` (``wait_bound``, the
+factor; 0: off) moves the oldest job that has waited longer than ``factor`` x the
+longest wait arrival order would have given in the VC so far (the guard's
+:class:`models.fifo_guard.FifoShadow`) to the front, one at a time (priority below
+0.001, reason ``wait_bound:overdue``).
+
+One estimate per hint: a moved hint's priority, ``expected_duration_s``, point forecast,
+band and first reason are rewritten together (:func:`models.hint_estimate.rescaled`);
+the prediction is scored on the submit-time point forecast.
+
 Idempotent redelivery: an event whose input ``offset`` is at or below its VC's
 ``applied_offset`` was already applied (a crash after the state was saved but before
 the offset was committed). It changes no state; its store writes are re-emitted from
@@ -73,7 +83,9 @@ from gpuhint.cores.start_forecast import StartBook, forecast_vc
 from gpuhint.wire.contract import FeatureContribution, JobEvent, JobPhase, PriorityHint
 from models.base import DurationModel
 from models.fifo_guard import FifoGuard
+from models.hint_estimate import OVERRIDE_TAGS, overdue_priority, rescaled
 from models.pending_index import PendingIndex
+from models.wait_bound import DEFAULT_WAIT_BOUND, WaitBound
 
 
 def _related_keys(model: DurationModel, ev: JobEvent) -> tuple[str, ...]:
@@ -198,6 +210,11 @@ class VcState:
     a resent event of one of these jobs changes nothing."""
     starts: StartBook = field(default_factory=StartBook)
     """Running jobs, capacity and recent arrivals: the expected-start forecast's input."""
+    bound: WaitBound = field(default_factory=WaitBound)
+    """The starvation bound: waiting jobs' wait limits, and which are overdue."""
+    submit_point: dict[str, float] = field(default_factory=dict)
+    """Each waiting job's point forecast at submit: what is scored when it finishes
+    (its hint's ``predicted_duration_s`` moves with hint updates)."""
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a pickle, filling the fields that a pickle of before lacks."""
@@ -233,7 +250,9 @@ class EngineStats:
     learned: int = 0
     scored: int = 0
     hints_updated: int = 0
-    """Waiting jobs whose priority moved after a job they bear on finished."""
+    """Waiting jobs whose priority moved (a job they bear on finished, or overdue)."""
+    overdue: int = 0
+    """Waiting jobs the starvation bound moved to the front (``wait_bound:overdue``)."""
     redelivered: int = 0
     """Events at or below their VC's offset watermark: re-emitted, not re-applied."""
     duplicates: int = 0
@@ -275,8 +294,11 @@ class HintEngine:
         refresh: int = 4,
         start_every_s: float = 300.0,
         start_limit: int = 32,
+        wait_bound: float = DEFAULT_WAIT_BOUND,
     ) -> None:
         self.model_factory = model_factory
+        self.wait_bound = wait_bound
+        """The starvation bound's factor (:class:`models.wait_bound.WaitBound`; 0: off)."""
         self.start_every_s = start_every_s
         """A VC's expected starts are re-forecast at most this often (event time; 0: off)."""
         self.start_limit = start_limit
@@ -297,8 +319,10 @@ class HintEngine:
         key = state_key(cluster, vc)
         st = self.states.get(key)
         if st is None:
-            st = VcState(model=self.model_factory())
+            st = VcState(model=self.model_factory(), bound=WaitBound(self.wait_bound))
             self.states[key] = st
+        elif st.bound.factor != self.wait_bound:  # a state saved under another setting
+            st.bound.factor = self.wait_bound
         return st
 
     @staticmethod
@@ -322,6 +346,7 @@ class HintEngine:
                 "model_version": model.version,
                 "reasons": tuple({"feature": f, "contribution": c} for f, c in pred.reasons[:5]),
                 "created_at": created_at,
+                "expected_duration_s": pred.expected_s,
             }
         )
 
@@ -343,6 +368,8 @@ class HintEngine:
             waiting = st.pending.get(ev.job_id)
             hint = self._apply(st, ev)
             self._track_starts(st, ev, waiting, hint)
+        if st.bound.heap:
+            self._enforce_bound(st, ev.time)
         if offset is not None:
             st.applied_offset = offset
         self.states[state_key(ev.cluster, ev.vc)] = st  # mark dirty
@@ -407,7 +434,9 @@ class HintEngine:
             s.submitted += 1
             hint = self.make_hint(st.model, ev, self.clock())
             st.model_priority[ev.job_id] = hint.priority
+            st.submit_point[ev.job_id] = hint.predicted_duration_s
             st.guard.submit(ev.job_id, hint.priority, ev.submit_time, ev.num_gpus)
+            st.bound.submit(ev.job_id, ev.submit_time)
             if st.guard.fallback:
                 hint = self._published(st, hint, ev, hint.priority)
             self.store.put_hint(hint)
@@ -419,9 +448,11 @@ class HintEngine:
         s.hints_removed += 1
         if ev.phase is JobPhase.STARTED:
             s.started += 1
+            st.bound.started(ev.job_id)
             job = st.pending.pop(ev.job_id, None)
             if job is not None:
-                st.running[ev.job_id] = job.hint.predicted_duration_s
+                point = st.submit_point.pop(ev.job_id, job.hint.predicted_duration_s)
+                st.running[ev.job_id] = point
                 st.index.remove(ev.job_id)
                 st.model_priority.pop(ev.job_id, None)
                 _observe_start(st.model, ev)
@@ -432,9 +463,10 @@ class HintEngine:
         was_running = ev.job_id in st.running
         predicted = st.running.pop(ev.job_id, None)
         if job is not None:
-            predicted = job.hint.predicted_duration_s
+            predicted = st.submit_point.pop(ev.job_id, job.hint.predicted_duration_s)
             st.index.remove(ev.job_id)
             st.model_priority.pop(ev.job_id, None)
+            st.bound.forget(ev.job_id)
         if ev.duration_s is not None:
             if predicted is not None:
                 s.scored += 1
@@ -446,6 +478,7 @@ class HintEngine:
             s.learned += 1
             running = st.running_gpus if was_running else st.running_gpus + ev.num_gpus
             flipped = st.guard.observe(ev.job_id, ev.duration_s, running)
+            st.bound.scale = st.guard.shadow.max_wait
             self._rerank(st, ev.time, keys, everyone=flipped)
         if was_running:
             st.running_gpus = max(0, st.running_gpus - ev.num_gpus)
@@ -479,22 +512,50 @@ class HintEngine:
             st.model_priority[jid] = mp
             st.guard.reprioritize(jid, mp)
             hint = self._published(st, job.hint, ev, mp)
-            if hint.priority == job.hint.priority:
+            if hint is job.hint or hint.priority == job.hint.priority:
                 continue
             job.hint = hint
             self.store.update_hint(hint)
             self.updates.append(hint)
             self.stats.hints_updated += 1
 
+    def _enforce_bound(self, st: VcState, now: float) -> None:
+        """Move the oldest waiting job whose wait passed the VC's limit by ``now`` to
+        the front, while no other is there (one update per event at most)."""
+        for jid in st.bound.due(now):
+            job = st.pending.get(jid)
+            if job is None:  # not waiting here (cannot happen): free the front
+                st.bound.forget(jid)
+                continue
+            mp = st.model_priority.get(jid, job.hint.priority)
+            hint = self._published(st, job.hint, job.event, mp)
+            if hint is job.hint:
+                continue
+            job.hint = hint
+            self.store.update_hint(hint)
+            self.updates.append(hint)
+            self.stats.hints_updated += 1
+            self.stats.overdue += 1
+
     def _published(
         self, st: VcState, hint: PriorityHint, ev: JobEvent, model_priority: float
     ) -> PriorityHint:
-        """The hint as published: the model's priority, or arrival order (the submit
-        time) while the VC's FIFO guard has fallen back; the reasons say which."""
+        """The hint as published, one estimate throughout: the model's priority (GPUs x
+        expected duration), with the point forecast and band moved by the same ratio as
+        the expected duration; or a priority below 0.001 once the job is overdue
+        (starvation bound, arrival order among the overdue);
+        or arrival order (the submit time) while the VC's FIFO guard has fallen back. The
+        first reason says which. Returns ``hint`` itself when its priority stays."""
         reasons = hint.reasons
-        if reasons and reasons[0].feature.startswith(("fifo_guard:", "updated:")):
+        if reasons and reasons[0].feature.startswith(OVERRIDE_TAGS):
             reasons = reasons[1:]
-        if st.guard.fallback:
+        g = max(ev.num_gpus, 1)
+        if st.bound.is_overdue(ev.job_id):
+            first = FeatureContribution.model_construct(
+                feature="wait_bound:overdue", contribution=round(st.bound.overdue[ev.job_id], 3)
+            )
+            prio = overdue_priority(ev.submit_time)
+        elif st.guard.fallback:
             tag, score = st.guard.reason()
             first = FeatureContribution.model_construct(feature=tag, contribution=score)
             prio = ev.submit_time
@@ -503,7 +564,7 @@ class HintEngine:
             if prio == hint.priority:
                 return hint
             first = FeatureContribution.model_construct(
-                feature="updated:expected_s", contribution=prio / max(ev.num_gpus, 1)
+                feature="updated:expected_s", contribution=prio / g
             )
         if prio == hint.priority and reasons and reasons[0] == first:
             return hint
@@ -513,6 +574,7 @@ class HintEngine:
                 "priority": prio,
                 "reasons": (first, *reasons[:4]),
                 "created_at": self.clock(),
+                **rescaled(hint, model_priority / g),
             }
         )
 

@@ -43,6 +43,7 @@ from gpuhint.wire.contract import JobEvent, encode_message
 from gpuhint.wire.topics import Topics, job_key
 from models.base import DurationModel
 from models.registry import DEFAULT_MODEL, make_model
+from models.wait_bound import DEFAULT_WAIT_BOUND
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +106,16 @@ class OneProcess:
         max_live: int = DEFAULT_MAX_LIVE,
         clock: Callable[[], float] | None = None,
         probe: Callable[[str], None] | None = None,
+        wait_bound: float = DEFAULT_WAIT_BOUND,
     ) -> None:
         self.log = log_
         self.store = store
         self.batch_max = batch_max
         factory = partial(make_model, model) if isinstance(model, str) else model
         self.states = TableStates(log_.states, max_record_bytes=max_record_bytes, max_live=max_live)
-        self.engine = HintEngine(factory, store, states=self.states, clock=clock or time.time)
+        self.engine = HintEngine(
+            factory, store, states=self.states, clock=clock or time.time, wait_bound=wait_bound
+        )
         self.handler = MessageHandler(self.engine, topics or Topics())
         self.edge = LocalEdge(log_)
         self.sink = Sink(store, lambda: self.engine.rebuild(list(self.states)))

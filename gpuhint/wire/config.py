@@ -82,6 +82,13 @@ class Settings(BaseSettings):
     advisory_ttl_s: int = Field(3600, ge=60)
     changes_maxlen: int = Field(100_000, ge=100, description="approximate change-stream length")
     model: str = Field("history_mix", description="duration model for QSSF hints")
+    qssf_wait_bound: float = Field(
+        16.0,  # models.wait_bound.DEFAULT_WAIT_BOUND (config sits above models)
+        ge=0,
+        le=1e6,
+        description="QSSF starvation bound: a job that has waited over this x the longest "
+        "wait FIFO gave in its VC so far goes to the front; 0 turns it off (docs/qssf.md)",
+    )
     app_id: str = Field("gpuhint", pattern=r"^[A-Za-z0-9._-]+$", description="Faust app id")
     state_dir: Path = Field(Path("var/worker"), description="worker state and checkpoints")
     checkpoint_interval_s: float = Field(60.0, gt=0)

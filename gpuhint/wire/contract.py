@@ -267,6 +267,11 @@ class PriorityHint(_Wire):
     ``priority`` is the expected service in GPU-seconds (GPUs x the expected duration,
     which ranks jobs best for mean completion time); ``predicted_duration_s`` is the point
     forecast and ``duration_p10_s``/``duration_p90_s`` bound it (an 80% band).
+    ``expected_duration_s`` (optional, added later) is the expected duration the hint
+    describes: ``priority == num_gpus x expected_duration_s`` (GPUs at least 1) unless
+    the first reason says the rank was overridden (``wait_bound:overdue``: priority 0,
+    ``fifo_guard:fallback``: priority = submit time). All of these describe one estimate,
+    also after a hint update (docs/qssf.md "Hints that agree with themselves").
     """
 
     kind: Literal["priority_hint"] = "priority_hint"
@@ -285,6 +290,7 @@ class PriorityHint(_Wire):
     model_version: Text
     reasons: Annotated[tuple[FeatureContribution, ...], Field(max_length=64)] = ()
     created_at: Time
+    expected_duration_s: NonNegFloat | None = None
 
 
 class PowerAction(StrEnum):

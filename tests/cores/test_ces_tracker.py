@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gpuhint.cores.ces import ClusterLoadTracker, SlotObservation
+from gpuhint.wire import pickles
 from gpuhint.wire.contract import JobEvent, NodeStatus
 
 _REF = Path(__file__).resolve().parents[2] / "bench" / "bench_ces_reference.py"
@@ -142,6 +143,6 @@ def test_a_version_1_checkpoint_migrates() -> None:
     blob = blob.replace(b"cces_reference_v1\n_RefTracked\n", b"cgpuhint.ces_core\n_Tracked\n")
     blob = blob.replace(b"cces_reference_v1\n_RefNode\n", b"cgpuhint.ces_core\n_Node\n")
     assert b"ces_reference_v1" not in blob
-    new.clusters = pickle.loads(blob)
+    new.clusters = pickles.loads(blob)
     for ev in stream[400:]:
         assert _apply(new, ev) == _apply(ref, ev)

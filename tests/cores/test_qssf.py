@@ -172,7 +172,7 @@ def test_a_waiting_jobs_hint_moves_after_its_sibling_finishes() -> None:
     from models.registry import DURATION_MODELS
 
     store = InMemoryStore()
-    engine = HintEngine(DURATION_MODELS["history_mix"], store, clock=lambda: 0.0)
+    engine = HintEngine(DURATION_MODELS["history_mix"], store, clock=lambda: 0.0, wait_bound=0)
     subs = _sweep_events(3)
     for ev in subs:
         engine.on_job_event(ev)
@@ -198,7 +198,9 @@ def test_a_waiting_jobs_hint_moves_after_its_sibling_finishes() -> None:
 def test_hint_updates_are_bounded_per_event() -> None:
     from models.registry import DURATION_MODELS
 
-    engine = HintEngine(DURATION_MODELS["history_mix"], InMemoryStore(), max_updates=16)
+    engine = HintEngine(
+        DURATION_MODELS["history_mix"], InMemoryStore(), max_updates=16, wait_bound=0
+    )
     subs = _sweep_events(300)
     for ev in subs:
         engine.on_job_event(ev)

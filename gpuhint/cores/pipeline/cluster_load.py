@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuhint.cores.ces import CesEngine, ClusterLoadTracker, SlotObservation
+from gpuhint.wire import pickles
 from gpuhint.wire.contract import JobEvent, NodeStatus
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,12 @@ class ClusterLoadProcessor:
         if not raw:
             return
         try:
-            version, tracked, engine_state = pickle.loads(raw)
+            version, tracked, engine_state = pickles.loads(raw)
             if version not in _READABLE:
                 log.warning("ignoring CES checkpoint of %s: version %s", cluster, version)
                 return
             if version >= 2 and engine_state is not None:
-                engine_state = pickle.loads(engine_state)
+                engine_state = pickles.loads(engine_state)
         except Exception as exc:  # a corrupt checkpoint must not stop the worker
             log.warning("ignoring unreadable CES checkpoint of %s: %s", cluster, exc)
             return

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gpuhint.cores.qssf import VcState
+from gpuhint.wire import pickles
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def decode_state(blob: bytes) -> VcState:
     flag, body = blob[len(MAGIC)], blob[len(MAGIC) + 1 :]
     try:
         raw = zlib.decompress(body) if flag == 1 else body
-        state = pickle.loads(raw)
+        state = pickles.loads(raw)
     except Exception as exc:
         raise StateCodecError(f"corrupt VC state: {type(exc).__name__}: {exc}") from None
     if not isinstance(state, VcState):

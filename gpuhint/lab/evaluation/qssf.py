@@ -40,6 +40,7 @@ from models.simulator import (
     size_vcs,
     summarize,
 )
+from models.simulator.easy import simulate_easy
 from models.simulator.metrics import Tails, tail_stats
 
 Loop = Literal["closed", "open"]
@@ -260,14 +261,22 @@ class ClosedLoopRanker:
         model_name: str,
         cluster: str = "eval",
         snapshot_at: float = math.inf,
+        wait_bound: float | None = None,
     ) -> None:
         from gpuhint.cores.qssf import HintEngine
         from models.registry import DURATION_MODELS, make_model
+        from models.wait_bound import DEFAULT_WAIT_BOUND
 
         make_model(model_name)  # a clear error for an unknown name
         self.jobs = jobs
         self.store = _StartCatcher()
-        self.engine = HintEngine(DURATION_MODELS[model_name], self.store, clock=lambda: 0.0)
+        self.engine = HintEngine(
+            DURATION_MODELS[model_name],
+            self.store,
+            clock=lambda: 0.0,
+            wait_bound=DEFAULT_WAIT_BOUND if wait_bound is None else wait_bound,
+        )
+        self._held: list[tuple[int, float]] = []  # updates of submits and starts
         self.starts = StartRecorder(
             {j.job_id: k for k, j in enumerate(jobs)},
             [j.num_gpus for j in jobs],
@@ -359,6 +368,7 @@ class ClosedLoopRanker:
         self.seconds += time.perf_counter() - t0
         self._record_starts()
         assert hint is not None
+        self._hold()
         self.priority[i] = hint.priority
         self.predicted[i] = hint.predicted_duration_s
         self.p10[i], self.p90[i] = _band(hint)
@@ -371,6 +381,15 @@ class ClosedLoopRanker:
         self.engine.on_job_event(self._event(i, "started", t))
         self.seconds += time.perf_counter() - t0
         self._record_starts()
+        self._hold()
+
+    def _hold(self) -> None:
+        """Keep the hint updates of a submit or a start (jobs the starvation bound moved)
+        for the next finish: the simulator applies updates there."""
+        for h in self.engine.updates:
+            k = self.index_of[h.job_id]
+            self.priority[k] = h.priority
+            self._held.append((k, h.priority))
 
     def finish(self, i: int, t: float) -> list[tuple[int, float]]:
         self._maybe_snapshot(t)
@@ -383,6 +402,10 @@ class ClosedLoopRanker:
         out = [(self.index_of[h.job_id], h.priority) for h in updates]
         for k, p in out:
             self.priority[k] = p
+        if self._held:
+            self.hint_updates += len(self._held)
+            out = self._held + out
+            self._held = []
         return out
 
     def summary(self) -> OnlinePredictions:
@@ -409,8 +432,9 @@ class PolicySpec:
     name: str
     kind: PolicyKind
     describe: str
-    priority: str | None = None  # "oracle" | "online" | "given" | "loop"
+    priority: str | None = None  # "oracle" | "online" | "given" | "loop" | "limit"
     backfill: bool = False
+    easy: bool = False  # EASY backfill with the requested time limits (models.simulator.easy)
 
 
 @dataclass
@@ -515,6 +539,8 @@ class QssfReport:
     loop: Loop = "closed"
     band: BandStats | None = None  # the qssf policy's hints at submit vs true durations
     expected_start: dict[str, Any] | None = None  # the closed loop's forecasts vs its starts
+    wait_bound: float | None = None  # the starvation bound's factor (closed loop; 0: off)
+    overdue: int = 0  # waiting jobs the bound moved to the front (qssf, closed loop)
 
     def avg(self, name: str) -> float:
         return self.policies[name].summary.avg_jct_s
@@ -553,10 +579,14 @@ class QssfReport:
             # share_off_2x, share_off_2x_expected): top level, beside mae_log
             **(self.band.as_dict() if self.band is not None else BandStats.empty()),
             "expected_start": self.expected_start,
+            "wait_bound": self.wait_bound,
+            "overdue": self.overdue,
         }
 
 
-def policy_specs(given: bool, backfill: bool, loop: Loop = "open") -> list[PolicySpec]:
+def policy_specs(
+    given: bool, backfill: bool, loop: Loop = "open", limits: bool = False
+) -> list[PolicySpec]:
     specs = [
         PolicySpec("fifo", "fifo", "first in, first out"),
         PolicySpec("sjf", "sjf", "shortest true duration first (oracle)"),
@@ -574,13 +604,28 @@ def policy_specs(given: bool, backfill: bool, loop: Loop = "open") -> list[Polic
     ]
     if given:
         specs.append(PolicySpec("qssf-given", "qssf", "QSSF with the given priorities", "given"))
+    if limits:  # what a site can run without gpuhint: the users' requested time limits
+        specs += [
+            PolicySpec(
+                "sjf-limit",
+                "qssf",
+                "shortest requested service first (GPUs x requested time limit)",
+                "limit",
+            ),
+            PolicySpec(
+                "fifo+easy",
+                "fifo",
+                "FIFO with EASY backfill on the requested time limits (Slurm's backfill)",
+                easy=True,
+            ),
+        ]
     if backfill:
         specs += [
             PolicySpec(
                 f"{s.name}+backfill", s.kind, f"{s.describe}, with backfill", s.priority, True
             )
             for s in list(specs)
-            if s.kind != "srtf"
+            if s.kind != "srtf" and not s.easy
         ]
     return specs
 
@@ -611,12 +656,19 @@ def evaluate_qssf(
     backfill: bool = False,
     loop: Loop = "closed",
     progress: Progress | None = None,
+    wait_bound: float | None = None,
 ) -> QssfReport:
     """Run the online predictor over ``jobs`` and simulate every policy on each VC.
 
     ``loop="closed"``: the QSSF runs learn and re-rank inside the simulated schedule
     (module docstring); ``"open"``: hints from the trace's own timeline.
+    ``wait_bound``: the starvation bound's factor in the closed loop (None: the
+    default, :data:`models.wait_bound.DEFAULT_WAIT_BOUND`; 0: off).
     """
+    from models.wait_bound import DEFAULT_WAIT_BOUND
+
+    bound = DEFAULT_WAIT_BOUND if wait_bound is None else wait_bound
+    overdue = 0
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
     preds: OnlinePredictions | None = None
@@ -680,10 +732,12 @@ def evaluate_qssf(
         "oracle": [j.num_gpus * j.duration for j in jobs],
         "online": preds.priority if preds is not None else [],
         "given": given_prio,
+        "limit": [j.num_gpus * j.time_limit_s if j.time_limit_s else math.inf for j in jobs],
     }
+    has_limits = any(jobs[k].time_limit_s for k in gpu_idx)
     results: dict[str, PolicyResult] = {}
     start_runs: list[tuple[list[float], list[float], StartRecorder]] = []
-    for spec in policy_specs(given_priorities is not None, backfill, loop):
+    for spec in policy_specs(given_priorities is not None, backfill, loop, has_limits):
         t0 = time.perf_counter()
         gpus: list[int] = []
         jct: list[float] = []
@@ -694,21 +748,26 @@ def evaluate_qssf(
             prios = None
             ranker: ClosedLoopRanker | None = None
             if spec.priority == "loop":
-                ranker = ClosedLoopRanker([jobs[k] for k in ks], model)
+                ranker = ClosedLoopRanker([jobs[k] for k in ks], model, wait_bound=bound)
             elif spec.priority is not None:
                 src = prio_sources[spec.priority]
                 prios = [src[k] for k in ks]
-            out = simulate_vc(
-                sj,
-                sizes[vc],
-                spec.kind,
-                priorities=prios,
-                ranker=ranker,
-                backfill=spec.backfill,
-            )
+            if spec.easy:
+                lims = [jobs[k].time_limit_s or None for k in ks]
+                out = simulate_easy(sj, sizes[vc], [j.submit for j in sj], lims)
+            else:
+                out = simulate_vc(
+                    sj,
+                    sizes[vc],
+                    spec.kind,
+                    priorities=prios,
+                    ranker=ranker,
+                    backfill=spec.backfill,
+                )
             if ranker is not None and not spec.backfill:
                 loop_preds[vc] = (ks, ranker.summary())
                 start_runs.append(([j.submit for j in sj], [o.start for o in out], ranker.starts))
+                overdue += ranker.engine.stats.overdue
             for job, o in zip(sj, out, strict=True):
                 gpus.append(job.gpus)
                 jct.append(o.end - job.submit)
@@ -744,6 +803,8 @@ def evaluate_qssf(
         loop=loop,
         band=band,
         expected_start=start_accuracy(start_runs) if start_runs else None,
+        wait_bound=bound if loop == "closed" else None,
+        overdue=overdue,
     )
 
 

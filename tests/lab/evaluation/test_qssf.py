@@ -193,7 +193,10 @@ def test_closed_loop_learns_from_the_simulated_schedule() -> None:
         TraceJob("s2", submit_time=30, duration=5, num_gpus=8, user="u"),
         TraceJob("s3", submit_time=31, duration=5, num_gpus=8, user="u"),
     ]
-    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 1}, loop="closed")
+    # (without the starvation bound: "z" waits longer than FIFO would make it wait)
+    rep = evaluate_qssf(
+        jobs, model="history_mix", vc_nodes={"default": 1}, loop="closed", wait_bound=0
+    )
     assert rep.loop == "closed" and rep.predictions.hint_updates > 0
     oracle = rep.policies["qssf-oracle"].summary.avg_jct_s
     assert rep.policies["qssf"].summary.avg_jct_s == pytest.approx(oracle)
@@ -315,3 +318,55 @@ def test_band_uses_the_hint_at_submit_not_later_updates() -> None:
     assert p.submit_priority != p.priority  # updates moved some priorities
     assert all(lo <= hi for lo, hi in zip(p.p10, p.p90, strict=True))
     assert rep.band is not None and rep.band.band_jobs == 5
+
+
+# --- the starvation bound ----------------------------------------------------------------
+
+
+def test_wait_bound_flag_keys_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    common = ("--trace", str(TRACE), "--vc-config", str(VCS), "--no-plot")
+    off = run_json(capsys, *common, "--wait-bound", "0")
+    assert off["wait_bound"] == 0 and off["overdue"] == 0
+    on = run_json(capsys, *common, "--wait-bound", "0.01")
+    assert on["wait_bound"] == 0.01 and on["overdue"] > 0  # a limit far below FIFO's waits
+    assert on.keys() >= OLD_TOP_KEYS | BAND_KEYS
+    opened = run_json(capsys, *common, "--open-loop")
+    assert opened["wait_bound"] is None  # the open loop has no hint updates
+    assert main(["evaluate", "qssf", *common, "--wait-bound", "-1"]) == 2
+    assert "--wait-bound" in capsys.readouterr().err
+
+
+def test_wait_bound_default_comes_from_the_settings(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUHINT_QSSF_WAIT_BOUND", "0.25")
+    doc = run_json(capsys, "--trace", str(TRACE), "--vc-config", str(VCS), "--no-plot")
+    assert doc["wait_bound"] == 0.25
+
+
+# --- baselines with the users' requested time limits ----------------------------------------
+
+
+def test_time_limits_add_sjf_limit_and_easy_backfill() -> None:
+    rnd = __import__("random").Random(3)
+    jobs = []
+    t = 0.0
+    for k in range(300):
+        t += rnd.expovariate(1 / 60)
+        d = rnd.choice([30.0, 300.0, 3000.0])
+        jobs.append(
+            TraceJob(
+                f"j{k}", submit_time=t, duration=d, num_gpus=rnd.choice([1, 4, 8, 16]),
+                user=f"u{k % 7}", time_limit_s=d * rnd.choice([1.0, 2.0, 10.0]),
+            )
+        )  # fmt: skip
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 4})
+    pol = rep.policies
+    assert {"sjf-limit", "fifo+easy"} <= set(pol)
+    # EASY backfill with limits beats plain FIFO here; ranking by requested service too
+    assert pol["fifo+easy"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
+    assert pol["sjf-limit"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
+    assert pol["fifo+easy"].tails is not None and pol["sjf-limit"].tails is not None
+    no_limits = [TraceJob(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in jobs[:50]]
+    plain = evaluate_qssf(no_limits, model="history_mix", vc_nodes={"default": 4})
+    assert "sjf-limit" not in plain.policies and "fifo+easy" not in plain.policies

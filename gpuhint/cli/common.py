@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import logging
+import os
 import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuhint.config import ConfigError, Settings, load_settings
+from gpuhint.config import (
+    ConfigError,
+    Settings,
+    config_path,
+    load_settings,
+    section_values,
+    unknown_env,
+)
 from gpuhint.traces import OnError, TraceError, TraceRead, read_trace
 
 
@@ -38,6 +48,52 @@ def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
         return load_settings(getattr(args, "config", None), **overrides)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
+
+
+def section_settings(
+    args: argparse.Namespace, section: str, fields: set[str], **flags: Any
+) -> dict[str, Any]:
+    """A command's own settings (``[slurm]``, ``[kueue]``) as keyword arguments for its
+    loader: the TOML file's values where neither a flag nor ``GPUHINT_<SECTION>_<NAME>``
+    sets one (flags > environment > file > defaults), then the flags given."""
+    try:
+        from_file = section_values(config_path(getattr(args, "config", None)), section)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    env = {name.upper() for name in os.environ}
+    out: dict[str, Any] = {}
+    for name, value in from_file.items():
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=1)
+            guess = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(
+                f"config file: [{section}] {name} is not a setting{guess}; "
+                f"known: {', '.join(sorted(fields))}"
+            )
+        if f"GPUHINT_{section}_{name}".upper() not in env:
+            out[name] = value
+    out.update({k: v for k, v in flags.items() if v is not None})
+    return out
+
+
+def command_env_names() -> set[str]:
+    """Every ``GPUHINT_<SECTION>_*`` name a command's own settings read."""
+    from gpuhint.kueue.settings import KueueSettings
+    from gpuhint.slurm.settings import SlurmSettings
+
+    return {f"GPUHINT_SLURM_{f}".upper() for f in SlurmSettings.model_fields} | {
+        f"GPUHINT_KUEUE_{f}".upper() for f in KueueSettings.model_fields
+    }
+
+
+def warn_unknown_env(log: logging.Logger) -> int:
+    """Log one warning per ``GPUHINT_*`` variable nothing reads (a typo is otherwise
+    silent); returns how many."""
+    found = unknown_env(command_env_names())
+    for name, close in found:
+        guess = f"; did you mean {close}?" if close else ""
+        log.warning("%s is not a gpuhint setting and is ignored%s", name, guess)
+    return len(found)
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:

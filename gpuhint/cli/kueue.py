@@ -11,7 +11,13 @@ import threading
 from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, settings_from
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    add_fallback_args,
+    section_settings,
+    settings_from,
+)
 
 DESCRIPTION = """\
 Kueue admits the waiting Workload of highest priority first. apply-priorities gives
@@ -104,21 +110,28 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     common = settings_from(
         args, cluster=args.cluster, redis_url=args.redis_url, metrics_port=args.metrics_port
     )
+    from gpuhint.kueue.settings import KueueSettings
+
     try:
         ks = load_kueue_settings(
-            kubeconfig=args.kubeconfig,
-            context=args.context,
-            classes=args.classes,
-            base=args.base,
-            min_service_s=args.min_service,
-            max_service_s=args.max_service,
-            interval_s=args.interval,
-            rate=args.rate,
-            burst=args.burst,
-            workers=args.workers,
-            neutral=args.neutral,
-            stale_after_s=args.stale_after,
-            fade_s=args.fade,
+            **section_settings(
+                args,
+                "kueue",
+                set(KueueSettings.model_fields),
+                kubeconfig=args.kubeconfig,
+                context=args.context,
+                classes=args.classes,
+                base=args.base,
+                min_service_s=args.min_service,
+                max_service_s=args.max_service,
+                interval_s=args.interval,
+                rate=args.rate,
+                burst=args.burst,
+                workers=args.workers,
+                neutral=args.neutral,
+                stale_after_s=args.stale_after,
+                fade_s=args.fade,
+            )
         )
     except KueueSettingsError as exc:
         raise UserError(str(exc)) from None

@@ -13,7 +13,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, settings_from
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    add_fallback_args,
+    section_settings,
+    settings_from,
+)
 
 log = logging.getLogger("gpuhint.slurm")
 
@@ -169,8 +175,13 @@ def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
         redis_url=args.redis_url,
         metrics_port=getattr(args, "metrics_port", None),
     )
+    from gpuhint.slurm.settings import SlurmSettings
+
+    fields = set(SlurmSettings.model_fields)
     try:
-        ss = load_slurm_settings(conf=args.slurm_conf, **slurm)
+        ss = load_slurm_settings(
+            **section_settings(args, "slurm", fields, conf=args.slurm_conf, **slurm)
+        )
     except SlurmSettingsError as exc:
         raise UserError(str(exc)) from None
     if ss.conf is not None:

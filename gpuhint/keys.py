@@ -13,6 +13,7 @@ key                                    type      value
 ``stats``                              hash      counters (``dead_letter``, ...)
 ``changes``                            stream    one entry per change (field ``type``)
 ``epoch``                              string    set by the worker; missing = Redis came back empty
+``applier:{cluster}:{name}``           string    an applier's last pass (JSON); TTL 7 days
 =====================================  ========  =============================================
 
 >>> RedisKeys().queue("venus", "vc1")
@@ -48,6 +49,11 @@ class RedisKeys:
 
     def load(self, cluster: str) -> str:
         return f"{self.root}:load:{cluster}"
+
+    def applier(self, cluster: str, name: str) -> str:
+        """An applier's last pass (``slurm-priorities``, ``slurm-power``, ``kueue``):
+        written by the applier after every pass, read by ``gpuhint status``."""
+        return f"{self.root}:applier:{cluster}:{name}"
 
     @property
     def stats(self) -> str:

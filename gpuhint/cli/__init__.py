@@ -23,6 +23,7 @@ SUBCOMMANDS = (
     "replay",
     "worker",
     "hints",
+    "status",
     "evaluate",
     "agent",
     "analyze",

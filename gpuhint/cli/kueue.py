@@ -194,7 +194,9 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.once:
             backend.sync()
-            _report(applier.run_pass(), args, metrics)
+            report = applier.run_pass()
+            _record(hints, common, args, ks, ok=True, result=report.to_json())
+            _report(report, args, metrics)
             return 0
         old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -208,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
             failing: str | None = None
             while not stop.is_set():
                 try:
-                    _report(applier.run_pass(), args, metrics)
+                    report = applier.run_pass()
+                    _record(hints, common, args, ks, ok=True, result=report.to_json())
+                    _report(report, args, metrics)
                     if failing:
                         log.info("passes succeed again")
                     failing = None
@@ -218,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
                     else:
                         metrics.redis_down()
                     kind = type(exc).__name__
+                    _record(hints, common, args, ks, ok=False, error=f"{kind}: {exc}")
                     if failing != kind:  # once per outage, not every pass
                         log.warning(
                             "pass failed, retrying every %.3g s (labels left as they are): %s",
@@ -249,6 +254,17 @@ def _metrics(settings: Any) -> Any:
             f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
             f"{exc.strerror or exc}"
         ) from None
+
+
+def _record(hints: Any, common: Any, args: argparse.Namespace, ks: Any, **kw: Any) -> None:
+    """The pass's record for ``gpuhint status`` (gpuhint/applier_status.py); not in dry
+    runs, nor with a hint reader that is not the Redis client."""
+    from gpuhint.applier_status import record_pass
+
+    r = getattr(hints, "r", None)
+    if args.dry_run or r is None:
+        return
+    record_pass(r, common.keys, common.cluster, "kueue", interval_s=ks.interval_s, **kw)
 
 
 def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:

@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 
 
 @contextlib.contextmanager
-def _quiet_kafka_python() -> Iterator[None]:
+def quiet_kafka_python() -> Iterator[None]:
     """kafka-python logs every failed connection; our own lines say it, once."""
     loggers = [logging.getLogger(n) for n in ("kafka", "kafka.conn", "kafka.client")]
     levels = [lg.level for lg in loggers]
@@ -94,7 +94,7 @@ def with_kafka_retry(
     while True:
         left = retry_s - (clock() - start)
         try:
-            with _quiet_kafka_python():
+            with quiet_kafka_python():
                 attempt(max(1.0, min(10.0, left)))
         except KafkaSecurityMismatch:
             raise

@@ -189,14 +189,14 @@ def _print_text(
             )
     if load is not None:
         print(
-            f"load ({_age(ages['load_age_s'])}): {load.used_nodes:,} of {load.total_nodes:,} "
-            f"nodes in use, {load.active_nodes:,} powered on"
+            f"load: {load.used_nodes:,} of {load.total_nodes:,} nodes in use, "
+            f"{load.active_nodes:,} powered on (as of {_age(ages['load_age_s'])})"
         )
     if advice is not None:
         names = f" ({', '.join(advice.nodes)})" if advice.nodes else ""
         print(
-            f"power advice ({_age(ages['advice_age_s'])}): {advice.action.value} "
-            f"{advice.count:,}{names}: {advice.reason}"
+            f"power advice: {advice.action.value} {advice.count:,}{names}: {advice.reason} "
+            f"(as of {_age(ages['advice_age_s'])})"
         )
     if dead:
         print(f"dead-lettered messages so far: {dead:,}")

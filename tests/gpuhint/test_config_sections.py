@@ -106,6 +106,8 @@ def test_every_name_the_deploy_files_use_is_known() -> None:
     names = set()
     for path in [root / "docker-compose.yml", *root.glob("deploy/**/*")]:
         if path.is_file():
-            names |= set(re.findall(r"GPUHINT_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_]*\*)", path.read_text()))
+            names |= set(
+                re.findall(r"GPUHINT_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_]*\*)", path.read_text())
+            )
     assert names, "no GPUHINT_* names found"
     assert unknown_env(command_env_names(), dict.fromkeys(names, "")) == []

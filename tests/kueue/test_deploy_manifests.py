@@ -18,6 +18,7 @@ import pytest
 import redis
 import yaml
 
+from gpuhint.applier_status import read_passes
 from gpuhint.contract import PriorityHint
 from gpuhint.keys import RedisKeys
 from gpuhint.kueue.kube import KubeApi, KubeError, api_client
@@ -243,6 +244,8 @@ def test_the_applier_works_with_exactly_its_rbac(
     assert report["relabelled"] >= 1 and report["errors"] == 0, report
     labels = env.get_job("small")["metadata"]["labels"]
     assert labels[PRIORITY_CLASS_LABEL] == "gpuhint-09"
+    record = read_passes(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix), "k8s")
+    assert record["kueue"]["ok"] is True and record["kueue"]["result"]["relabelled"] >= 1
     # and nothing beyond its role: it cannot, say, delete a Job
     sa = KubeApi(api_client(str(sa_config)))
     with pytest.raises(KubeError) as denied:

@@ -66,6 +66,32 @@ def record_pass(
     return True
 
 
+def record_result(
+    r: Any,
+    keys: RedisKeys,
+    cluster: str,
+    applier: str,
+    interval_s: float,
+    result: Any = None,
+    exc: BaseException | None = None,
+    dry_run: bool = False,
+) -> bool:
+    """:func:`record_pass` for a pass's result (its ``as_dict()``) or the exception it
+    failed with; a dry run records nothing (returns False)."""
+    if dry_run:
+        return False
+    return record_pass(
+        r,
+        keys,
+        cluster,
+        applier,
+        ok=exc is None,
+        interval_s=interval_s,
+        result=dict(result.as_dict()) if result is not None else None,
+        error=" ".join(f"{type(exc).__name__}: {exc}".split())[:300] if exc else None,
+    )
+
+
 def read_passes(r: Any, keys: RedisKeys, cluster: str) -> dict[str, dict[str, Any]]:
     """The last pass of each applier of ``cluster`` that wrote one (unreadable: skipped)."""
     out: dict[str, dict[str, Any]] = {}

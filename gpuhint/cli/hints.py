@@ -82,28 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.follow:
         return _follow(client, cluster, args)
     try:
-        vcs = [args.vc] if args.vc else client.vcs(cluster)
-        queues: dict[str, list[dict[str, Any]]] = {}
-        lengths: dict[str, int] = {}
-        for vc in vcs:
-            q = client.queue(cluster, vc)
-            lengths[vc] = len(q)
-            rows = []
-            for rank, entry in enumerate(q[: args.top], 1):
-                row: dict[str, Any] = {
-                    "rank": rank,
-                    "job_id": entry.job_id,
-                    "priority": entry.priority,
-                }
-                try:
-                    h = client.hint(cluster, entry.job_id)
-                except UnreadableValue as exc:  # written by another schema version
-                    row["error"] = f"unreadable hint: {exc}"
-                    h = None
-                if h is not None:
-                    row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
-                rows.append(row)
-            queues[vc] = rows
+        queues, lengths = _queues(client, cluster, args)
         advice = client.cluster_advice(cluster)
         load = client.load(cluster)
         dead = client.stats().get("dead_letter", 0)
@@ -145,6 +124,33 @@ def run(args: argparse.Namespace) -> int:
         print("no gpuhint data in Redis under this key prefix yet: see `gpuhint status`")
         return 1
     return 0
+
+
+def _queues(
+    client: Any, cluster: str, args: argparse.Namespace
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+    """Each VC's first ``--top`` rows (with their hints) and each queue's length."""
+    from gpuhint.client import UnreadableValue
+
+    vcs = [args.vc] if args.vc else client.vcs(cluster)
+    queues: dict[str, list[dict[str, Any]]] = {}
+    lengths: dict[str, int] = {}
+    for vc in vcs:
+        q = client.queue(cluster, vc)
+        lengths[vc] = len(q)
+        rows = []
+        for rank, entry in enumerate(q[: args.top], 1):
+            row: dict[str, Any] = {"rank": rank, "job_id": entry.job_id, "priority": entry.priority}
+            try:
+                h = client.hint(cluster, entry.job_id)
+            except UnreadableValue as exc:  # written by another schema version
+                row["error"] = f"unreadable hint: {exc}"
+                h = None
+            if h is not None:
+                row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
+            rows.append(row)
+        queues[vc] = rows
+    return queues, lengths
 
 
 def _age(seconds: float | None) -> str:

@@ -192,6 +192,16 @@ def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
     return settings, ss
 
 
+def _recorder(client: Any, settings: Any, name: str, interval_s: float, dry_run: bool) -> Any:
+    """``record(result=None, exc=None)``: the pass's record for ``gpuhint status``."""
+    from functools import partial
+
+    from gpuhint.applier_status import record_result
+
+    r, keys, cluster = client.r, settings.keys, settings.cluster
+    return partial(record_result, r, keys, cluster, name, interval_s, dry_run=dry_run)
+
+
 def _client(settings: Any) -> Any:
     from gpuhint.client import HintClient
 
@@ -301,6 +311,7 @@ def run_priorities(args: argparse.Namespace) -> int:
         hint_errors=(redis.RedisError,),
     )
     metrics = _metrics(settings)
+    record = _recorder(client, settings, "slurm-priorities", ss.interval_s, args.dry_run)
     stop, restore = _stopper()
     failures = 0
     try:
@@ -321,7 +332,7 @@ def run_priorities(args: argparse.Namespace) -> int:
                         metrics.redis_down()
                     else:
                         metrics.error("scheduler")
-                    _record(client, settings, "slurm-priorities", args, ss.interval_s, exc=exc)
+                    record(exc=exc)
                     failures += 1
                     if args.once:
                         raise UserError(f"pass failed: {_one_line(exc)}") from None
@@ -339,7 +350,7 @@ def run_priorities(args: argparse.Namespace) -> int:
                 if result.hints_from == "cache":
                     metrics.error("redis")
                 metrics.observe_slurm_priorities(result, args.dry_run)
-                _record(client, settings, "slurm-priorities", args, ss.interval_s, result)
+                record(result)
                 _report_priorities(result, args)
                 pending_change = False
                 next_pass = time.monotonic() + ss.interval_s
@@ -407,32 +418,6 @@ def _print_pass(result: Any, args: argparse.Namespace) -> None:
         log.warning("Slurm refused: %s", err)
 
 
-def _record(
-    client: Any,
-    settings: Any,
-    name: str,
-    args: argparse.Namespace,
-    interval_s: float,
-    result: Any = None,
-    exc: BaseException | None = None,
-) -> None:
-    """The pass's record for ``gpuhint status`` (gpuhint/applier_status.py); not in dry runs."""
-    from gpuhint.applier_status import record_pass
-
-    if args.dry_run:
-        return
-    record_pass(
-        client.r,
-        settings.keys,
-        settings.cluster,
-        name,
-        ok=exc is None,
-        interval_s=interval_s,
-        result=dict(result.as_dict()) if result is not None else None,
-        error=_one_line(exc) if exc is not None else None,
-    )
-
-
 def _report_priorities(result: Any, args: argparse.Namespace) -> None:
     _print_pass(result, args)
     log.info(
@@ -477,6 +462,7 @@ def run_power(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
     )
     metrics = _metrics(settings)
+    record = _recorder(client, settings, "slurm-power", ss.power_interval_s, args.dry_run)
     stop, restore = _stopper()
     failures = 0
     try:
@@ -486,7 +472,7 @@ def run_power(args: argparse.Namespace) -> int:
                 result = applier.run_pass(time.time())
             except (redis.RedisError, SlurmCommandError) as exc:
                 metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
-                _record(client, settings, "slurm-power", args, ss.power_interval_s, exc=exc)
+                record(exc=exc)
                 failures += 1
                 if args.once:
                     raise UserError(f"pass failed: {_one_line(exc)}") from None
@@ -495,7 +481,7 @@ def run_power(args: argparse.Namespace) -> int:
                 continue
             failures = 0
             metrics.observe_slurm_power(result, time.monotonic() - t0, args.dry_run)
-            _record(client, settings, "slurm-power", args, ss.power_interval_s, result)
+            record(result)
             _print_pass(result, args)
             log.info(
                 "power pass: %d on (%d busy), target %d, down %s, up %s, %d refused (total %d)",

@@ -67,7 +67,7 @@ def test_precedence_flag_then_env_then_file(
 def test_a_misspelt_section_key_is_an_error_with_a_guess(tmp_path: Path) -> None:
     f = tmp_path / "g.toml"
     f.write_text("[slurm]\nmin_idel = 3\n")
-    with pytest.raises(UserError, match="min_idel is not a setting.*did you mean min_idle"):
+    with pytest.raises(UserError, match=r"min_idel is not a setting.*did you mean min_idle"):
         section_settings(_args(f), "slurm", SLURM)
 
 

@@ -345,6 +345,7 @@ def _admin(
             bootstrap_servers=bootstrap,
             client_id="gpuhint-admin",
             request_timeout_ms=int(timeout_s * 1000),
+            bootstrap_timeout_ms=int(timeout_s * 1000),  # kafka-python 3 waits 30 s otherwise
             **(security or {}),
         )
     except KafkaError as exc:

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gpuhint.cli.common import UserError
+from gpuhint.cli.common import UserError, warn_unknown_env
 from gpuhint.wire.version import VERSION as __version__
 
 SUBCOMMANDS = (
@@ -24,6 +24,7 @@ SUBCOMMANDS = (
     "worker",
     "serve",
     "hints",
+    "status",
     "evaluate",
     "agent",
     "analyze",
@@ -43,13 +44,14 @@ EPILOG = """\
 start here:
   gpuhint demo                          replay a real Helios excerpt in-process (no Kafka/Redis)
   gpuhint serve --cluster C             one process for one Slurm cluster (no Kafka)
+  gpuhint status                        is it working? Kafka, Redis, worker lag, hint age, appliers
   gpuhint hints --cluster C             the queues and power advice a scheduler reads in Redis
   gpuhint evaluate qssf --trace FILE    simulate FIFO/SJF/QSSF on a trace
   gpuhint evaluate ces --series FILE    replay a cluster load series through CES
-  gpuhint analyze TRACE                 your cluster from its trace, as the Helios paper
+  gpuhint analyze --trace FILE          your cluster from its trace, as the Helios paper
 
 configuration: GPUHINT_* environment variables or a TOML file (--config / GPUHINT_CONFIG);
-see docs/configuration.md.
+see docs/configuration.md and deploy/gpuhint.example.toml.
 """
 
 
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpuhint {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"gpuhint.cli.{name}")
         module.register(sub)
@@ -72,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `gpuhint`: what it can do, not a usage error
+        parser.print_help()
+        return 0
     env_level = os.environ.get("GPUHINT_LOG_LEVEL", "INFO").upper()
     if env_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         print(
@@ -88,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger(noisy).setLevel(logging.WARNING)
         # Faust's changelog back-pressure warns on every table burst; it is not a fault.
         logging.getLogger("faust.transport.producer").setLevel(logging.ERROR)
+    warn_unknown_env(logging.getLogger("gpuhint.wire.config"))
     try:
         rc = args.handler(args)
     except UserError as exc:

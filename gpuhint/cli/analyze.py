@@ -1,4 +1,4 @@
-"""``gpuhint analyze TRACE``: characterize a cluster from its job trace, as the Helios paper."""
+"""``gpuhint analyze --trace FILE``: a cluster from its job trace, as the Helios paper."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_trace_args
+from gpuhint.cli.common import UserError, add_trace_args, add_trace_file_arg, needs_trace
 
 HELP = "characterize a cluster from its job trace: HTML report, figures, JSON"
 
@@ -42,12 +42,12 @@ stderr.
 
 EPILOG = """\
 examples:
-  gpuhint analyze cluster_log.csv                        # a Helios trace
-  gpuhint analyze philly_sampled_jobs.json -o philly/    # Philly
-  gpuhint analyze jobs.csv --series nodes.csv.gz         # plain CSV + CES on a load series
-  gpuhint analyze cluster_log.csv --vc-config vc_config.csv --qssf-jobs 50000
-  gpuhint analyze history.sacct                          # Slurm: sacct -a -X --parsable2
-  gpuhint analyze big.csv.gz --no-qssf --json | jq .helios_summary
+  gpuhint analyze --trace cluster_log.csv                        # a Helios trace
+  gpuhint analyze --trace philly_sampled_jobs.json -o philly/    # Philly
+  gpuhint analyze --trace jobs.csv --series nodes.csv.gz         # plain CSV + CES on a load series
+  gpuhint analyze --trace cluster_log.csv --vc-config vc_config.csv --qssf-jobs 50000
+  gpuhint analyze --trace history.sacct                          # Slurm: sacct -a -X --parsable2
+  gpuhint analyze --trace big.csv.gz --no-qssf --json | jq .helios_summary
 
 bad input: the first bad row stops the run with file:line and the reason (exit 2);
 --on-error skip skips bad rows and reports them.
@@ -65,9 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "trace", metavar="TRACE", help="job trace file (Helios, Philly, plain CSV, sacct)"
-    )
+    add_trace_file_arg(p, "job trace file (Helios, Philly, plain CSV, sacct)")
     add_trace_args(p)
     p.add_argument(
         "-o", "--out", metavar="DIR", help="output folder (default: ./analyze-<trace name>)"
@@ -112,7 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     )
     p.add_argument("--json", action="store_true", help="print analysis.json instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=needs_trace(run))
 
 
 def _say(msg: str) -> None:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import logging
+import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpuhint.lab.traces.readers import OnError, TraceError, TraceRead, read_trace
-from gpuhint.wire.config import ConfigError, Settings, load_settings
+from gpuhint.wire.config import (
+    ConfigError,
+    Settings,
+    config_path,
+    load_settings,
+    section_values,
+    unknown_env,
+)
 
 
 class UserError(Exception):
@@ -38,6 +49,116 @@ def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
         return load_settings(getattr(args, "config", None), **overrides)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
+
+
+def section_settings(
+    args: argparse.Namespace, section: str, fields: set[str], **flags: Any
+) -> dict[str, Any]:
+    """A command's own settings (``[slurm]``, ``[kueue]``) as keyword arguments for its
+    loader: the TOML file's values where neither a flag nor ``GPUHINT_<SECTION>_<NAME>``
+    sets one (flags > environment > file > defaults), then the flags given."""
+    try:
+        from_file = section_values(config_path(getattr(args, "config", None)), section)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    env = {name.upper() for name in os.environ}
+    out: dict[str, Any] = {}
+    for name, value in from_file.items():
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=1)
+            guess = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(
+                f"config file: [{section}] {name} is not a setting{guess}; "
+                f"known: {', '.join(sorted(fields))}"
+            )
+        if f"GPUHINT_{section}_{name}".upper() not in env:
+            out[name] = value
+    out.update({k: v for k, v in flags.items() if v is not None})
+    return out
+
+
+def command_env_names() -> set[str]:
+    """Every ``GPUHINT_<SECTION>_*`` name a command's own settings read."""
+    from gpuhint.kueue.settings import KueueSettings
+    from gpuhint.slurm.settings import SlurmSettings
+
+    return {f"GPUHINT_SLURM_{f}".upper() for f in SlurmSettings.model_fields} | {
+        f"GPUHINT_KUEUE_{f}".upper() for f in KueueSettings.model_fields
+    }
+
+
+def warn_unknown_env(log: logging.Logger) -> int:
+    """Log one warning per ``GPUHINT_*`` variable nothing reads (a typo is otherwise
+    silent); returns how many."""
+    found = unknown_env(command_env_names())
+    for name, close in found:
+        guess = f"; did you mean {close}?" if close else ""
+        log.warning("%s is not a gpuhint setting and is ignored%s", name, guess)
+    return len(found)
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def add_trace_file_arg(p: argparse.ArgumentParser, help: str) -> None:
+    """``--trace FILE``, the spelling of every command; a bare ``TRACE`` is kept as an
+    alias where a command once took it positionally (wrap the handler with
+    :func:`needs_trace`)."""
+    p.add_argument("--trace", metavar="FILE", help=help)
+    p.add_argument(
+        "trace_positional", nargs="?", metavar="TRACE", help="the same as --trace (older form)"
+    )
+
+
+def needs_trace(handler: Handler) -> Handler:
+    """``handler`` run with ``args.trace`` set from ``--trace`` or the positional alias."""
+
+    def run(args: argparse.Namespace) -> int:
+        flag, positional = args.trace, args.trace_positional
+        if flag and positional and flag != positional:
+            raise UserError(f"two traces given ({positional} and --trace {flag}); give one")
+        if not (flag or positional):
+            raise UserError("which trace? give --trace FILE")
+        args.trace = flag or positional
+        return handler(args)
+
+    return run
+
+
+def human_duration(seconds: float) -> str:
+    """Seconds for a person: ``45 s``, ``12 min``, ``3.2 h``, ``4.1 d``, ``1,234 d``.
+
+    >>> [human_duration(x) for x in (0.4, 45, 720, 11_520, 354_240, 106_617_600)]
+    ['0.4 s', '45 s', '12 min', '3.2 h', '4.1 d', '1,234 d']
+    """
+    s = abs(seconds)
+    if s < 10:
+        return f"{seconds:.1f} s"
+    if s < 120:
+        return f"{seconds:.0f} s"
+    if s < 7200:
+        return f"{seconds / 60:.0f} min"
+    if s < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    if s < 100 * 86400:
+        return f"{seconds / 86400:.1f} d"
+    return f"{seconds / 86400:,.0f} d"
+
+
+def human_gpu_time(gpu_seconds: float) -> str:
+    """GPU-seconds in the unit that reads best: ``90 GPU-s``, ``81.1 GPU-h``.
+
+    >>> [human_gpu_time(x) for x in (90, 5_400, 292_066, 3.6e9)]
+    ['90 GPU-s', '90 GPU-min', '81.1 GPU-h', '1,000,000 GPU-h']
+    """
+    g = abs(gpu_seconds)
+    if g < 120:
+        return f"{gpu_seconds:.0f} GPU-s"
+    if g < 7200:
+        return f"{gpu_seconds / 60:.0f} GPU-min"
+    if g < 360_000:
+        return f"{gpu_seconds / 3600:,.1f} GPU-h"
+    return f"{gpu_seconds / 3600:,.0f} GPU-h"
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:

@@ -171,7 +171,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
     add_config_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.set_defaults(handler=run)
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=_quiet_if_asked(run))
+
+
+_QUIET = False
+
+
+def _quiet_if_asked(handler: Any) -> Any:
+    """``run`` with the progress lines off under ``--no-progress``."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        global _QUIET
+        _QUIET = bool(args.no_progress)
+        return int(handler(args))
+
+    return wrapped
 
 
 def _wait_bound(args: argparse.Namespace) -> float:
@@ -185,7 +200,8 @@ def _wait_bound(args: argparse.Namespace) -> float:
 
 
 def _progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    if not _QUIET:
+        print(msg, file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,15 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, settings_from
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    human_duration,
+    human_gpu_time,
+    settings_from,
+)
 
 DESCRIPTION = """\
 Reads the hints and advisories the worker keeps in Redis (docs/redis-keys.md) and shows
 them the way a scheduler uses them: each VC's queue, smallest expected service first,
-with the predicted duration, its 80% band and why the job ranks there; and the cluster's
-current load and power advice.
+with the expected service (GPUs x duration, in GPU-hours), the predicted duration and
+its 80% band and why the job ranks there; the cluster's current load and power advice;
+and how old each is. A cluster with no data while others have some is an error that
+lists the known clusters (a typo in --cluster).
 
 examples:
   gpuhint hints --cluster prod                 # every VC of cluster prod
@@ -54,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 def run(args: argparse.Namespace) -> int:
     import redis
 
-    from gpuhint.redis.client import HintClient, UnreadableValue
+    from gpuhint.redis.client import HintClient, UnreadableValue, change_time
 
     if args.top < 0:
         raise UserError("--top must be >= 0")
@@ -73,31 +82,12 @@ def run(args: argparse.Namespace) -> int:
     if args.follow:
         return _follow(client, cluster, args)
     try:
-        vcs = [args.vc] if args.vc else client.vcs(cluster)
-        queues: dict[str, list[dict[str, Any]]] = {}
-        lengths: dict[str, int] = {}
-        for vc in vcs:
-            q = client.queue(cluster, vc)
-            lengths[vc] = len(q)
-            rows = []
-            for rank, entry in enumerate(q[: args.top], 1):
-                row: dict[str, Any] = {
-                    "rank": rank,
-                    "job_id": entry.job_id,
-                    "priority": entry.priority,
-                }
-                try:
-                    h = client.hint(cluster, entry.job_id)
-                except UnreadableValue as exc:  # written by another schema version
-                    row["error"] = f"unreadable hint: {exc}"
-                    h = None
-                if h is not None:
-                    row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
-                rows.append(row)
-            queues[vc] = rows
+        queues, lengths = _queues(client, cluster, args)
         advice = client.cluster_advice(cluster)
         load = client.load(cluster)
         dead = client.stats().get("dead_letter", 0)
+        newest = client.newest_change(("hint", "hint_updated"), cluster)
+        known = [] if queues or load or advice else client.clusters()
     except redis.RedisError as exc:
         raise UserError(f"cannot read Redis ({type(exc).__name__}: {exc})") from None
     except UnreadableValue as exc:
@@ -105,6 +95,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         client.close()
 
+    if known and cluster not in known and not args.vc:
+        raise UserError(
+            f"no hints, load or advice for cluster {cluster!r} in Redis; "
+            f"known clusters: {', '.join(known)} (--cluster / GPUHINT_CLUSTER)"
+        )
+    now = time.time()
+    ages = {
+        "newest_hint_age_s": None if newest is None else round(now - change_time(newest.id), 1),
+        "load_age_s": None if load is None else round(now - load.time, 1),
+        "advice_age_s": None if advice is None else round(now - advice.time, 1),
+    }
     if args.json:
         out = {
             "cluster": cluster,
@@ -113,41 +114,98 @@ def run(args: argparse.Namespace) -> int:
             "advice": advice.model_dump(mode="json") if advice else None,
             "load": load.model_dump(mode="json") if load else None,
             "dead_letter": dead,
+            **ages,
         }
         json.dump(out, sys.stdout, indent=2)
         print()
         return 0
+    _print_text(cluster, queues, lengths, load, advice, dead, ages)
+    if not queues and not load and not advice and not known:
+        print("no gpuhint data in Redis under this key prefix yet: see `gpuhint status`")
+        return 1
+    return 0
+
+
+def _queues(
+    client: Any, cluster: str, args: argparse.Namespace
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+    """Each VC's first ``--top`` rows (with their hints) and each queue's length."""
+    from gpuhint.redis.client import UnreadableValue
+
+    vcs = [args.vc] if args.vc else client.vcs(cluster)
+    queues: dict[str, list[dict[str, Any]]] = {}
+    lengths: dict[str, int] = {}
+    for vc in vcs:
+        q = client.queue(cluster, vc)
+        lengths[vc] = len(q)
+        rows = []
+        for rank, entry in enumerate(q[: args.top], 1):
+            row: dict[str, Any] = {"rank": rank, "job_id": entry.job_id, "priority": entry.priority}
+            try:
+                h = client.hint(cluster, entry.job_id)
+            except UnreadableValue as exc:  # written by another schema version
+                row["error"] = f"unreadable hint: {exc}"
+                h = None
+            if h is not None:
+                row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
+            rows.append(row)
+        queues[vc] = rows
+    return queues, lengths
+
+
+def _age(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{human_duration(seconds)} ago"
+
+
+def _print_text(
+    cluster: str,
+    queues: dict[str, list[dict[str, Any]]],
+    lengths: dict[str, int],
+    load: Any,
+    advice: Any,
+    dead: int,
+    ages: dict[str, float | None],
+) -> None:
+    print(f"cluster {cluster}: newest hint {_age(ages['newest_hint_age_s'])}")
     if not queues:
         print(f"cluster {cluster}: no queued jobs with hints")
     for vc, rows in queues.items():
-        print(f"{cluster}/{vc}: {lengths[vc]} pending, smallest expected service first")
+        print(f"{cluster}/{vc}: {lengths[vc]:,} pending, smallest expected service first")
+        if rows:
+            print(
+                f"  {'rank':>4} {'job':<36} {'GPUs':>5}  {'expected service':>16}  "
+                f"{'duration (80% band)':<26} why"
+            )
         for r in rows:
             dur, lo, hi = (
                 r.get(k) for k in ("predicted_duration_s", "duration_p10_s", "duration_p90_s")
             )
             when = (
-                f"~{dur / 60:,.0f} min (80%: {lo / 60:,.0f}-{hi / 60:,.0f})  "
+                f"~{human_duration(dur)} ({human_duration(lo)}-{human_duration(hi)})"
                 if dur is not None and lo is not None and hi is not None
                 else ""
             )
             why = ", ".join(x["feature"] for x in r.get("reasons", [])[:2])
+            gpus = r.get("num_gpus", "?")
             print(
-                f"  {r['rank']:>3}. {r['job_id']:<36} {r.get('num_gpus', '?'):>4} GPUs  "
-                f"{r['priority']:>14,.0f} GPU-s  {when}"
+                f"  {r['rank']:>3}. {r['job_id']:<36} {gpus:>5}  "
+                f"{human_gpu_time(r['priority']):>16}  {when:<26} "
                 + (f"[{why}]" if why else "")
                 + r.get("error", "")
             )
     if load is not None:
         print(
-            f"load: {load.used_nodes} of {load.total_nodes} nodes in use, "
-            f"{load.active_nodes} powered on"
+            f"load: {load.used_nodes:,} of {load.total_nodes:,} nodes in use, "
+            f"{load.active_nodes:,} powered on (as of {_age(ages['load_age_s'])})"
         )
     if advice is not None:
         names = f" ({', '.join(advice.nodes)})" if advice.nodes else ""
-        print(f"power advice: {advice.action.value} {advice.count}{names}: {advice.reason}")
+        print(
+            f"power advice: {advice.action.value} {advice.count:,}{names}: {advice.reason} "
+            f"(as of {_age(ages['advice_age_s'])})"
+        )
     if dead:
-        print(f"dead-lettered messages so far: {dead}")
-    return 0
+        print(f"dead-lettered messages so far: {dead:,}")
 
 
 def _follow(client: Any, cluster: str, args: argparse.Namespace) -> int:

@@ -11,7 +11,13 @@ import threading
 from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, settings_from
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    add_fallback_args,
+    section_settings,
+    settings_from,
+)
 
 DESCRIPTION = """\
 Kueue admits the waiting Workload of highest priority first. apply-priorities gives
@@ -99,26 +105,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 
 
 def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
-    from gpuhint.kueue.settings import KueueSettingsError, load_kueue_settings
+    from gpuhint.kueue.settings import KueueSettings, KueueSettingsError, load_kueue_settings
 
     common = settings_from(
         args, cluster=args.cluster, redis_url=args.redis_url, metrics_port=args.metrics_port
     )
     try:
         ks = load_kueue_settings(
-            kubeconfig=args.kubeconfig,
-            context=args.context,
-            classes=args.classes,
-            base=args.base,
-            min_service_s=args.min_service,
-            max_service_s=args.max_service,
-            interval_s=args.interval,
-            rate=args.rate,
-            burst=args.burst,
-            workers=args.workers,
-            neutral=args.neutral,
-            stale_after_s=args.stale_after,
-            fade_s=args.fade,
+            **section_settings(
+                args,
+                "kueue",
+                set(KueueSettings.model_fields),
+                kubeconfig=args.kubeconfig,
+                context=args.context,
+                classes=args.classes,
+                base=args.base,
+                min_service_s=args.min_service,
+                max_service_s=args.max_service,
+                interval_s=args.interval,
+                rate=args.rate,
+                burst=args.burst,
+                workers=args.workers,
+                neutral=args.neutral,
+                stale_after_s=args.stale_after,
+                fade_s=args.fade,
+            )
         )
     except KueueSettingsError as exc:
         raise UserError(str(exc)) from None
@@ -150,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         hints = hint_reader(common.redis_url.get_secret_value(), common.key_prefix)
     except ValueError as exc:
         raise UserError(f"Redis URL: {exc}") from None
+    record = _recorder(hints, common, args, ks)
     applier = Applier(
         backend,
         hints,
@@ -175,9 +187,11 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.once:
             backend.sync()
-            _report(applier.run_pass(), args, metrics)
+            report = applier.run_pass()
+            record(ok=True, result=report.to_json())
+            _report(report, args, metrics)
             return 0
-        _serve_passes(applier, backend, args, metrics, common.cluster, ks)
+        _serve_passes(applier, backend, args, metrics, record, common.cluster, ks)
     except KubeError as exc:
         raise UserError(f"Kubernetes API: {exc}") from None
     except (OSError, RedisError) as exc:  # Redis unreachable and the like
@@ -185,8 +199,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recorder(hints: Any, common: Any, args: argparse.Namespace, ks: Any) -> Any:
+    """``record(ok=..., result=... | error=...)``: the pass's record for ``gpuhint
+    status`` (gpuhint/redis/applier_status.py); nothing in a dry run."""
+    from functools import partial
+
+    from gpuhint.redis.applier_status import record_pass
+
+    if args.dry_run:
+        return lambda **_kw: None
+    return partial(
+        record_pass, hints.r, common.keys, common.cluster, "kueue", interval_s=ks.interval_s
+    )
+
+
 def _serve_passes(
-    applier: Any, backend: Any, args: argparse.Namespace, metrics: Any, cluster: str, ks: Any
+    applier: Any,
+    backend: Any,
+    args: argparse.Namespace,
+    metrics: Any,
+    record: Any,
+    cluster: str,
+    ks: Any,
 ) -> None:
     """A pass every interval (sooner on a change) until SIGTERM/SIGINT; an outage is
     logged once and retried, the labels left as they are."""
@@ -212,7 +246,9 @@ def _serve_passes(
         failing: str | None = None
         while not stop.is_set():
             try:
-                _report(applier.run_pass(), args, metrics)
+                report = applier.run_pass()
+                record(ok=True, result=report.to_json())
+                _report(report, args, metrics)
                 if failing:
                     log.info("passes succeed again")
                 failing = None
@@ -222,6 +258,7 @@ def _serve_passes(
                 else:
                     metrics.redis_down()
                 kind = type(exc).__name__
+                record(ok=False, error=f"{kind}: {exc}")
                 if failing != kind:  # once per outage, not every pass
                     log.warning(
                         "pass failed, retrying every %.3g s (labels left as they are): %s",

@@ -11,7 +11,9 @@ from gpuhint.cli.common import (
     UserError,
     add_config_args,
     add_trace_args,
+    add_trace_file_arg,
     load_trace,
+    needs_trace,
     report_skipped,
     settings_from,
 )
@@ -29,11 +31,11 @@ at submit. Pace it with --speed N (trace time N x faster than real time) or send
 fast as the broker takes them with --max (default).
 
 examples:
-  gpuhint replay venus.csv --bootstrap localhost:9092 --max
-  gpuhint replay philly.json --bootstrap localhost:9092 --speed 3600 --cluster philly
-  gpuhint replay jobs.csv --until "2017-10-20 00:00:00"   # stop there: leaves jobs pending
-  gpuhint replay venus.csv --resume   # after a failed run: continue where Kafka's acks ended
-  gpuhint replay itp_01.csv --spread-vcs 8   # a trace without VCs over 8 keys, by user
+  gpuhint replay --trace venus.csv --bootstrap localhost:9092 --max
+  gpuhint replay --trace philly.json --bootstrap localhost:9092 --speed 3600 --cluster philly
+  gpuhint replay --trace jobs.csv --until "2017-10-20 00:00:00"   # stop there: leaves jobs pending
+  gpuhint replay --trace venus.csv --resume   # after a failed run: go on where Kafka's acks ended
+  gpuhint replay --trace itp_01.csv --spread-vcs 8   # a trace without VCs over 8 keys, by user
 
 A trace without VCs puts every job on VC "default": one key, one partition, one worker.
 --spread-vcs N hashes each job's user (CRC-32; the job id if it has no user) into N
@@ -57,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("trace", metavar="TRACE", help="trace file (.csv, .json, optionally .gz)")
+    add_trace_file_arg(p, "trace file (.csv, .json, optionally .gz)")
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka (else GPUHINT_KAFKA_BOOTSTRAP)")
     pace = p.add_mutually_exclusive_group()
     pace.add_argument("--speed", type=float, metavar="N", help="replay N x faster than real time")
@@ -85,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     )
     add_trace_args(p)
     add_config_args(p)
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=needs_trace(run))
 
 
 def spread_events(events: list[JobEvent], n: int) -> list[JobEvent]:

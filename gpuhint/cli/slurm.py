@@ -13,7 +13,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, settings_from
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    add_fallback_args,
+    section_settings,
+    settings_from,
+)
 from gpuhint.cli.slurm_hints import _ClientHints, _one_line, _wait_for_hint_change
 
 log = logging.getLogger("gpuhint.slurm")
@@ -170,7 +176,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
-    from gpuhint.slurm.settings import SlurmSettingsError, load_slurm_settings
+    from gpuhint.slurm.settings import SlurmSettings, SlurmSettingsError, load_slurm_settings
+
+    fields = set(SlurmSettings.model_fields)
 
     settings = settings_from(
         args,
@@ -179,7 +187,9 @@ def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
         metrics_port=getattr(args, "metrics_port", None),
     )
     try:
-        ss = load_slurm_settings(conf=args.slurm_conf, **slurm)
+        ss = load_slurm_settings(
+            **section_settings(args, "slurm", fields, conf=args.slurm_conf, **slurm)
+        )
     except SlurmSettingsError as exc:
         raise UserError(str(exc)) from None
     if ss.conf is not None:
@@ -188,6 +198,16 @@ def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
         if not Path(ss.conf).is_file():
             raise UserError(f"--slurm-conf {ss.conf}: no such file")
     return settings, ss
+
+
+def _recorder(client: Any, settings: Any, name: str, interval_s: float, dry_run: bool) -> Any:
+    """``record(result=None, exc=None)``: the pass's record for ``gpuhint status``."""
+    from functools import partial
+
+    from gpuhint.redis.applier_status import record_result
+
+    r, keys, cluster = client.r, settings.keys, settings.cluster
+    return partial(record_result, r, keys, cluster, name, interval_s, dry_run=dry_run)
 
 
 def _client(settings: Any) -> Any:
@@ -274,9 +294,12 @@ def run_priorities(args: argparse.Namespace) -> int:
         hint_errors=(redis.RedisError,),
     )
     metrics = _metrics(settings)
+    record = _recorder(client, settings, "slurm-priorities", ss.interval_s, args.dry_run)
     stop, restore = _stopper()
     try:
-        _priority_passes(args, ss.interval_s, settings.cluster, client, applier, metrics, stop)
+        _priority_passes(
+            args, ss.interval_s, settings.cluster, client, applier, metrics, record, stop
+        )
     finally:
         restore()
         client.close()
@@ -290,6 +313,7 @@ def _priority_passes(
     client: Any,
     applier: Any,
     metrics: Any,
+    record: Callable[..., None],
     stop: threading.Event,
 ) -> None:
     """A pass every interval and on each hint change, until ``stop`` (one with --once);
@@ -316,6 +340,7 @@ def _priority_passes(
                     metrics.redis_down()
                 else:
                     metrics.error("scheduler")
+                record(exc=exc)
                 failures += 1
                 if args.once:
                     raise UserError(f"pass failed: {_one_line(exc)}") from None
@@ -333,6 +358,7 @@ def _priority_passes(
             if result.hints_from == "cache":
                 metrics.error("redis")
             metrics.observe_slurm_priorities(result, args.dry_run)
+            record(result)
             _report_priorities(result, args)
             pending_change = False
             next_pass = time.monotonic() + interval_s
@@ -403,6 +429,7 @@ def run_power(args: argparse.Namespace) -> int:
         resume_timeout_s=ss.resume_timeout_s,
     )
     metrics = _metrics(settings)
+    record = _recorder(client, settings, "slurm-power", ss.power_interval_s, args.dry_run)
     stop, restore = _stopper()
     failures = 0
     try:
@@ -412,6 +439,7 @@ def run_power(args: argparse.Namespace) -> int:
                 result = applier.run_pass(time.time())
             except (redis.RedisError, SlurmCommandError) as exc:
                 metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
+                record(exc=exc)
                 failures += 1
                 if args.once:
                     raise UserError(f"pass failed: {_one_line(exc)}") from None
@@ -419,6 +447,7 @@ def run_power(args: argparse.Namespace) -> int:
                 stop.wait(min(60.0, 2.0**failures))
                 continue
             failures = 0
+            record(result)
             metrics.observe_slurm_power(result, time.monotonic() - t0, args.dry_run)
             _print_pass(result, args)
             log.info(

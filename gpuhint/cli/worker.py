@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
 
 from gpuhint.cli.common import UserError, add_config_args, settings_from
+
+log = logging.getLogger("gpuhint.worker")
 
 DESCRIPTION = """\
 Consumes job events from Kafka and writes a QSSF priority hint for every pending job
@@ -25,7 +31,9 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
   GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR,
   GPUHINT_WORKER_SESSION_TIMEOUT_S (10), GPUHINT_WORKER_HEARTBEAT_S (1),
-  GPUHINT_WORKER_INSTANCE_ID (static membership). See docs/configuration.md.
+  GPUHINT_WORKER_INSTANCE_ID (static membership), GPUHINT_KAFKA_RETRY_S (300: wait this
+  long for an unreachable broker at start, one log line, then exit 2). See
+  docs/configuration.md.
   --metrics-port / GPUHINT_METRICS_PORT   Prometheus /metrics and /healthz (docs/metrics.md)
 """
 
@@ -51,9 +59,70 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import logging
+@contextlib.contextmanager
+def quiet_kafka_python() -> Iterator[None]:
+    """kafka-python logs every failed connection; our own lines say it, once."""
+    loggers = [logging.getLogger(n) for n in ("kafka", "kafka.conn", "kafka.client")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
+
+def with_kafka_retry(
+    attempt: Callable[[float], None],
+    bootstrap: str,
+    retry_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    log_every_s: float = 30.0,
+) -> None:
+    """Run ``attempt(timeout_s)`` until it stops raising ``KafkaUnavailable``, for at most
+    ``retry_s`` in all (each try's timeout is cut to what is left), as ``gpuhint replay``
+    rides out a broker outage: one warning when the broker is first missed, one every
+    ``log_every_s`` after, backoff doubling from 1 s to 10 s; past ``retry_s`` the last
+    ``KafkaUnavailable`` is raised, saying how long it waited. A security mismatch is
+    raised at once (retrying will not fix it)."""
+    from streams.kafka_io import KafkaSecurityMismatch, KafkaUnavailable
+
+    start = clock()
+    backoff, last_log, tries = 0.0, start, 0
+    while True:
+        left = retry_s - (clock() - start)
+        try:
+            with quiet_kafka_python():
+                attempt(max(1.0, min(10.0, left)))
+        except KafkaSecurityMismatch:
+            raise
+        except KafkaUnavailable as exc:
+            tries += 1
+            now = clock()
+            waited = now - start
+            if waited >= retry_s:
+                raise KafkaUnavailable(
+                    f"no Kafka broker answered at {bootstrap} within {retry_s:g} s "
+                    f"(GPUHINT_KAFKA_RETRY_S; {tries} tries; last: {exc})"
+                ) from None
+            if tries == 1:
+                log.warning(
+                    "Kafka at %s unreachable (%s); retrying for up to %g s", bootstrap, exc, retry_s
+                )
+            elif now - last_log >= log_every_s:
+                last_log = now
+                log.warning("Kafka at %s still unreachable after %.0f s", bootstrap, waited)
+            backoff = min(10.0, backoff * 2 if backoff else 1.0)
+            sleep(max(0.0, min(backoff, retry_s - waited)))
+            continue
+        if tries:
+            log.warning("Kafka at %s answered after %.0f s", bootstrap, clock() - start)
+        return
+
+
+def run(args: argparse.Namespace) -> int:
     import faust
     import redis
 
@@ -97,13 +166,18 @@ def run(args: argparse.Namespace) -> int:
     except redis.RedisError as exc:
         raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
     try:  # create the topics (never left to broker auto-creation) or refuse, before consuming
-        ensure_topics(
+        with_kafka_retry(
+            lambda timeout_s: ensure_topics(
+                settings.kafka_bootstrap,
+                settings.topics,
+                settings.partitions,
+                timeout_s=timeout_s,
+                replication_factor=settings.replication_factor,
+                security=kafka_client_config(settings),
+                check=(settings.topics.job_events, settings.topics.cluster_telemetry),
+            ),
             settings.kafka_bootstrap,
-            settings.topics,
-            settings.partitions,
-            replication_factor=settings.replication_factor,
-            security=kafka_client_config(settings),
-            check=(settings.topics.job_events, settings.topics.cluster_telemetry),
+            settings.kafka_retry_s,
         )
     except KafkaSecurityMismatch as exc:
         raise UserError(str(exc)) from None

@@ -91,6 +91,15 @@ class Change:
         return self.fields.get("cluster")
 
 
+def change_time(change_id: str) -> float:
+    """The UNIX time (s) of a change-stream id (Redis stream ids start with ms).
+
+    >>> change_time("1700000000123-4")
+    1700000000.123
+    """
+    return int(change_id.split("-", 1)[0]) / 1000.0
+
+
 def _s(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
@@ -181,6 +190,46 @@ class HintClient:
         match = prefix.translate(_GLOB_SPECIAL) + "*"
         found = {_s(k)[len(prefix) :] for k in self.r.scan_iter(match=match, count=500)}
         return sorted(vc for vc in found if vc and ":" not in vc)
+
+    def clusters(self) -> list[str]:
+        """The clusters with a queue, a load summary or advice in Redis now, sorted."""
+        found: set[str] = set()
+        root = self.keys.root + ":"
+        for kind in ("queue", "load", "advice"):
+            match = f"{root}{kind}:".translate(_GLOB_SPECIAL) + "*"
+            for key in self.r.scan_iter(match=match, count=1000):
+                rest = _s(key)[len(root) + len(kind) + 1 :]
+                found.add(rest.split(":", 1)[0])
+        return sorted(c for c in found if c)
+
+    def applier_passes(self, cluster: str) -> dict[str, dict[str, Any]]:
+        """Each applier's last pass for ``cluster`` (gpuhint/redis/applier_status.py)."""
+        from gpuhint.redis.applier_status import read_passes
+
+        return read_passes(self.r, self.keys, cluster)
+
+    def newest_change(
+        self, types: tuple[str, ...] = (), cluster: str | None = None, scan: int = 5000
+    ) -> Change | None:
+        """The newest change of one of ``types`` (any if empty) about ``cluster`` (any if
+        None), among the newest ``scan`` entries; its id's first part is its time in ms
+        (:func:`change_time`)."""
+        last = "+"
+        seen = 0
+        while seen < scan:
+            rows: Any = self.r.xrevrange(self.keys.changes, max=last, count=500)
+            if last != "+":
+                rows = rows[1:]  # the bound itself was seen
+            if not rows:
+                return None
+            for raw_id, raw_fields in rows:
+                seen += 1
+                fields = {_s(k): _s(v) for k, v in raw_fields.items()}
+                ch = Change(_s(raw_id), fields.get("type", ""), fields)
+                if (not types or ch.type in types) and cluster in (None, ch.cluster):
+                    return ch
+            last = _s(rows[-1][0])
+        return None
 
     def merged_queue(self, cluster: str, vc: str, limit: int | None = None) -> list[QueueEntry]:
         """One queue over ``vc`` and its spread sub-VCs ``<vc>~k`` (``gpuhint replay

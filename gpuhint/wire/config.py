@@ -12,8 +12,10 @@ carry a password) are :class:`~pydantic.SecretStr` and never logged.
 from __future__ import annotations
 
 import contextvars
+import difflib
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
@@ -33,6 +35,31 @@ from gpuhint.wire.topics import Topics
 _CONFIG_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
     "gpuhint_config_file", default=None
 )
+
+
+SECTIONS = ("slurm", "kueue")
+"""TOML tables (``[slurm]``, ``[kueue]``) and top-level ``slurm_*`` / ``kueue_*`` keys that
+belong to a command's own settings (``GPUHINT_SLURM_*``, ``GPUHINT_KUEUE_*``), not to
+:class:`Settings`."""
+
+OTHER_ENV = frozenset(
+    {
+        "GPUHINT_CONFIG",
+        "GPUHINT_LOG_LEVEL",
+        "GPUHINT_AGENT_ARGS",  # deploy/gpuhint-agent.service
+        "GPUHINT_AGENT_NVML",  # docker-compose.yml
+        "GPUHINT_REDIS_PASSWORD",  # docker-compose.yml
+        "GPUHINT_KAFKA_DATA",  # scripts/kafka/run-kafka.sh
+        "GPUHINT_KAFKA_LIBS",
+        "GPUHINT_REDIS_DATA",  # scripts/run-redis.sh
+        "GPUHINT_VENV",  # scripts/*.sh
+        "GPUHINT_KUBE_VERSION",  # scripts/k8s/build.sh
+        "GPUHINT_KUEUE_VERSION",
+        "GPUHINT_GO_TOOLCHAIN",
+    }
+)
+"""``GPUHINT_*`` names read outside :class:`Settings` (scripts, deploy files)."""
+OTHER_ENV_PREFIXES = ("GPUHINT_TEST_", "GPUHINT_BENCH_", "GPUHINT_CHAOS_")
 
 
 class ConfigError(ValueError):
@@ -278,7 +305,7 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         path = _CONFIG_FILE.get()
         if path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            sources.append(_CommonToml(settings_cls, toml_file=path))
         return tuple(sources)
 
     @property
@@ -300,12 +327,84 @@ class Settings(BaseSettings):
         )
 
 
-def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
-    """Load settings; raise :class:`ConfigError` with a readable message if invalid."""
+class _CommonToml(TomlConfigSettingsSource):
+    """The TOML file without the commands' own sections (:data:`SECTIONS`)."""
+
+    def _read_files(self, files: Any, deep_merge: bool = False) -> dict[str, Any]:
+        data = super()._read_files(files, deep_merge=deep_merge)
+        return {k: v for k, v in data.items() if _section_of(k) is None}
+
+
+def _section_of(key: str) -> str | None:
+    for name in SECTIONS:
+        if key == name or key.startswith(name + "_"):
+            return name
+    return None
+
+
+def config_path(config_file: str | Path | None = None) -> Path | None:
+    """The TOML file: ``config_file`` (``--config``), else ``GPUHINT_CONFIG``, else none."""
     path_s = config_file or os.environ.get("GPUHINT_CONFIG")
     path = Path(path_s) if path_s else None
     if path is not None and not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
+    return path
+
+
+def section_values(path: Path | None, section: str) -> dict[str, Any]:
+    """A command's own settings in the TOML file: the table ``[section]`` and top-level
+    ``section_<name>`` keys, as ``{name: value}`` (both spellings of one name: an error).
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "g.toml"
+    >>> _ = f.write_text('slurm_rate = 500\\n[slurm]\\nmin_idle = 2\\n')
+    >>> section_values(f, "slurm")
+    {'min_idle': 2, 'rate': 500}
+    """
+    if path is None:
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc}") from None
+    table = data.get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {section} must be a table ([{section}])")
+    out = dict(table)
+    for key, value in data.items():
+        if key.startswith(section + "_"):
+            name = key.removeprefix(section + "_")
+            if name in out:
+                raise ConfigError(f"{path}: {key} and [{section}] {name} both set; keep one")
+            out[name] = value
+    return out
+
+
+def unknown_env(
+    known: set[str], environ: dict[str, str] | None = None
+) -> list[tuple[str, str | None]]:
+    """``GPUHINT_*`` variables no setting reads, each with the closest known name.
+
+    >>> unknown_env({"GPUHINT_CLUSTER"}, {"GPUHINT_CLUSTR": "x", "GPUHINT_CLUSTER": "y"})
+    [('GPUHINT_CLUSTR', 'GPUHINT_CLUSTER')]
+    """
+    env = os.environ if environ is None else environ
+    names = known | {f"GPUHINT_{f}".upper() for f in Settings.model_fields} | OTHER_ENV
+    out = []
+    for name in sorted(env):
+        upper = name.upper()
+        if not upper.startswith("GPUHINT_") or upper in names:
+            continue
+        if upper.startswith(OTHER_ENV_PREFIXES):
+            continue
+        close = difflib.get_close_matches(upper, names, n=1, cutoff=0.75)
+        out.append((name, close[0] if close else None))
+    return out
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Load settings; raise :class:`ConfigError` with a readable message if invalid."""
+    path = config_path(config_file)
     token = _CONFIG_FILE.set(path)
     given = {k: v for k, v in overrides.items() if v is not None}
     try:

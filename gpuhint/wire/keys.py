@@ -14,6 +14,7 @@ key                                    type      value
 ``stats``                              hash      counters (``dead_letter``, ...)
 ``changes``                            stream    one entry per change (field ``type``)
 ``epoch``                              string    set by the worker; missing = Redis came back empty
+``applier:{cluster}:{name}``           string    an applier's last pass (JSON); TTL 7 days
 =====================================  ========  =============================================
 
 >>> RedisKeys().queue("venus", "vc1")
@@ -53,6 +54,11 @@ class RedisKeys:
     def starts(self, cluster: str, vc: str) -> str:
         """The expected starts of a VC's first waiting jobs (StartForecasts JSON)."""
         return f"{self.root}:starts:{cluster}:{vc}"
+
+    def applier(self, cluster: str, name: str) -> str:
+        """An applier's last pass (``slurm-priorities``, ``slurm-power``, ``kueue``):
+        written by the applier after every pass, read by ``gpuhint status``."""
+        return f"{self.root}:applier:{cluster}:{name}"
 
     @property
     def stats(self) -> str:

@@ -100,3 +100,49 @@ def test_hints_follow_prints_changes_from_an_id(
     assert main([*base[:-1], "yesterday", "--count", "1"]) == 2
     assert "not a stream id" in capsys.readouterr().err
     assert main(["hints", "--count", "2"]) == 2
+
+
+def test_hints_names_the_known_clusters_for_an_unknown_one(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    store.put_hint(hint("j1", 7_200, "a"))
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "cc", "--redis-url", redis_url]) == 2
+    err = capsys.readouterr().err
+    assert "no hints, load or advice for cluster 'cc'" in err and "known clusters: c " in err
+
+
+def test_hints_says_how_old_its_data_is_in_human_units(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    store.put_hint(hint("j1", 292_066, "a"))  # 81.1 GPU-hours, a duration of ~40.6 h
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 0
+    text = capsys.readouterr().out
+    assert "newest hint " in text and " ago" in text and "never" not in text
+    assert "expected service" in text and "81.1 GPU-h" in text and "~40.6 h" in text
+    assert "292,066" not in text  # no raw seconds
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert 0 <= doc["newest_hint_age_s"] < 3600 and doc["load_age_s"] is None
+
+
+def test_hints_on_an_empty_redis_says_so(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 1
+    assert "no gpuhint data in Redis" in capsys.readouterr().out

@@ -1,10 +1,12 @@
-"""deploy/k8s/ on the real API server: every object validates (strict), and the applier's
-RBAC is enough for a real pass under its own ServiceAccount token."""
+"""deploy/k8s/ on the real API server: every object validates (strict), as shipped and as
+the kustomization renders it with another image; every pod has probes and a metrics port;
+and the applier's RBAC is enough for a real pass under its own ServiceAccount token."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ import yaml
 from gpuhint.kueue.kube import KubeApi, KubeError, api_client
 from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL
 from gpuhint.lab.local.k8s import KueueEnv, wait_for
+from gpuhint.redis.applier_status import read_passes
 from gpuhint.redis.store import RedisStore
 from gpuhint.wire.contract import PriorityHint
 from gpuhint.wire.keys import RedisKeys
@@ -40,10 +43,125 @@ PLURAL = {
 def _docs() -> list[tuple[str, dict[str, Any]]]:
     out = []
     for path in sorted(DEPLOY.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 out.append((path.name, doc))
     return out
+
+
+def _render_in_python(root: Path) -> list[dict[str, Any]]:
+    """What ``kustomize build`` makes of our kustomization (resources, namespace, labels,
+    images); used only when kubectl is not installed."""
+    kust = yaml.safe_load((root / "kustomization.yaml").read_text())
+    images = {i["name"]: f"{i.get('newName', i['name'])}:{i['newTag']}" for i in kust["images"]}
+    labels = {k: v for lab in kust.get("labels", []) for k, v in lab["pairs"].items()}
+    out = []
+    for res in kust["resources"]:
+        for doc in yaml.safe_load_all((root / res).read_text()):
+            if not doc:
+                continue
+            doc["metadata"].setdefault("labels", {}).update(labels)
+            if PLURAL[doc["kind"]][2]:
+                doc["metadata"]["namespace"] = kust["namespace"]
+            for sub in doc.get("subjects", []):
+                sub["namespace"] = kust["namespace"]
+            for c in _containers(doc, init=True):
+                name = c["image"].rsplit(":", 1)[0]
+                c["image"] = images.get(name, c["image"])
+            out.append(doc)
+    return out
+
+
+def _render(root: Path) -> list[dict[str, Any]]:
+    if shutil.which("kubectl") is None:
+        return _render_in_python(root)
+    proc = subprocess.run(
+        ["kubectl", "kustomize", str(root)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _containers(doc: dict[str, Any], init: bool = False) -> list[dict[str, Any]]:
+    pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+    return list(pod.get("containers", [])) + (list(pod.get("initContainers", [])) if init else [])
+
+
+def _with_image(tmp_path: Path, image: str) -> Path:
+    """A copy of deploy/k8s whose kustomization names ``image`` (as `kustomize edit set
+    image` would)."""
+    root = tmp_path / "k8s"
+    shutil.copytree(DEPLOY, root)
+    kust = yaml.safe_load((root / "kustomization.yaml").read_text())
+    name, tag = image.rsplit(":", 1)
+    kust["images"] = [{"name": "gpuhint", "newName": name, "newTag": tag}]
+    (root / "kustomization.yaml").write_text(yaml.safe_dump(kust))
+    return root
+
+
+def test_the_kustomization_sets_the_image_of_every_gpuhint_container(tmp_path: Path) -> None:
+    image = "registry.example.com/team/gpuhint:1.2.3"
+    docs = _render(_with_image(tmp_path, image))
+    shipped = {(d["kind"], d["metadata"]["name"]) for _, d in _docs()}
+    assert {(d["kind"], d["metadata"]["name"]) for d in docs} == shipped
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "DaemonSet")]
+    assert len(workloads) == 4
+    for doc in workloads:
+        assert doc["metadata"]["namespace"] == NS
+        for c in _containers(doc):
+            assert c["image"] == image, (doc["metadata"]["name"], c["image"])
+    plain = _render(DEPLOY)  # as shipped: the image every manifest names
+    assert {c["image"] for d in plain for c in _containers(d)} == {"gpuhint:latest"}
+
+
+def test_every_pod_has_probes_on_its_metrics_port() -> None:
+    docs = _render(DEPLOY)
+    config = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+    for doc in docs:
+        for c in _containers(doc):
+            where = f"{doc['kind']} {doc['metadata']['name']}"
+            ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+            assert "metrics" in ports, where
+            for probe in ("readinessProbe", "livenessProbe"):
+                assert c[probe]["httpGet"]["port"] == "metrics", (where, probe)
+            assert c["readinessProbe"]["httpGet"]["path"] == "/healthz", where
+            served = {
+                config[ref["configMapRef"]["name"]].get("GPUHINT_METRICS_PORT")
+                for ref in c.get("envFrom", [])
+                if "configMapRef" in ref
+            } - {None}
+            assert served == {str(ports["metrics"])}, (where, served, ports)
+
+
+def test_the_redis_secret_stands_alone() -> None:
+    """Each Secret a pod needs (not marked optional) is defined in its own file."""
+    by_file: dict[str, set[str]] = {}
+    for name, doc in _docs():
+        if doc["kind"] == "Secret":
+            by_file.setdefault(doc["metadata"]["name"], set()).add(name)
+    assert by_file["gpuhint-redis"] == {"secret.yaml"}
+    for name, doc in _docs():
+        for c in _containers(doc):
+            for ref in c.get("envFrom", []):
+                sec = ref.get("secretRef")
+                if sec and not sec.get("optional"):
+                    assert sec["name"] in by_file, (name, sec)
+
+
+def test_the_rendered_kustomization_validates_strictly(kube: KubeApi, tmp_path: Path) -> None:
+    _ensure_namespace(kube)
+    for doc in _render(_with_image(tmp_path, "registry.example.com/gpuhint:0.1.0")):
+        try:
+            kube.request(
+                "POST",
+                _path(doc),
+                body=doc,
+                query=[("dryRun", "All"), ("fieldValidation", "Strict")],
+            )
+        except KubeError as exc:
+            pytest.fail(f"{doc['kind']} {doc['metadata']['name']}: {exc}")
 
 
 def _path(doc: dict[str, Any]) -> str:
@@ -126,8 +244,24 @@ def test_the_applier_works_with_exactly_its_rbac(
     assert report["relabelled"] >= 1 and report["errors"] == 0, report
     labels = env.get_job("small")["metadata"]["labels"]
     assert labels[PRIORITY_CLASS_LABEL] == "gpuhint-09"
+    record = read_passes(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix), "k8s")
+    assert record["kueue"]["ok"] is True and record["kueue"]["result"]["relabelled"] >= 1
     # and nothing beyond its role: it cannot, say, delete a Job
     sa = KubeApi(api_client(str(sa_config)))
     with pytest.raises(KubeError) as denied:
         sa.request("DELETE", f"/apis/batch/v1/namespaces/{env.ns}/jobs/small")
     assert denied.value.status == 403
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="compares with kubectl kustomize")
+def test_the_python_rendering_agrees_with_kustomize(tmp_path: Path) -> None:
+    root = _with_image(tmp_path, "registry.example.com/gpuhint:9")
+
+    def summary(docs: list[dict[str, Any]]) -> set[tuple[str, ...]]:
+        return {
+            (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", ""), c["image"])
+            for d in docs
+            for c in _containers(d, init=True) or [{"image": ""}]
+        }
+
+    assert summary(_render_in_python(root)) == summary(_render(root))

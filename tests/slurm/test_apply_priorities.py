@@ -9,9 +9,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from gpuhint.redis.applier_status import read_passes
 from gpuhint.redis.store import RedisStore
 from gpuhint.slurm.commands import SlurmCli
 from gpuhint.slurm.priority import FactorMap
@@ -48,7 +50,9 @@ def _until(what: str, cond: Callable[[], bool], timeout: float) -> None:
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def test_start_order_follows_hints(slurm_conf: str, redis_url: str, unique_prefix: str) -> None:
+def test_start_order_follows_hints(
+    slurm_conf: str, redis_url: str, unique_prefix: str, tmp_path: Path
+) -> None:
     cli = SlurmCli(slurm_conf)
     cluster = "c" + unique_prefix
     env = {
@@ -88,6 +92,8 @@ def test_start_order_follows_hints(slurm_conf: str, redis_url: str, unique_prefi
     )
     assert dry.stdout.splitlines() == want_lines
     assert all(v == 0 for k, v in _site_factors(cli).items() if k in jobs)  # dry: nothing set
+    keys = RedisKeys(unique_prefix)
+    assert read_passes(store.r, keys, cluster) == {}  # a dry run records no pass
 
     once = subprocess.run(
         [*gpuhint, "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
@@ -98,9 +104,18 @@ def test_start_order_follows_hints(slurm_conf: str, redis_url: str, unique_prefi
     factors = _site_factors(cli)
     assert [factors[j] for j in jobs] == [fmap.factor(prios[j]) for j in jobs]
     assert factors[pinned] == 0  # pinned: never touched
+    record = read_passes(store.r, keys, cluster)["slurm-priorities"]  # for `gpuhint status`
+    assert record["ok"] is True and record["result"]["updated"] == 5
+    config = tmp_path / "gpuhint.toml"  # the appliers' settings in the file
+    config.write_text("slurm_rate = 100\n[slurm]\nmax_updates = 1000\n")
     again = subprocess.run(
-        [*gpuhint, "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
+        [*gpuhint, "--once", "--json", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
+    assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["updated"] == 0  # only changed jobs
 
     # the daemon follows the change stream: an updated hint moves j0 (largest) to the front

@@ -138,6 +138,7 @@ def _queues(
     for vc in vcs:
         q = client.queue(cluster, vc)
         lengths[vc] = len(q)
+        starts = _starts(client, cluster, vc)
         rows = []
         for rank, entry in enumerate(q[: args.top], 1):
             row: dict[str, Any] = {"rank": rank, "job_id": entry.job_id, "priority": entry.priority}
@@ -148,9 +149,42 @@ def _queues(
                 h = None
             if h is not None:
                 row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
+            row.update(starts.get(entry.job_id, {}))
             rows.append(row)
         queues[vc] = rows
     return queues, lengths
+
+
+def _starts(client: Any, cluster: str, vc: str) -> dict[str, dict[str, float]]:
+    """job -> its expected start and 80% band (UNIX s) from the VC's latest forecast."""
+    from gpuhint.redis.client import UnreadableValue
+
+    try:
+        f = client.starts(cluster, vc)
+    except UnreadableValue:
+        return {}
+    if f is None:
+        return {}
+    return {
+        j.job_id: {
+            "expected_start": j.expected,
+            "expected_start_low": j.low,
+            "expected_start_high": j.high,
+        }
+        for j in f.jobs
+    }
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%m-%d %H:%M", time.gmtime(t))
+
+
+def _start_text(r: dict[str, Any]) -> str:
+    """``12-05 10:40 (09:30-13:10)``: the expected start and its band, UTC."""
+    if "expected_start" not in r:
+        return "-"
+    lo, hi = _clock(r["expected_start_low"])[-5:], _clock(r["expected_start_high"])[-5:]
+    return f"{_clock(r['expected_start'])} ({lo}-{hi})"
 
 
 def _age(seconds: float | None) -> str:
@@ -174,7 +208,7 @@ def _print_text(
         if rows:
             print(
                 f"  {'rank':>4} {'job':<36} {'GPUs':>5}  {'expected service':>16}  "
-                f"{'duration (80% band)':<26} why"
+                f"{'duration (80% band)':<26} {'expected start, UTC (80%)':<26} why"
             )
         for r in rows:
             dur, lo, hi = (
@@ -189,7 +223,7 @@ def _print_text(
             gpus = r.get("num_gpus", "?")
             print(
                 f"  {r['rank']:>3}. {r['job_id']:<36} {gpus:>5}  "
-                f"{human_gpu_time(r['priority']):>16}  {when:<26} "
+                f"{human_gpu_time(r['priority']):>16}  {when:<26} {_start_text(r):<26} "
                 + (f"[{why}]" if why else "")
                 + r.get("error", "")
             )

@@ -146,3 +146,32 @@ def test_hints_on_an_empty_redis_says_so(
     monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
     assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 1
     assert "no gpuhint data in Redis" in capsys.readouterr().out
+
+
+def test_hints_shows_each_waiting_jobs_expected_start(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Like ``squeue --start``: the VC's forecast next to each job (JSON and table)."""
+    from gpuhint.wire.contract import ExpectedStart, StartForecasts
+
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    for job, prio in [("small", 30), ("big", 900)]:
+        store.put_hint(hint(job, prio, "a"))
+    t0 = 1_796_450_400.0  # 2026-12-05 06:00 UTC
+    store.put_starts(
+        StartForecasts(cluster="c", vc="a", time=t0 - 600,
+                       jobs=(ExpectedStart(job_id="small", expected=t0, low=t0 - 3600,
+                                           high=t0 + 7200),))
+    )  # fmt: skip
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url, "--json"]) == 0
+    rows = {r["job_id"]: r for r in json.loads(capsys.readouterr().out)["queues"]["a"]}
+    assert rows["small"]["expected_start"] == t0 and rows["small"]["expected_start_high"] > t0
+    assert "expected_start" not in rows["big"]  # beyond the forecast: no opinion
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 0
+    text = capsys.readouterr().out
+    assert "expected start, UTC (80%)" in text and "12-05 06:00 (05:00-08:00)" in text

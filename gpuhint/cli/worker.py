@@ -24,7 +24,7 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   --redis-url / GPUHINT_REDIS_URL         redis://[:password@]HOST:PORT/DB
   GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
   GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR,
-  GPUHINT_WORKER_SESSION_TIMEOUT_S (10), GPUHINT_WORKER_HEARTBEAT_S (1),
+  GPUHINT_WORKER_SESSION_TIMEOUT_S (6), GPUHINT_WORKER_HEARTBEAT_S (1),
   GPUHINT_WORKER_INSTANCE_ID (static membership). See docs/configuration.md.
   --metrics-port / GPUHINT_METRICS_PORT   Prometheus /metrics and /healthz (docs/metrics.md)
 """

@@ -90,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.8,
         help="with --trace: replay this first share of its events (jobs stay pending)",
     )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="parent of the run's temporary folder (worker logs; removed at the end)",
+    )
     p.add_argument("--spread-vcs", type=int, default=1, help="spread each VC over N keys")
     p.add_argument("--seeds", default="1-3", help="kill_storm seeds: 1-10 or 1,4,7")
     p.add_argument("--workers", default="1,2", help="kill_storm worker counts: 1,2")
@@ -122,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, ScenarioResult] = {}
     t0 = time.time()
     expected = None
-    with tempfile.TemporaryDirectory(prefix="gpuhint-chaos-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpuhint-chaos-", dir=args.workdir) as tmp:
         for name in [n for n in names if n in loads]:
             evs = big_vc_events(args.big_vc) if name == "big_vc" else many_vcs_events(args.many_vcs)
             with Chaos(Path(tmp) / name, evs, "chaos", model=args.model) as c:

@@ -30,7 +30,7 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   --redis-url / GPUHINT_REDIS_URL         redis://[:password@]HOST:PORT/DB
   GPUHINT_PARTITIONS (8), GPUHINT_TOPIC_PREFIX, GPUHINT_KEY_PREFIX, GPUHINT_HINT_TTL_S,
   GPUHINT_MODEL (history_mix), GPUHINT_APP_ID, GPUHINT_STATE_DIR,
-  GPUHINT_WORKER_SESSION_TIMEOUT_S (10), GPUHINT_WORKER_HEARTBEAT_S (1),
+  GPUHINT_WORKER_SESSION_TIMEOUT_S (6), GPUHINT_WORKER_HEARTBEAT_S (1),
   GPUHINT_WORKER_INSTANCE_ID (static membership), GPUHINT_KAFKA_RETRY_S (300: wait this
   long for an unreachable broker at start, one log line, then exit 2). See
   docs/configuration.md.

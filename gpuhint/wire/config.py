@@ -120,7 +120,11 @@ class Settings(BaseSettings):
     state_dir: Path = Field(Path("var/worker"), description="worker state and checkpoints")
     checkpoint_interval_s: float = Field(60.0, gt=0)
     worker_session_timeout_s: float = Field(
-        10.0, ge=1, le=300, description="worker: a silent worker loses its partitions after this"
+        6.0,
+        ge=1,
+        le=300,
+        description="worker: a silent worker loses its partitions after this (6 s: Kafka's "
+        "default group.min.session.timeout.ms; the heartbeat runs in Faust's consumer thread)",
     )
     worker_heartbeat_s: float = Field(1.0, gt=0, le=60, description="worker: heartbeat interval")
     worker_instance_id: str | None = Field(

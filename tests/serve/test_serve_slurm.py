@@ -63,19 +63,27 @@ def test_serve_alone_hints_and_applies_and_resumes(
     waiting = {g: _sbatch(cli, *common, "-G", str(g), "--wrap", "sleep 1") for g in (1, 2, 4, 8)}
     serve = [sys.executable, "-m", "gpuhint", "serve", "--once", "--json"]
     try:
-        first = subprocess.run(serve, env=env, capture_output=True, text=True, timeout=120)
-        assert first.returncode == 0, first.stderr[-3000:]
         client = HintClient.from_url(redis_url, key_prefix=unique_prefix)
-        hints = {h.job_id: h for h in client.pending_hints(cluster)}
-        assert set(waiting.values()) <= set(hints), first.stderr[-2000:]
-        assert all(hints[j].vc == "research" for j in waiting.values())
+        hints: dict[str, object] = {}
+        runs = []
+
+        def hinted() -> bool:  # slurmdbd may list a new job a few seconds late: poll again
+            run = subprocess.run(serve, env=env, capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stderr[-3000:]
+            runs.append(run)
+            hints.update({h.job_id: h for h in client.pending_hints(cluster)})
+            return set(waiting.values()) <= set(hints)
+
+        _until("the waiting jobs' hints", hinted, 90)
+        assert all(hints[j].vc == "research" for j in waiting.values())  # type: ignore[attr-defined]
         factors = _site_factors(cli)
         fmap = FactorMap()
         assert {j: factors[j] for j in waiting.values()} == {
-            j: fmap.factor(hints[j].priority) for j in waiting.values()
+            j: fmap.factor(hints[j].priority)  # type: ignore[attr-defined]
+            for j in waiting.values()
         }
-        doc = json.loads(first.stdout.splitlines()[-1])
-        assert doc["updated"] == len(waiting)
+        doc = json.loads(runs[-1].stdout.splitlines()[-1])
+        assert doc["pending_hinted"] >= len(waiting)
 
         db = tmp_path / "state" / f"serve-{cluster}.sqlite"
         logged = sqlite3.connect(db).execute("SELECT COUNT(*) FROM events").fetchone()[0]

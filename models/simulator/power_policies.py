@@ -1,0 +1,206 @@
+"""Power policies for :mod:`models.simulator.power` (pure).
+
+* :class:`IdleTimer` -- Slurm's power saving: a node idle for ``SuspendTime`` powers down;
+  it comes back only when a job needs it (the simulator's demand wake).
+* :class:`SlotRule` -- the slot-based CES rule of ``models.power_policy`` (the artifact's
+  rule, or gpuhint's forecast policy for load series) on the peak busy nodes per slot:
+  it powers down idle nodes (longest idle first) or wakes off ones to its level.
+* :class:`JobAware` -- gpuhint's policy from what the hint service knows (the queue, the
+  running jobs' *predicted* remaining time, the arrivals so far); see its docstring.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from models.forecast import Forecaster
+from models.power_policy import PowerPolicy as SlotPolicy
+from models.power_policy import PowerPolicyConfig
+from models.simulator.power import PowerSim
+
+DAY_S = 86400.0
+
+
+class IdleTimer:
+    """Slurm's ``SuspendTime``: power a node down once it has been idle ``suspend_s``."""
+
+    def __init__(self, suspend_s: float) -> None:
+        if suspend_s < 0:
+            raise ValueError("suspend_s must be >= 0")
+        self.suspend_s = suspend_s
+        self.due: list[tuple[float, int, float]] = []  # (when, node, idle since)
+
+    def attach(self, sim: PowerSim) -> None:
+        self.sim = sim
+
+    def on_idle(self, node: int, t: float) -> None:
+        heapq.heappush(self.due, (t + self.suspend_s, node, t))
+
+    def step(self, t: float) -> None:
+        idle = self.sim.idle
+        while self.due and self.due[0][0] <= t:
+            _, node, since = heapq.heappop(self.due)
+            if idle.get(node) == since:
+                self.sim.power_down(node)
+
+    def next_time(self) -> float:
+        return self.due[0][0] if self.due else math.inf
+
+
+class SlotRule:
+    """A :class:`models.power_policy.PowerPolicy` driven once per slot by the peak busy nodes."""
+
+    def __init__(self, cfg: PowerPolicyConfig, forecaster: Forecaster) -> None:
+        self.cfg, self.forecaster = cfg, forecaster
+        self.slot = 0
+        self.next_t = math.inf
+
+    def attach(self, sim: PowerSim) -> None:
+        self.sim = sim
+        self.rule = SlotPolicy(self.cfg, total=sim.num_nodes)
+        self.next_t = sim.t + self.cfg.slot_s
+
+    def on_idle(self, node: int, t: float) -> None:
+        return None
+
+    def step(self, t: float) -> None:
+        sim = self.sim
+        if t < self.next_t:
+            return
+        self.next_t += self.cfg.slot_s
+        used, total = sim.take_peak_busy(), sim.num_nodes
+        on = total - sim.n_off
+        self.rule.sync_active(on)
+        fc = self.forecaster.update(self.next_t - 2 * self.cfg.slot_s, used, total)
+        target = self.rule.step(self.slot, used, total, fc).active
+        self.slot += 1
+        if target > on:
+            sim.wake(target - on)
+        for node in list(sim.idle)[: max(0, on - target)]:
+            sim.power_down(node)
+
+    def next_time(self) -> float:
+        return self.next_t
+
+
+@dataclass(frozen=True, slots=True)
+class JobAwareConfig:
+    """Knobs of :class:`JobAware`; ``quantile`` is the one to turn (docs/ces.md)."""
+
+    quantile: float = 0.99
+    tick_s: float = 60.0
+    history_s: float = 7 * DAY_S
+    warmup_s: float = 3600.0
+    max_cycles_per_day: int = 6
+    min_idle_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.quantile <= 1:
+            raise ValueError("quantile must be in [0, 1]")
+        if self.tick_s <= 0 or self.history_s <= 0 or self.warmup_s < 0 or self.min_idle_s < 0:
+            raise ValueError("tick, history > 0; warm-up, min idle >= 0")
+        if self.max_cycles_per_day < 1:
+            raise ValueError("max_cycles_per_day must be >= 1")
+
+
+class JobAware:
+    """Keep a reserve of idle nodes sized for the arrivals of one boot time; off the rest.
+
+    Every tick (and at every job event) it computes
+
+    * the *reserve*: the ``quantile`` of the nodes that arrivals asked for in any window
+      of one boot time + one tick (GPUs / GPUs per node, summed, rounded up), over the
+      last ``history_s`` of ticks -- how many idle nodes must be up for arrivals not to
+      wait for a boot (all nodes stay on during ``warmup_s``, while it learns);
+    * the *queue's need*: nodes the head of the queue still lacks, less the GPUs of
+      running jobs *predicted* to end within a boot time (gpuhint's duration model):
+      off nodes are woken for it a boot time ahead, not when the job is already waiting;
+
+    then wakes nodes when idle + booting < need + reserve, and otherwise powers down the
+    excess idle nodes, longest idle first, skipping any node that reached
+    ``max_cycles_per_day`` power-downs in the last 24 h (so the nodes a queued job is
+    about to get are never among them: they are counted in the need).
+    """
+
+    def __init__(self, cfg: JobAwareConfig | None = None) -> None:
+        self.cfg = cfg or JobAwareConfig()
+        self.arrivals: deque[tuple[float, float]] = deque()  # (submit, nodes asked)
+        self.in_window = 0.0
+        self.samples: deque[float] = deque()
+        self.sorted: list[float] = []
+        self.seen = 0
+        self.next_t = math.inf
+
+    def attach(self, sim: PowerSim) -> None:
+        self.sim = sim
+        self.t0 = sim.t
+        self.window_s = sim.pm.boot_s + self.cfg.tick_s
+        self.next_t = sim.t
+        self.downs: list[deque[float]] = [deque() for _ in range(sim.num_nodes)]
+        self.order = sorted(range(len(sim.jobs)), key=lambda i: (sim.jobs[i].submit, i))
+
+    def on_idle(self, node: int, t: float) -> None:
+        return None
+
+    def _observe(self, t: float) -> None:
+        """Arrivals up to ``t`` into the window; one sample per tick into the history."""
+        jobs, g = self.sim.jobs, self.sim.gpus_per_node
+        while self.seen < len(self.order) and jobs[self.order[self.seen]].submit <= t:
+            j = jobs[self.order[self.seen]]
+            self.arrivals.append((j.submit, j.gpus / g))
+            self.in_window += j.gpus / g
+            self.seen += 1
+        while self.arrivals and self.arrivals[0][0] <= t - self.window_s:
+            self.in_window -= self.arrivals.popleft()[1]
+        if t >= self.next_t:
+            x = math.ceil(self.in_window - 1e-9)
+            self.samples.append(x)
+            bisect.insort(self.sorted, x)
+            if len(self.samples) * self.cfg.tick_s > self.cfg.history_s:
+                old = self.samples.popleft()
+                del self.sorted[bisect.bisect_left(self.sorted, old)]
+            self.next_t = t + self.cfg.tick_s
+
+    def reserve(self) -> int:
+        if not self.sorted:
+            return 0
+        k = min(len(self.sorted) - 1, math.ceil(self.cfg.quantile * len(self.sorted)) - 1)
+        return int(self.sorted[max(0, k)])
+
+    def step(self, t: float) -> None:
+        sim = self.sim
+        self._observe(t)
+        if t - self.t0 < self.cfg.warmup_s:
+            return
+        h = sim.head()
+        g = sim.gpus_per_node
+        head_nodes = math.ceil(sim.jobs[h].gpus / g) if h is not None else 0
+        want = head_nodes + self.reserve()
+        have = sim.n_idle + sim.n_boot
+        soon = sim.freeing_gpus(t + sim.pm.boot_s) // g if head_nodes else 0
+        if want > have + soon:
+            sim.wake(want - have - soon)
+            return
+        excess = have - want
+        if excess <= 0 or not sim.n_idle:
+            return
+        for node, since in list(sim.idle.items()):
+            if excess <= 0:
+                break
+            if t - since < self.cfg.min_idle_s:
+                break  # the rest became idle later still
+            d = self.downs[node]
+            while d and d[0] <= t - DAY_S:
+                d.popleft()
+            if len(d) >= self.cfg.max_cycles_per_day:
+                continue
+            d.append(t)
+            sim.power_down(node)
+            excess -= 1
+
+    def next_time(self) -> float:
+        return self.next_t

@@ -1,4 +1,4 @@
-"""``gpuhint evaluate ces``: replay a cluster load series through the CES forecaster and policy."""
+"""``gpuhint evaluate ces``: CES on a load series (``--series``) or a job trace (``--trace``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ from typing import Any
 
 from gpuhint.cli.common import UserError, add_on_error_arg
 
+TRACE_FORMATS = ("helios", "philly", "plain", "sacct", "sacct-json")
+
 DESCRIPTION = """\
-Replay a recorded cluster load series through CES exactly as the worker runs it:
+With --trace JOBS (any trace format gpuhint reads, sacct included): run the jobs in the
+power-saving simulator on nodes that are busy, idle, booting or off, under all nodes on,
+Slurm's idle timer (SuspendTime 5 min .. 24 h), the artifact's CES rule and gpuhint's
+job-aware policy along its knob, and print the Pareto table of energy saved against
+the wait added to jobs (docs/ces.md).
+
+With --series: replay a recorded cluster load series through CES exactly as the worker runs it:
 online from the first slot, every node powered on at the start, strictly causal (the
 forecaster and the policy see nothing after the slot they decide in).
 
@@ -51,12 +59,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--series", required=True, metavar="FILE", help="load series (csv or csv.gz)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--series", metavar="FILE", help="load series (csv or csv.gz)")
+    src.add_argument("--trace", metavar="FILE", help="job trace (Helios, Philly, plain, sacct)")
     p.add_argument(
         "--format",
-        choices=["auto", "nodes", "helios-vc"],
+        choices=["auto", "nodes", "helios-vc", *TRACE_FORMATS],
         default="auto",
-        help="series format (default: detect from the header)",
+        help="series format (nodes, helios-vc) or trace format (helios, philly, plain, sacct, "
+        "sacct-json); default: detect from the name and header",
     )
     add_on_error_arg(p)
     p.add_argument("--test-from", metavar="DATE", help="first test day YYYY-MM-DD (UTC)")
@@ -77,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         metavar="W",
         help="assumed draw of an idle powered-on node for energy figures (default 700)",
     )
+    from gpuhint.cli.evaluate_ces_jobs import add_jobs_args
+
+    add_jobs_args(p)
     p.add_argument(
         "--policy",
         choices=["forecast", "artifact"],
@@ -91,9 +105,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--plot",
         metavar="PATH",
-        default="ces_load.png",
-        help="where to save the PNG of used, powered-on and forecast nodes over the test "
-        "window (default: ./ces_load.png)",
+        default=None,
+        help="where to save the PNG: with --series used, powered-on and forecast nodes over "
+        "the test window (default: ./ces_load.png); with --trace the energy / wait frontier "
+        "(default: ./ces_frontier.png)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -133,9 +148,20 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        from gpuhint.cli.evaluate_ces_jobs import run_jobs
+
+        return run_jobs(args)
+    return run_series(args)
+
+
+def run_series(args: argparse.Namespace) -> int:
     from gpuhint.evaluation import ces
     from gpuhint.loadseries import SeriesError, read_series
     from models.forecast import LoadForecaster
+
+    if args.format in TRACE_FORMATS:
+        raise UserError(f"--format {args.format} is a job trace format: use --trace")
 
     if args.buffer is not None and args.buffer < 0:
         raise UserError("--buffer must be >= 0")
@@ -178,11 +204,12 @@ def run(args: argparse.Namespace) -> int:
     m["filled_slots"] = series.filled_slots
     m["skipped_rows"] = len(series.errors)
     if not args.no_plot:
+        plot_path = args.plot or "ces_load.png"
         try:
-            ces.plot(rec, args.plot, lo, hi)
+            ces.plot(rec, plot_path, lo, hi)
         except (OSError, ValueError) as exc:
-            raise UserError(f"cannot save plot {args.plot}: {exc}") from None
-        m["plot"] = args.plot
+            raise UserError(f"cannot save plot {plot_path}: {exc}") from None
+        m["plot"] = plot_path
     if args.json:
         print(json.dumps(m, sort_keys=False))
         return 0

@@ -97,6 +97,9 @@ class JobAwareConfig:
     warmup_s: float = 3600.0
     max_cycles_per_day: int = 6
     min_idle_s: float = 0.0
+    memory_s: float = DAY_S
+    min_samples: int = 360
+    conditional: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.quantile <= 1:
@@ -130,8 +133,10 @@ class JobAware:
         self.cfg = cfg or JobAwareConfig()
         self.arrivals: deque[tuple[float, float]] = deque()  # (submit, nodes asked)
         self.in_window = 0.0
-        self.samples: deque[float] = deque()
-        self.sorted: list[float] = []
+        self.hist = _History(self.cfg.history_s)
+        self.states: deque[tuple[float, int | None]] = deque()
+        self.peak: deque[tuple[float, int]] = deque()  # sliding max of demand, memory_s
+        self.state: int | None = None
         self.seen = 0
         self.next_t = math.inf
 
@@ -156,20 +161,34 @@ class JobAware:
             self.seen += 1
         while self.arrivals and self.arrivals[0][0] <= t - self.window_s:
             self.in_window -= self.arrivals.popleft()[1]
-        if t >= self.next_t:
-            x = math.ceil(self.in_window - 1e-9)
-            self.samples.append(x)
-            bisect.insort(self.sorted, x)
-            if len(self.samples) * self.cfg.tick_s > self.cfg.history_s:
-                old = self.samples.popleft()
-                del self.sorted[bisect.bisect_left(self.sorted, old)]
-            self.next_t = t + self.cfg.tick_s
+        if t < self.next_t:
+            return
+        self.next_t = t + self.cfg.tick_s
+        x = math.ceil(self.in_window - 1e-9)
+        self.hist.add(t, x, None)
+        # the state a window ago is paired with the demand of the window since then
+        states = self.states
+        while states and states[0][0] <= t - self.window_s:
+            _, st = states.popleft()
+            if st is not None:
+                self.hist.add(t, x, st)
+        peak = self.peak
+        while peak and peak[-1][1] <= x:
+            peak.pop()
+        peak.append((t, x))
+        while peak[0][0] <= t - self.cfg.memory_s:
+            peak.popleft()
+        self.state = _bucket(peak[0][1])
+        states.append((t, self.state))
 
     def reserve(self) -> int:
-        if not self.sorted:
-            return 0
-        k = min(len(self.sorted) - 1, math.ceil(self.cfg.quantile * len(self.sorted)) - 1)
-        return int(self.sorted[max(0, k)])
+        q = self.cfg.quantile
+        r = None
+        if self.cfg.conditional:
+            r = self.hist.quantile(self.state, q, self.cfg.min_samples)
+        if r is None:
+            r = self.hist.quantile(None, q, 1)
+        return int(r or 0)
 
     def step(self, t: float) -> None:
         sim = self.sim
@@ -204,3 +223,32 @@ class JobAware:
 
     def next_time(self) -> float:
         return self.next_t
+
+
+def _bucket(x: int) -> int:
+    """0 for no demand, else 1 + floor(log2(nodes)): 1, 2-3, 4-7, 8-15, ..."""
+    return 0 if x <= 0 else x.bit_length()
+
+
+class _History:
+    """Demand samples per state (None: all), each kept ``keep_s`` seconds, sorted."""
+
+    def __init__(self, keep_s: float) -> None:
+        self.keep_s = keep_s
+        self.times: dict[int | None, deque[tuple[float, int]]] = {}
+        self.sorted: dict[int | None, list[int]] = {}
+
+    def add(self, t: float, x: int, state: int | None) -> None:
+        times = self.times.setdefault(state, deque())
+        srt = self.sorted.setdefault(state, [])
+        times.append((t, x))
+        bisect.insort(srt, x)
+        while times[0][0] <= t - self.keep_s:
+            _, old = times.popleft()
+            del srt[bisect.bisect_left(srt, old)]
+
+    def quantile(self, state: int | None, q: float, min_n: int) -> int | None:
+        srt = self.sorted.get(state)
+        if not srt or len(srt) < min_n:
+            return None
+        return srt[max(0, min(len(srt) - 1, math.ceil(q * len(srt)) - 1))]

@@ -35,7 +35,20 @@ from models.simulator.power_policies import IdleTimer, JobAware, JobAwareConfig,
 #: SuspendTime values tried, 5 minutes to 24 hours (3600 among them).
 SUSPEND_TIMES_S: tuple[int, ...] = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400)
 #: Reserve quantiles of gpuhint's job-aware policy (its knob), least to most cautious.
-QUANTILES: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0)
+QUANTILES: tuple[float, ...] = (
+    0.5,
+    0.8,
+    0.9,
+    0.95,
+    0.97,
+    0.98,
+    0.99,
+    0.993,
+    0.995,
+    0.998,
+    0.999,
+    1.0,
+)
 DEFAULT_QUANTILE = JobAwareConfig().quantile
 POINT_KEYS = (
     "setting",

@@ -67,6 +67,10 @@ class PowerPolicy(Protocol):
         """``node`` became idle (on, no job) at ``t``."""
         ...
 
+    def on_alloc(self, node: int, t: float) -> None:
+        """A job was allocated ``node`` at ``t`` (it may still be booting or off)."""
+        ...
+
     def step(self, t: float) -> None:
         """Decide at ``t`` (a job event or :meth:`next_time`): ``sim.power_down`` / ``wake``."""
         ...
@@ -83,6 +87,9 @@ class AlwaysOn:
         return None
 
     def on_idle(self, node: int, t: float) -> None:
+        return None
+
+    def on_alloc(self, node: int, t: float) -> None:
         return None
 
     def step(self, t: float) -> None:
@@ -279,6 +286,7 @@ class PowerSim:
         """Allocate ``alloc`` to job ``i`` now; it starts when its nodes are up."""
         start = t
         for node, _ in alloc:
+            self.policy.on_alloc(node, t)
             if self.state[node] == BOOT:
                 start = max(start, self.ready_at[node])
             elif self.jobs_on[node] == 0:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from models.forecast import Forecaster
 from models.power_policy import PowerPolicy as SlotPolicy
 from models.power_policy import PowerPolicyConfig
-from models.simulator.power import PowerSim
+from models.simulator.power import PowerModel, PowerSim
 
 DAY_S = 86400.0
 
@@ -39,6 +39,9 @@ class IdleTimer:
 
     def on_idle(self, node: int, t: float) -> None:
         heapq.heappush(self.due, (t + self.suspend_s, node, t))
+
+    def on_alloc(self, node: int, t: float) -> None:
+        return None
 
     def step(self, t: float) -> None:
         idle = self.sim.idle
@@ -67,6 +70,9 @@ class SlotRule:
     def on_idle(self, node: int, t: float) -> None:
         return None
 
+    def on_alloc(self, node: int, t: float) -> None:
+        return None
+
     def step(self, t: float) -> None:
         sim = self.sim
         if t < self.next_t:
@@ -91,7 +97,7 @@ class SlotRule:
 class JobAwareConfig:
     """Knobs of :class:`JobAware`; ``quantile`` is the one to turn (docs/ces.md)."""
 
-    quantile: float = 0.99
+    quantile: float = 0.98
     tick_s: float = 60.0
     history_s: float = 7 * DAY_S
     warmup_s: float = 3600.0
@@ -100,6 +106,7 @@ class JobAwareConfig:
     memory_s: float = DAY_S
     min_samples: int = 360
     conditional: bool = True
+    wait_price_w: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.quantile <= 1:
@@ -108,25 +115,37 @@ class JobAwareConfig:
             raise ValueError("tick, history > 0; warm-up, min idle >= 0")
         if self.max_cycles_per_day < 1:
             raise ValueError("max_cycles_per_day must be >= 1")
+        if self.memory_s <= 0 or self.min_samples < 1:
+            raise ValueError("memory_s > 0 and min_samples >= 1")
+        if self.wait_price_w is not None and not self.wait_price_w >= 0:
+            raise ValueError("wait_price_w must be >= 0")
 
 
 class JobAware:
     """Keep a reserve of idle nodes sized for the arrivals of one boot time; off the rest.
 
-    Every tick (and at every job event) it computes
+    At every job event and every ``tick_s`` it computes
 
-    * the *reserve*: the ``quantile`` of the nodes that arrivals asked for in any window
-      of one boot time + one tick (GPUs / GPUs per node, summed, rounded up), over the
-      last ``history_s`` of ticks -- how many idle nodes must be up for arrivals not to
-      wait for a boot (all nodes stay on during ``warmup_s``, while it learns);
-    * the *queue's need*: nodes the head of the queue still lacks, less the GPUs of
-      running jobs *predicted* to end within a boot time (gpuhint's duration model):
-      off nodes are woken for it a boot time ahead, not when the job is already waiting;
+    * the *reserve*: the ``quantile`` of the nodes that arrivals asked for in a window of
+      one boot time + one tick (GPUs / GPUs per node, summed, rounded up), over the ticks
+      of the last ``history_s`` that were in the same *state* as now -- the state being
+      the largest such demand of the last ``memory_s`` (log2 buckets: a cluster that saw
+      16-node bursts today keeps room for one, a quiet one does not); all nodes stay on
+      for ``warmup_s`` while it learns;
+    * the *head's need*: the nodes of the job at the head of the queue when it does not
+      fit even with every node on, less the GPUs of running jobs *predicted* (gpuhint's
+      duration model, never the true duration) to end within a boot time: its off nodes
+      are woken a boot time ahead of the predicted ends, not after them;
+    * the *timeout*: the idle age before a node may go down, the one (among bin edges of
+      1 min .. 24 h) that would have cost least over the idle periods of the last
+      ``history_s`` (idle energy, or off energy + a boot + ``wait_price_w`` x boot time;
+      ``None``: the busy draw, a waiting job priced as a busy node) -- nodes freed by
+      short jobs that are resubmitted minutes later stay up;
 
     then wakes nodes when idle + booting < need + reserve, and otherwise powers down the
-    excess idle nodes, longest idle first, skipping any node that reached
-    ``max_cycles_per_day`` power-downs in the last 24 h (so the nodes a queued job is
-    about to get are never among them: they are counted in the need).
+    excess idle nodes older than the timeout, longest idle first, skipping any node that
+    reached ``max_cycles_per_day`` power-downs in the last 24 h. Nodes allocated to a job
+    (booting for it, or the head's) are never idle, so never among them.
     """
 
     def __init__(self, cfg: JobAwareConfig | None = None) -> None:
@@ -137,6 +156,10 @@ class JobAware:
         self.states: deque[tuple[float, int | None]] = deque()
         self.peak: deque[tuple[float, int]] = deque()  # sliding max of demand, memory_s
         self.state: int | None = None
+        self.idle_start: dict[int, float] = {}
+        self.gaps = _Gaps(self.cfg.history_s)
+        self.tau = 0.0
+        self.timeout_at = -math.inf
         self.seen = 0
         self.next_t = math.inf
 
@@ -149,7 +172,22 @@ class JobAware:
         self.order = sorted(range(len(sim.jobs)), key=lambda i: (sim.jobs[i].submit, i))
 
     def on_idle(self, node: int, t: float) -> None:
-        return None
+        self.idle_start.setdefault(node, t)
+
+    def on_alloc(self, node: int, t: float) -> None:
+        since = self.idle_start.pop(node, None)
+        if since is not None:
+            self.gaps.add(t, t - since)
+
+    def timeout(self, t: float) -> float:
+        """The power-down age that minimizes energy + ``wait_price_w`` x boot waits over
+        the idle periods of the last ``history_s`` (recomputed hourly)."""
+        if t >= self.timeout_at:
+            pm = self.sim.pm
+            price = pm.busy_w if self.cfg.wait_price_w is None else self.cfg.wait_price_w
+            self.tau = self.gaps.best_timeout(pm, price)
+            self.timeout_at = t + 3600.0
+        return self.tau
 
     def _observe(self, t: float) -> None:
         """Arrivals up to ``t`` into the window; one sample per tick into the history."""
@@ -207,10 +245,11 @@ class JobAware:
         excess = have - want
         if excess <= 0 or not sim.n_idle:
             return
+        tau = self.timeout(t)
         for node, since in list(sim.idle.items()):
             if excess <= 0:
                 break
-            if t - since < self.cfg.min_idle_s:
+            if t - since < max(self.cfg.min_idle_s, tau):
                 break  # the rest became idle later still
             d = self.downs[node]
             while d and d[0] <= t - DAY_S:
@@ -252,3 +291,65 @@ class _History:
         if not srt or len(srt) < min_n:
             return None
         return srt[max(0, min(len(srt) - 1, math.ceil(q * len(srt)) - 1))]
+
+
+#: Idle-period bins (s); their edges are the candidate timeouts.
+GAP_EDGES: tuple[float, ...] = (
+    0,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1200,
+    1800,
+    2700,
+    3600,
+    5400,
+    7200,
+    10800,
+    14400,
+    21600,
+    28800,
+    43200,
+    64800,
+    86400,
+    math.inf,
+)
+
+
+class _Gaps:
+    """Lengths of recent idle periods (idle to next allocation), binned, kept ``keep_s``."""
+
+    def __init__(self, keep_s: float) -> None:
+        self.keep_s = keep_s
+        self.items: deque[tuple[float, int, float]] = deque()
+        nb = len(GAP_EDGES) - 1
+        self.count = [0] * nb
+        self.total = [0.0] * nb
+
+    def add(self, t: float, gap: float) -> None:
+        b = bisect.bisect_right(GAP_EDGES, gap) - 1
+        self.items.append((t, b, gap))
+        self.count[b] += 1
+        self.total[b] += gap
+        while self.items[0][0] <= t - self.keep_s:
+            _, ob, og = self.items.popleft()
+            self.count[ob] -= 1
+            self.total[ob] -= og
+
+    def best_timeout(self, pm: PowerModel, wait_price_w: float) -> float:
+        """Timeout (a bin edge) of least energy + wait cost over the idle periods seen:
+        a period longer than the timeout pays a boot and ``wait_price_w`` x boot time."""
+        best, best_cost = math.inf, math.inf
+        wake = pm.boot_s * (pm.boot_w + wait_price_w)
+        for k, tau in enumerate(GAP_EDGES[:-1]):
+            cost = 0.0
+            for b, (c, s) in enumerate(zip(self.count, self.total, strict=True)):
+                if b < k:
+                    cost += pm.idle_w * s
+                else:
+                    cost += c * (pm.idle_w * tau + wake) + pm.off_w * (s - tau * c)
+            if cost < best_cost - 1e-9:
+                best, best_cost = tau, cost
+        return best

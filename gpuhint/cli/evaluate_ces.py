@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpuhint.cli.common import UserError, add_on_error_arg
@@ -111,6 +112,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         "(default: ./ces_frontier.png)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    p.add_argument(
+        "--no-frontier",
+        action="store_true",
+        help="with --series: skip the idle-timer / buffer frontier (faster)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=run)
@@ -203,6 +209,8 @@ def run_series(args: argparse.Namespace) -> int:
     m["policy"] = args.policy
     m["filled_slots"] = series.filled_slots
     m["skipped_rows"] = len(series.errors)
+    if not args.no_frontier:
+        m.update(_series_frontier(args, series, cfg, factory, rec, lo, hi))
     if not args.no_plot:
         plot_path = args.plot or "ces_load.png"
         try:
@@ -210,11 +218,37 @@ def run_series(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot save plot {plot_path}: {exc}") from None
         m["plot"] = plot_path
+        if "frontier" in m:
+            from gpuhint.evaluation.ces_jobs import plot_frontier
+
+            fpath = str(Path(plot_path).with_suffix("")) + "_frontier.png"
+            try:
+                plot_frontier({**m, "mode": "series"}, fpath, f"{m['series']}: energy vs shortfall")
+            except (OSError, ValueError) as exc:
+                raise UserError(f"cannot save plot {fpath}: {exc}") from None
+            m["frontier_plot"] = fpath
     if args.json:
         print(json.dumps(m, sort_keys=False))
         return 0
     print(_report(m, series.n_slots, cfg))
     return 0
+
+
+def _series_frontier(
+    args: argparse.Namespace, series: Any, cfg: Any, factory: Any, rec: Any, lo: int, hi: int
+) -> dict[str, Any]:
+    """Idle timer and gpuhint's buffer knob on the per-minute series (shortfall axis)."""
+    from gpuhint.cli.evaluate_ces_jobs import _power
+    from gpuhint.evaluation.ces_jobs import SUSPEND_TIMES_S
+    from gpuhint.evaluation.ces_series import series_frontier
+    from gpuhint.loadseries import read_series
+
+    minutes = read_series(
+        args.series, args.format, "skip", slot_s=60, gpus_per_node=args.gpus_per_node
+    )
+    return series_frontier(
+        series, minutes, cfg, factory, lo, hi, _power(args), SUSPEND_TIMES_S, rec
+    )
 
 
 def _report(m: dict[str, Any], n_all: int, cfg: Any) -> str:
@@ -240,4 +274,8 @@ def _report(m: dict[str, Any], n_all: int, cfg: Any) -> str:
         lines.append(f"  note            {m['filled_slots']} empty slots carried forward")
     if m.get("plot"):
         lines.append(f"  plot            {m['plot']}")
+    if "frontier" in m:
+        from gpuhint.cli.evaluate_ces_jobs import series_frontier_text
+
+        lines.append(series_frontier_text(m))
     return "\n".join(lines)

@@ -195,3 +195,35 @@ def report_text(r: dict[str, Any]) -> str:
         lines.append(f"  plot: {r['plot']}")
     lines.append(f"  {r['seconds']:.1f} s")
     return "\n".join(lines)
+
+
+def series_frontier_text(m: dict[str, Any]) -> str:
+    """The --series frontier as a table (shortfall node-minutes instead of waits)."""
+    from gpuhint.evaluation.ces_jobs import _fmt_setting
+
+    dom = {d["suspend_s"]: d["by"] for d in m["dominance"]}
+    lines = [
+        "",
+        "  frontier on the per-minute series (energy saved vs node-minutes short):",
+        f"  {'policy':<18} {'saved kWh':>12} {'node-h off':>11} {'short n-min':>11} {'cyc/n/d':>7}",
+    ]
+
+    def row(name: str, p: dict[str, Any], mark: str = "") -> str:
+        return (
+            f"  {name:<18} {p['energy_saved_kwh']:>12,.0f} {p['node_hours_off']:>11,.0f} "
+            f"{p['shortfall_node_min']:>11,.0f} {p['cycles_per_node_day']:>7.2f} {mark}"
+        )
+
+    for p in m["frontier"]["idle_timer"]:
+        by = dom.get(p["setting"])
+        mark = f"dominated by buffer {by}" if by is not None else "NOT dominated"
+        lines.append(row(f"idle {_fmt_setting(p['setting'])}", p, mark))
+    for p in m["frontier"]["gpuhint"]:
+        lines.append(row(f"gpuhint buffer {p['setting']}", p))
+    d, chk = m["default"], m["default_vs_timer_3600"]
+    lines.append(row(f"default buffer {d['setting']}", d))
+    lines.append(
+        f"  default against SuspendTime=1h: energy {'ok' if chk['energy_ok'] else 'NOT met'}, "
+        f"half the shortfall {'ok' if chk['wait_ok'] else 'NOT met'}"
+    )
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``gpuhint evaluate ces``: replay a cluster load series through the CES forecaster and policy."""
+"""``gpuhint evaluate ces``: CES on a load series (``--series``) or a job trace (``--trace``)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,21 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpuhint.cli.common import UserError, add_on_error_arg
 
+TRACE_FORMATS = ("helios", "philly", "plain", "sacct", "sacct-json")
+
 DESCRIPTION = """\
-Replay a recorded cluster load series through CES exactly as the worker runs it:
+With --trace JOBS (any trace format gpuhint reads, sacct included): run the jobs in the
+power-saving simulator on nodes that are busy, idle, booting or off, under all nodes on,
+Slurm's idle timer (SuspendTime 5 min .. 24 h), the artifact's CES rule and gpuhint's
+job-aware policy along its knob, and print the Pareto table of energy saved against
+the wait added to jobs (docs/ces.md).
+
+With --series: replay a recorded cluster load series through CES exactly as the worker runs it:
 online from the first slot, every node powered on at the start, strictly causal (the
 forecaster and the policy see nothing after the slot they decide in).
 
@@ -51,12 +60,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--series", required=True, metavar="FILE", help="load series (csv or csv.gz)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--series", metavar="FILE", help="load series (csv or csv.gz)")
+    src.add_argument("--trace", metavar="FILE", help="job trace (Helios, Philly, plain, sacct)")
     p.add_argument(
         "--format",
-        choices=["auto", "nodes", "helios-vc"],
+        choices=["auto", "nodes", "helios-vc", *TRACE_FORMATS],
         default="auto",
-        help="series format (default: detect from the header)",
+        help="series format (nodes, helios-vc) or trace format (helios, philly, plain, sacct, "
+        "sacct-json); default: detect from the name and header",
     )
     add_on_error_arg(p)
     p.add_argument("--test-from", metavar="DATE", help="first test day YYYY-MM-DD (UTC)")
@@ -77,6 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         metavar="W",
         help="assumed draw of an idle powered-on node for energy figures (default 700)",
     )
+    from gpuhint.cli.evaluate_ces_jobs import add_jobs_args
+
+    add_jobs_args(p)
     p.add_argument(
         "--policy",
         choices=["forecast", "artifact"],
@@ -91,11 +106,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--plot",
         metavar="PATH",
-        default="ces_load.png",
-        help="where to save the PNG of used, powered-on and forecast nodes over the test "
-        "window (default: ./ces_load.png)",
+        default=None,
+        help="where to save the PNG: with --series used, powered-on and forecast nodes over "
+        "the test window (default: ./ces_load.png); with --trace the energy / wait frontier "
+        "(default: ./ces_frontier.png)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
+    p.add_argument(
+        "--no-frontier",
+        action="store_true",
+        help="with --series: skip the idle-timer / buffer frontier (faster)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=run)
@@ -133,9 +154,20 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        from gpuhint.cli.evaluate_ces_jobs import run_jobs
+
+        return run_jobs(args)
+    return run_series(args)
+
+
+def run_series(args: argparse.Namespace) -> int:
     from gpuhint.lab.evaluation import ces
     from gpuhint.lab.traces.loadseries import SeriesError, read_series
     from models.forecast import LoadForecaster
+
+    if args.format in TRACE_FORMATS:
+        raise UserError(f"--format {args.format} is a job trace format: use --trace")
 
     if args.buffer is not None and args.buffer < 0:
         raise UserError("--buffer must be >= 0")
@@ -177,17 +209,46 @@ def run(args: argparse.Namespace) -> int:
     m["policy"] = args.policy
     m["filled_slots"] = series.filled_slots
     m["skipped_rows"] = len(series.errors)
+    if not args.no_frontier:
+        m.update(_series_frontier(args, series, cfg, factory, rec, lo, hi))
     if not args.no_plot:
+        plot_path = args.plot or "ces_load.png"
         try:
-            ces.plot(rec, args.plot, lo, hi)
+            ces.plot(rec, plot_path, lo, hi)
         except (OSError, ValueError) as exc:
-            raise UserError(f"cannot save plot {args.plot}: {exc}") from None
-        m["plot"] = args.plot
+            raise UserError(f"cannot save plot {plot_path}: {exc}") from None
+        m["plot"] = plot_path
+        if "frontier" in m:
+            from gpuhint.lab.evaluation.ces_jobs import plot_frontier
+
+            fpath = str(Path(plot_path).with_suffix("")) + "_frontier.png"
+            try:
+                plot_frontier({**m, "mode": "series"}, fpath, f"{m['series']}: energy vs shortfall")
+            except (OSError, ValueError) as exc:
+                raise UserError(f"cannot save plot {fpath}: {exc}") from None
+            m["frontier_plot"] = fpath
     if args.json:
         print(json.dumps(m, sort_keys=False))
         return 0
     print(_report(m, series.n_slots, cfg))
     return 0
+
+
+def _series_frontier(
+    args: argparse.Namespace, series: Any, cfg: Any, factory: Any, rec: Any, lo: int, hi: int
+) -> dict[str, Any]:
+    """Idle timer and gpuhint's buffer knob on the per-minute series (shortfall axis)."""
+    from gpuhint.cli.evaluate_ces_jobs import _power
+    from gpuhint.lab.evaluation.ces_jobs import SUSPEND_TIMES_S
+    from gpuhint.lab.evaluation.ces_series import series_frontier
+    from gpuhint.lab.traces.loadseries import read_series
+
+    minutes = read_series(
+        args.series, args.format, "skip", slot_s=60, gpus_per_node=args.gpus_per_node
+    )
+    return series_frontier(
+        series, minutes, cfg, factory, lo, hi, _power(args), SUSPEND_TIMES_S, rec
+    )
 
 
 def _report(m: dict[str, Any], n_all: int, cfg: Any) -> str:
@@ -213,4 +274,8 @@ def _report(m: dict[str, Any], n_all: int, cfg: Any) -> str:
         lines.append(f"  note            {m['filled_slots']} empty slots carried forward")
     if m.get("plot"):
         lines.append(f"  plot            {m['plot']}")
+    if "frontier" in m:
+        from gpuhint.cli.evaluate_ces_jobs import series_frontier_text
+
+        lines.append(series_frontier_text(m))
     return "\n".join(lines)

@@ -1,0 +1,212 @@
+"""The energy / shortfall frontier on a load series: Slurm's idle timer against gpuhint.
+
+A series has no jobs, only used nodes per minute, so waits cannot be measured: both
+policies are judged by the **shortfall**, node-minutes of demand above the booted nodes,
+on the per-minute series (the 10-minute slots only drive gpuhint's decisions).
+
+* Idle timer (:func:`idle_timer_point`), per minute, nodes exchangeable: a node that
+  stops being used goes idle; a node idle for ``SuspendTime`` powers off; demand above
+  the on nodes takes idle nodes (the most recently idle first), then wakes off nodes,
+  which are up ``boot_s`` later; until then the missing nodes are shortfall.
+* gpuhint (:func:`slot_point`): the CES replay's powered-on count of each slot against
+  every minute of it.
+
+Energy saved = node-hours off x (idle W - off W); every node starts on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from gpuhint.lab.evaluation.ces import CesReplay
+from gpuhint.lab.traces.loadseries import LoadSeries
+from models.forecast import Forecast
+from models.simulator.power import PowerModel
+
+DAY_S = 86400
+
+
+def idle_timer_point(
+    minutes: LoadSeries, suspend_s: float, pm: PowerModel, lo: int, hi: int
+) -> dict[str, Any]:
+    """Slurm's idle timer over the minutes ``[lo, hi)`` of ``minutes`` (replayed from 0)."""
+    step = minutes.slot_s
+    total0 = minutes.total[0] if minutes.n_slots else 0
+    idle: list[float] = [0.0] * total0  # idle-since times, a stack (most recent last)
+    boots: list[float] = []  # ready times (heap)
+    busy = off = 0
+    short = off_min = downs = 0.0
+    for i in range(min(hi, minutes.n_slots)):
+        t = i * step
+        used, total = minutes.used[i], minutes.total[i]
+        while boots and boots[0] <= t:
+            heapq.heappop(boots)
+            idle.append(t)
+        have = busy + len(idle) + len(boots) + off
+        if total > have:  # nodes joined: they come on
+            idle.extend([t] * (total - have))
+        if used > busy:
+            take = min(used - busy, len(idle))
+            del idle[len(idle) - take :]
+            busy += take
+            missing = used - busy
+            wake = min(off, max(0, missing - len(boots)))
+            for _ in range(wake):
+                heapq.heappush(boots, t + pm.boot_s)
+            off -= wake
+            if i >= lo:
+                short += missing * step / 60
+        elif used < busy:
+            idle.extend([t] * (busy - used))
+            busy = used
+        # the missing nodes are not busy: they are booting (counted above)
+        k = 0
+        while k < len(idle) and idle[k] <= t - suspend_s:
+            k += 1
+        if k:
+            del idle[:k]
+            off += k
+            if i >= lo:
+                downs += k
+        if i >= lo:
+            off_min += off * step / 60
+    return _point(suspend_s, off_min, short, downs, minutes, pm, lo, hi)
+
+
+def _point(
+    setting: float,
+    off_min: float,
+    short: float,
+    downs: float,
+    minutes: LoadSeries,
+    pm: PowerModel,
+    lo: int,
+    hi: int,
+) -> dict[str, Any]:
+    n = max(1, min(hi, minutes.n_slots) - lo)
+    days = n * minutes.slot_s / DAY_S
+    total = max(minutes.total[lo:hi], default=1) or 1
+    return {
+        "setting": setting,
+        "energy_saved_kwh": off_min / 60 * (pm.idle_w - pm.off_w) / 1000,
+        "node_hours_off": off_min / 60,
+        "added_wait_avg_s": None,
+        "added_wait_p99_s": None,
+        "jobs_delayed": None,
+        "cycles_per_node_day": downs / total / days,
+        "shortfall_node_min": short,
+    }
+
+
+def slot_point(
+    setting: float,
+    rec: CesReplay,
+    minutes: LoadSeries,
+    pm: PowerModel,
+    lo: int,
+    hi: int,
+) -> dict[str, Any]:
+    """gpuhint's replay judged per minute over the minutes ``[lo, hi)``."""
+    slot_s, step = rec.series.slot_s, minutes.slot_s
+    base = rec.series.start
+    short = off_min = downs = 0.0
+    prev = None
+    for i in range(lo, min(hi, minutes.n_slots)):
+        k = int((minutes.start + i * step - base) // slot_s)
+        if not 0 <= k < len(rec.active):
+            continue
+        a = rec.active[k]
+        if prev is not None and a < prev:
+            downs += prev - a
+        prev = a
+        u, tot = minutes.used[i], minutes.total[i]
+        short += max(0, u - a) * step / 60
+        off_min += max(0, tot - max(a, u)) * step / 60
+    return _point(setting, off_min, short, downs, minutes, pm, lo, hi)
+
+
+class RecordedForecaster:
+    """Replays forecasts recorded from a first run (the forecast never sees the policy)."""
+
+    def __init__(self, forecasts: Sequence[Forecast]) -> None:
+        self.forecasts = forecasts
+        self.i = 0
+
+    def update(self, time: float, used: float, total: int) -> Forecast:
+        fc = self.forecasts[self.i]
+        self.i += 1
+        return fc
+
+
+class RecordingForecaster:
+    """Wraps a forecaster and keeps every forecast it makes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.out: list[Forecast] = []
+
+    def update(self, time: float, used: float, total: int) -> Forecast:
+        fc: Forecast = self.inner.update(time, used, total)
+        self.out.append(fc)
+        return fc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def minute_window(minutes: LoadSeries, t_from: float, t_to: float) -> tuple[int, int]:
+    lo = max(0, math.ceil((t_from - minutes.start) / minutes.slot_s))
+    hi = min(minutes.n_slots, math.ceil((t_to - minutes.start) / minutes.slot_s))
+    return lo, hi
+
+
+#: gpuhint's knob on a series: the minimum buffer, in % of the cluster.
+BUFFER_PCT: tuple[float, ...] = (0, 0.5, 1, 2, 3, 5, 8, 12, 20)
+
+
+def series_frontier(
+    series: LoadSeries,
+    minutes: LoadSeries,
+    cfg: Any,
+    factory: Any,
+    lo_slot: int,
+    hi_slot: int,
+    pm: PowerModel,
+    suspend_times: Sequence[float],
+    default_rec: CesReplay | None = None,
+) -> dict[str, Any]:
+    """Both frontiers over the test window, the default point and the dominance check."""
+    from dataclasses import replace
+
+    from gpuhint.lab.evaluation import ces
+    from gpuhint.lab.evaluation.ces_jobs import default_check, dominance
+
+    t_from, t_to = series.slot_time(lo_slot), series.slot_time(hi_slot)
+    lo, hi = minute_window(minutes, t_from, t_to)
+    timer = [idle_timer_point(minutes, s, pm, lo, hi) for s in suspend_times]
+    rec_fc = RecordingForecaster(factory())
+    first = ces.replay(series, cfg, lambda: rec_fc, progress=False, until=hi_slot)
+    total = max(series.total)
+    gh = []
+    for buf in sorted({round(total * pct / 100) for pct in BUFFER_PCT}):
+        c = replace(cfg, min_buffer_nodes=buf, min_buffer_frac=0.0)
+        fc = RecordedForecaster(rec_fc.out)
+        r = ces.replay(series, c, partial(_same, fc), progress=False, until=hi_slot)
+        gh.append(slot_point(buf, r, minutes, pm, lo, hi))
+    default = slot_point(cfg.min_buffer(total), default_rec or first, minutes, pm, lo, hi)
+    wk = "shortfall_node_min"
+    return {
+        "frontier": {"idle_timer": timer, "gpuhint": gh},
+        "default": default,
+        "dominance": dominance(timer, gh, wk),
+        "default_vs_timer_3600": default_check(default, timer, wk),
+    }
+
+
+def _same(fc: Any) -> Any:
+    """A forecaster factory that hands out the one recorded forecaster."""
+    return fc

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from gpuhint.evaluation.ces import CesReplay
@@ -131,8 +132,9 @@ def slot_point(
 class RecordedForecaster:
     """Replays forecasts recorded from a first run (the forecast never sees the policy)."""
 
-    def __init__(self, forecasts: Sequence[Forecast]) -> None:
+    def __init__(self, forecasts: Sequence[Forecast], horizon_slots: int) -> None:
         self.forecasts = forecasts
+        self.horizon_slots = horizon_slots
         self.i = 0
 
     def update(self, time: float, used: float, total: int) -> Forecast:
@@ -146,6 +148,7 @@ class RecordingForecaster:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.horizon_slots: int = inner.horizon_slots
         self.out: list[Forecast] = []
 
     def update(self, time: float, used: float, total: int) -> Forecast:
@@ -155,6 +158,10 @@ class RecordingForecaster:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def _same(fc: RecordedForecaster) -> RecordedForecaster:
+    return fc
 
 
 def minute_window(minutes: LoadSeries, t_from: float, t_to: float) -> tuple[int, int]:
@@ -193,8 +200,8 @@ def series_frontier(
     gh = []
     for buf in sorted({round(total * pct / 100) for pct in BUFFER_PCT}):
         c = replace(cfg, min_buffer_nodes=buf, min_buffer_frac=0.0)
-        fc = RecordedForecaster(rec_fc.out)
-        r = ces.replay(series, c, lambda fc=fc: fc, progress=False, until=hi_slot)
+        fc = RecordedForecaster(rec_fc.out, rec_fc.horizon_slots)
+        r = ces.replay(series, c, partial(_same, fc), progress=False, until=hi_slot)
         gh.append(slot_point(buf, r, minutes, pm, lo, hi))
     default = slot_point(cfg.min_buffer(total), default_rec or first, minutes, pm, lo, hi)
     wk = "shortfall_node_min"

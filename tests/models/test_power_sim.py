@@ -1,0 +1,164 @@
+"""The power-saving simulator and its policies (models.simulator.power*)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from models.power_policy import PowerPolicyConfig
+from models.simulator import SimJob, simulate_vc
+from models.simulator.power import AlwaysOn, PowerModel, PowerResult, simulate_power
+from models.simulator.power_policies import (
+    GAP_EDGES,
+    IdleTimer,
+    JobAware,
+    JobAwareConfig,
+    SlotRule,
+    _Gaps,
+)
+
+PM = PowerModel(boot_s=300.0, busy_w=3000.0, idle_w=600.0, boot_w=800.0, off_w=10.0)
+
+
+def _random_jobs(n: int, seed: int, span: float = 5 * 86400.0) -> list[SimJob]:
+    rng = random.Random(seed)
+    jobs = []
+    for k in range(n):
+        gpus = rng.choice([1, 1, 2, 4, 8, 8, 16, 32])
+        jobs.append(SimJob(f"j{k}", rng.uniform(0, span), rng.expovariate(1 / 3600), gpus))
+    return jobs
+
+
+def test_all_on_schedules_as_the_fifo_simulator() -> None:
+    jobs = _random_jobs(300, 1)
+    ref = simulate_vc(jobs, 6, "fifo")
+    got = simulate_power(jobs, 6, AlwaysOn(), power=PM)
+    assert got.start == [o.start for o in ref]
+    assert got.off_s == 0 and got.power_downs == 0
+
+
+def test_idle_timer_powers_down_and_the_next_job_waits_one_boot() -> None:
+    jobs = [SimJob("a", 0, 100, 8), SimJob("b", 100 + 600 + 50, 10, 8), SimJob("c", 2000, 1, 1)]
+    r = simulate_power(jobs, 1, IdleTimer(600), power=PM)
+    assert r.start[0] == 0
+    assert r.start[1] == 750 + PM.boot_s  # off since 700, woken at its arrival
+    assert r.power_downs == 2 and r.demand_wakes == 2  # b, then c
+    # horizon 0..2000: off 700..750 and 1660..2000, booting 750..1050 (c's boot is after)
+    assert r.off_s == pytest.approx(50 + (2000 - 1660))
+    assert r.boot_s == pytest.approx(PM.boot_s)
+    assert r.busy_s == pytest.approx(100 + 10)
+
+
+def test_node_seconds_add_up_and_energy_is_consistent() -> None:
+    jobs = _random_jobs(200, 2)
+    for policy in (AlwaysOn(), IdleTimer(900), JobAware()):
+        r = simulate_power(jobs, 8, policy, power=PM)
+        assert r.busy_s + r.idle_s + r.boot_s + r.off_s == pytest.approx(8 * r.horizon_s)
+        kwh = (r.busy_s * 3000 + r.idle_s * 600 + r.boot_s * 800 + r.off_s * 10) / 3.6e6
+        assert r.energy_kwh(PM) == pytest.approx(kwh)
+        assert all(s >= j.submit for s, j in zip(r.start, jobs, strict=True))
+
+
+def test_a_burst_waits_for_one_boot_not_one_per_job() -> None:
+    # two nodes, both powered down long before; three jobs arrive together
+    jobs = [SimJob("a", 0, 10, 8), SimJob("x", 10_000, 50, 8), SimJob("y", 10_000, 50, 8)]
+    r = simulate_power(jobs, 2, IdleTimer(60), power=PM)
+    assert r.start[1] == r.start[2] == 10_000 + PM.boot_s
+
+
+def test_without_power_saving_a_job_never_waits_for_a_boot() -> None:
+    jobs = _random_jobs(150, 3)
+    base = simulate_power(jobs, 8, AlwaysOn(), power=PM)
+    long_timer = simulate_power(jobs, 8, IdleTimer(10 * 86400), power=PM)
+    assert long_timer.start == base.start and long_timer.power_downs == 0
+
+
+def _saved(r: PowerResult, base: PowerResult) -> float:
+    return base.energy_kwh(PM) - r.energy_kwh(PM)
+
+
+def test_job_aware_saves_energy_and_respects_the_cycle_limit() -> None:
+    jobs = _random_jobs(400, 4, span=10 * 86400)
+    base = simulate_power(jobs, 10, AlwaysOn(), power=PM)
+    r = simulate_power(jobs, 10, JobAware(JobAwareConfig(max_cycles_per_day=2)), power=PM)
+    assert _saved(r, base) > 0
+    days = r.horizon_s / 86400
+    assert max(r.cycles_per_node) <= 2 * (days + 1)
+
+
+def test_job_aware_quantile_trades_energy_for_wait() -> None:
+    jobs = _random_jobs(400, 5, span=10 * 86400)
+    base = simulate_power(jobs, 10, AlwaysOn(), power=PM)
+    lo = simulate_power(jobs, 10, JobAware(JobAwareConfig(quantile=0.5)), power=PM)
+    hi = simulate_power(jobs, 10, JobAware(JobAwareConfig(quantile=1.0)), power=PM)
+
+    def wait(r: PowerResult) -> float:
+        return sum(s - b for s, b in zip(r.start, base.start, strict=True))
+
+    assert _saved(lo, base) > _saved(hi, base)
+    assert wait(lo) > wait(hi)
+
+
+def test_job_aware_sees_predicted_durations_only() -> None:
+    # the same predictions with other true durations: identical decisions until the
+    # first job whose true duration differs ends
+    jobs = _random_jobs(120, 6)
+    pred = [j.duration for j in jobs]
+    later = [SimJob(j.job_id, j.submit, j.duration * 3, j.gpus) for j in jobs]
+    a = simulate_power(jobs, 8, JobAware(), power=PM, predicted=pred)
+    b = simulate_power(later, 8, JobAware(), power=PM, predicted=pred)
+    first_end = min(s + j.duration for s, j in zip(a.start, jobs, strict=True))
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].submit)
+    for i in order:
+        if jobs[i].submit >= first_end:
+            break
+        assert a.start[i] == b.start[i]
+
+
+def test_head_nodes_are_woken_ahead_of_the_predicted_ends() -> None:
+    # 2 nodes; a 16-GPU job waits for a running 8-GPU job that ends at 5000 (predicted)
+    # (the idle node went down at once): it is woken in time, not after the end
+    jobs = [SimJob("run", 0, 5000, 8), SimJob("big", 3000, 10, 16)]
+    cfg = JobAwareConfig(quantile=0.0, warmup_s=0, tick_s=60)
+    r = simulate_power(jobs, 2, JobAware(cfg), power=PM, horizon=(0, 6000))
+    assert r.power_downs >= 1
+    assert r.start[1] == pytest.approx(5000)
+    timer = simulate_power(jobs, 2, IdleTimer(0), power=PM, horizon=(0, 6000))
+    assert timer.start[1] == pytest.approx(5000 + PM.boot_s)
+
+
+def test_learned_timeout_follows_the_idle_periods() -> None:
+    short, long = _Gaps(1e9), _Gaps(1e9)
+    for k in range(100):
+        short.add(float(k), 30.0)
+        long.add(float(k), 86400.0 * 2)
+    assert short.best_timeout(PM, 3000.0) >= 60
+    assert long.best_timeout(PM, 3000.0) == 0
+    assert GAP_EDGES[0] == 0
+
+
+def test_slot_rule_runs_the_artifact_policy() -> None:
+    from models.forecast import LoadForecaster
+
+    jobs = _random_jobs(200, 7)
+    cfg = PowerPolicyConfig(use_band=False, proactive_wake=False, buffer_nodes=1)
+    base = simulate_power(jobs, 12, AlwaysOn(), power=PM)
+    r = simulate_power(jobs, 12, SlotRule(cfg, LoadForecaster()), power=PM)
+    assert r.power_downs > 0 and _saved(r, base) > 0
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"quantile": 1.5}, {"tick_s": 0}, {"max_cycles_per_day": 0}, {"wait_price_w": -1.0}],
+)
+def test_bad_config(kw: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        JobAwareConfig(**kw)  # type: ignore[arg-type]
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValueError, match="GPUs"):
+        simulate_power([SimJob("a", 0, 1, 64)], 2, AlwaysOn())
+    with pytest.raises(ValueError):
+        PowerModel(boot_s=-1)

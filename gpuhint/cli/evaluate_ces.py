@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhint.cli.common import UserError, add_on_error_arg
+from gpuhint.cli.evaluate_ces_jobs import JOBS_EPILOG
 
 TRACE_FORMATS = ("helios", "philly", "plain", "sacct", "sacct-json")
 
@@ -57,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         "ces",
         help="replay a cluster load series through the CES forecaster and power policy",
         description=DESCRIPTION,
-        epilog=EPILOG,
+        epilog=EPILOG + "\n" + JOBS_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_mutually_exclusive_group(required=True)

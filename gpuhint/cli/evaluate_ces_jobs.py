@@ -216,12 +216,14 @@ def series_frontier_text(m: dict[str, Any]) -> str:
 
     for p in m["frontier"]["idle_timer"]:
         by = dom.get(p["setting"])
-        mark = f"dominated by buffer {by}" if by is not None else "NOT dominated"
+        mark = f"dominated by q{by:g}" if by is not None else "NOT dominated"
         lines.append(row(f"idle {_fmt_setting(p['setting'])}", p, mark))
     for p in m["frontier"]["gpuhint"]:
-        lines.append(row(f"gpuhint buffer {p['setting']}", p))
+        lines.append(row(f"gpuhint q{p['setting']:g}", p))
+    for p in m["frontier"].get("gpuhint_slots", []):
+        lines.append(row(f"slot policy buf {p['setting']}", p))
     d, chk = m["default"], m["default_vs_timer_3600"]
-    lines.append(row(f"default buffer {d['setting']}", d))
+    lines.append(row(f"default q{d['setting']:g}", d))
     lines.append(
         f"  default against SuspendTime=1h: energy {'ok' if chk['energy_ok'] else 'NOT met'}, "
         f"half the shortfall {'ok' if chk['wait_ok'] else 'NOT met'}"

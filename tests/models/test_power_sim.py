@@ -162,3 +162,21 @@ def test_bad_inputs() -> None:
         simulate_power([SimJob("a", 0, 1, 64)], 2, AlwaysOn())
     with pytest.raises(ValueError):
         PowerModel(boot_s=-1)
+
+
+def test_count_reserve_trades_energy_for_shortfall() -> None:
+    from models.simulator.power_counts import CountReserve, CountTimer, simulate_counts
+
+    rng = random.Random(8)
+    used, u = [], 10
+    for _ in range(4 * 1440):
+        u = max(0, min(40, u + rng.choice([-1, 0, 0, 0, 1]) * rng.choice([1, 1, 3])))
+        used.append(u)
+    total = [40] * len(used)
+    lo = 1440
+    loose = simulate_counts(used, total, 60, CountReserve(PM, 60, quantile=0.5), lo=lo)
+    tight = simulate_counts(used, total, 60, CountReserve(PM, 60, quantile=1.0), lo=lo)
+    assert loose.off_node_min > tight.off_node_min
+    assert loose.shortfall_node_min >= tight.shortfall_node_min
+    never = simulate_counts(used, total, 60, CountTimer(10**9), lo=lo)
+    assert never.off_node_min == 0 and never.shortfall_node_min == 0

@@ -36,6 +36,8 @@ from models.simulator.power_policies import IdleTimer, JobAware, JobAwareConfig,
 SUSPEND_TIMES_S: tuple[int, ...] = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400)
 #: Reserve quantiles of gpuhint's job-aware policy (its knob), least to most cautious.
 QUANTILES: tuple[float, ...] = (
+    0.0,
+    0.25,
     0.5,
     0.8,
     0.9,

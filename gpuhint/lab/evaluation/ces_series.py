@@ -16,7 +16,6 @@ Energy saved = node-hours off x (idle W - off W); every node starts on.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from functools import partial
@@ -26,6 +25,7 @@ from gpuhint.lab.evaluation.ces import CesReplay
 from gpuhint.lab.traces.loadseries import LoadSeries
 from models.forecast import Forecast
 from models.simulator.power import PowerModel
+from models.simulator.power_counts import CountReserve, CountTimer, simulate_counts
 
 DAY_S = 86400
 
@@ -34,47 +34,39 @@ def idle_timer_point(
     minutes: LoadSeries, suspend_s: float, pm: PowerModel, lo: int, hi: int
 ) -> dict[str, Any]:
     """Slurm's idle timer over the minutes ``[lo, hi)`` of ``minutes`` (replayed from 0)."""
-    step = minutes.slot_s
-    total0 = minutes.total[0] if minutes.n_slots else 0
-    idle: list[float] = [0.0] * total0  # idle-since times, a stack (most recent last)
-    boots: list[float] = []  # ready times (heap)
-    busy = off = 0
-    short = off_min = downs = 0.0
-    for i in range(min(hi, minutes.n_slots)):
-        t = i * step
-        used, total = minutes.used[i], minutes.total[i]
-        while boots and boots[0] <= t:
-            heapq.heappop(boots)
-            idle.append(t)
-        have = busy + len(idle) + len(boots) + off
-        if total > have:  # nodes joined: they come on
-            idle.extend([t] * (total - have))
-        if used > busy:
-            take = min(used - busy, len(idle))
-            del idle[len(idle) - take :]
-            busy += take
-            missing = used - busy
-            wake = min(off, max(0, missing - len(boots)))
-            for _ in range(wake):
-                heapq.heappush(boots, t + pm.boot_s)
-            off -= wake
-            if i >= lo:
-                short += missing * step / 60
-        elif used < busy:
-            idle.extend([t] * (busy - used))
-            busy = used
-        # the missing nodes are not busy: they are booting (counted above)
-        k = 0
-        while k < len(idle) and idle[k] <= t - suspend_s:
-            k += 1
-        if k:
-            del idle[:k]
-            off += k
-            if i >= lo:
-                downs += k
-        if i >= lo:
-            off_min += off * step / 60
-    return _point(suspend_s, off_min, short, downs, minutes, pm, lo, hi)
+    r = simulate_counts(
+        minutes.used,
+        minutes.total,
+        minutes.slot_s,
+        CountTimer(suspend_s),
+        boot_s=pm.boot_s,
+        lo=lo,
+        hi=hi,
+        t0=minutes.start,
+    )
+    return _point(
+        suspend_s, r.off_node_min, r.shortfall_node_min, r.power_downs, minutes, pm, lo, hi
+    )
+
+
+def reserve_point(
+    minutes: LoadSeries, quantile: float, pm: PowerModel, lo: int, hi: int
+) -> dict[str, Any]:
+    """gpuhint's reserve policy on the per-minute counts (``models.simulator.power_counts``)."""
+    pol = CountReserve(pm, minutes.slot_s, quantile=quantile)
+    r = simulate_counts(
+        minutes.used,
+        minutes.total,
+        minutes.slot_s,
+        pol,
+        boot_s=pm.boot_s,
+        lo=lo,
+        hi=hi,
+        t0=minutes.start,
+    )
+    return _point(
+        quantile, r.off_node_min, r.shortfall_node_min, r.power_downs, minutes, pm, lo, hi
+    )
 
 
 def _point(
@@ -132,8 +124,9 @@ def slot_point(
 class RecordedForecaster:
     """Replays forecasts recorded from a first run (the forecast never sees the policy)."""
 
-    def __init__(self, forecasts: Sequence[Forecast]) -> None:
+    def __init__(self, forecasts: Sequence[Forecast], horizon_slots: int) -> None:
         self.forecasts = forecasts
+        self.horizon_slots = horizon_slots
         self.i = 0
 
     def update(self, time: float, used: float, total: int) -> Forecast:
@@ -147,6 +140,7 @@ class RecordingForecaster:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.horizon_slots: int = inner.horizon_slots
         self.out: list[Forecast] = []
 
     def update(self, time: float, used: float, total: int) -> Forecast:
@@ -156,6 +150,10 @@ class RecordingForecaster:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def _same(fc: RecordedForecaster) -> RecordedForecaster:
+    return fc
 
 
 def minute_window(minutes: LoadSeries, t_from: float, t_to: float) -> tuple[int, int]:
@@ -188,25 +186,27 @@ def series_frontier(
     t_from, t_to = series.slot_time(lo_slot), series.slot_time(hi_slot)
     lo, hi = minute_window(minutes, t_from, t_to)
     timer = [idle_timer_point(minutes, s, pm, lo, hi) for s in suspend_times]
+    from gpuhint.lab.evaluation.ces_jobs import DEFAULT_QUANTILE, QUANTILES
+
+    qs = sorted(set(QUANTILES) | {DEFAULT_QUANTILE})
+    res = {q: reserve_point(minutes, q, pm, lo, hi) for q in qs}
+    gh = [res[q] for q in qs if q in QUANTILES]
+    default = res[DEFAULT_QUANTILE]
     rec_fc = RecordingForecaster(factory())
     first = ces.replay(series, cfg, lambda: rec_fc, progress=False, until=hi_slot)
     total = max(series.total)
-    gh = []
+    slots = []
     for buf in sorted({round(total * pct / 100) for pct in BUFFER_PCT}):
         c = replace(cfg, min_buffer_nodes=buf, min_buffer_frac=0.0)
-        fc = RecordedForecaster(rec_fc.out)
+        fc = RecordedForecaster(rec_fc.out, rec_fc.horizon_slots)
         r = ces.replay(series, c, partial(_same, fc), progress=False, until=hi_slot)
-        gh.append(slot_point(buf, r, minutes, pm, lo, hi))
-    default = slot_point(cfg.min_buffer(total), default_rec or first, minutes, pm, lo, hi)
+        slots.append(slot_point(buf, r, minutes, pm, lo, hi))
+    slot_default = slot_point(cfg.min_buffer(total), default_rec or first, minutes, pm, lo, hi)
     wk = "shortfall_node_min"
     return {
-        "frontier": {"idle_timer": timer, "gpuhint": gh},
+        "frontier": {"idle_timer": timer, "gpuhint": gh, "gpuhint_slots": slots},
         "default": default,
+        "slot_policy_default": slot_default,
         "dominance": dominance(timer, gh, wk),
         "default_vs_timer_3600": default_check(default, timer, wk),
     }
-
-
-def _same(fc: Any) -> Any:
-    """A forecaster factory that hands out the one recorded forecaster."""
-    return fc

@@ -210,3 +210,27 @@ def report_skipped(read: TraceRead, limit: int = 10) -> None:
         print(f"skipped {err}", file=sys.stderr)
     if len(read.errors) > limit:
         print(f"... and {len(read.errors) - limit} more bad rows skipped", file=sys.stderr)
+
+
+def redis_store(settings: Settings) -> Any:
+    """The worker's Redis store (counting what it writes), reachable, or a one-line error."""
+    import redis
+
+    from gpuhint.metrics.store import MeteredRedisStore
+
+    try:
+        store = MeteredRedisStore.from_url(
+            settings.redis_url.get_secret_value(),
+            keys=settings.keys,
+            hint_ttl_s=settings.hint_ttl_s,
+            advisory_ttl_s=settings.advisory_ttl_s,
+            changes_maxlen=settings.changes_maxlen,
+            watts_per_node=settings.ces_watts_per_node,
+            slot_s=settings.ces_slot_s,
+        )
+        store.r.ping()
+    except ValueError as exc:
+        raise UserError(f"bad Redis URL: {exc}") from None
+    except redis.RedisError as exc:
+        raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
+    return store

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, add_fallback_args
+from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, redis_store
 
 log = logging.getLogger("gpuhint.serve")
 
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     settings, ss = _serve_settings(args)
     cli = SlurmCli(ss.conf)
     _check_slurm(cli)
-    store = _store(settings)
+    store = redis_store(settings)
     path = Path(settings.state_dir) / f"serve-{settings.cluster}.sqlite"
     try:
         local = LocalLog(path, topic=settings.topics.job_events)
@@ -140,27 +140,6 @@ def _redacted(settings: Any) -> str:
     return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}"
 
 
-def _store(settings: Any) -> Any:
-    import redis
-
-    from gpuhint.metrics.store import MeteredRedisStore
-
-    try:
-        store = MeteredRedisStore.from_url(
-            settings.redis_url.get_secret_value(),
-            keys=settings.keys,
-            hint_ttl_s=settings.hint_ttl_s,
-            advisory_ttl_s=settings.advisory_ttl_s,
-            changes_maxlen=settings.changes_maxlen,
-        )
-        store.r.ping()
-    except ValueError as exc:
-        raise UserError(f"bad Redis URL: {exc}") from None
-    except redis.RedisError as exc:
-        raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
-    return store
-
-
 def _one_process(settings: Any, local: Any, store: Any) -> Any:
     from gpuhint.serve.runner import OneProcess
 
@@ -187,29 +166,10 @@ def _feed(args: argparse.Namespace, settings: Any, ss: Any) -> Any:
 
 
 def _priority_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any) -> Any:
-    import redis
-
-    from gpuhint.cli.slurm import _client, _ClientHints, _report_priorities
+    from gpuhint.cli.slurm import _client, _priority_applier, _report_priorities
     from gpuhint.serve.server import Pass
-    from gpuhint.slurm.commands import SlurmQueue
-    from gpuhint.slurm.priority import FactorMap, Fallback, PriorityApplier
 
-    try:
-        fmap = FactorMap(ss.max_factor, ss.p0, ss.p_max)
-        fallback = Fallback(ss.neutral_mode, ss.stale_after_s, ss.fade_s)
-    except ValueError as exc:
-        raise UserError(f"factor map: {exc}") from None
-    applier = PriorityApplier(
-        SlurmQueue(cli),
-        _ClientHints(_client(settings)),
-        settings.cluster,
-        fmap,
-        dry_run=args.dry_run,
-        max_updates=ss.max_updates,
-        rate=ss.rate,
-        fallback=fallback,
-        hint_errors=(redis.RedisError,),
-    )
+    applier = _priority_applier(args, settings, ss, cli, _client(settings))
 
     def one_pass() -> None:
         _report_priorities(applier.run_pass(), args)

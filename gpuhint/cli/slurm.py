@@ -259,10 +259,7 @@ def _stopper() -> tuple[threading.Event, Callable[[], None]]:
 
 
 def run_priorities(args: argparse.Namespace) -> int:
-    import redis
-
-    from gpuhint.slurm.commands import SlurmCli, SlurmQueue
-    from gpuhint.slurm.priority import FactorMap, Fallback, PriorityApplier
+    from gpuhint.slurm.commands import SlurmCli
 
     settings, ss = _settings(
         args,
@@ -274,25 +271,10 @@ def run_priorities(args: argparse.Namespace) -> int:
         stale_after_s=args.stale_after,
         fade_s=args.fade,
     )
-    try:
-        fmap = FactorMap(ss.max_factor, ss.p0, ss.p_max)
-        fallback = Fallback(ss.neutral_mode, ss.stale_after_s, ss.fade_s)
-    except ValueError as exc:
-        raise UserError(f"factor map: {exc}") from None
     cli = SlurmCli(ss.conf)
     _check_slurm(cli)
     client = _client(settings)
-    applier = PriorityApplier(
-        SlurmQueue(cli),
-        _ClientHints(client),
-        settings.cluster,
-        fmap,
-        dry_run=args.dry_run,
-        max_updates=ss.max_updates,
-        rate=ss.rate,
-        fallback=fallback,
-        hint_errors=(redis.RedisError,),
-    )
+    applier = _priority_applier(args, settings, ss, cli, client)
     metrics = _metrics(settings)
     record = _recorder(client, settings, "slurm-priorities", ss.interval_s, args.dry_run)
     stop, restore = _stopper()
@@ -304,6 +286,33 @@ def run_priorities(args: argparse.Namespace) -> int:
         restore()
         client.close()
     return 0
+
+
+def _priority_applier(
+    args: argparse.Namespace, settings: Any, ss: Any, cli: Any, client: Any
+) -> Any:
+    """The SiteFactor applier of ``apply-priorities`` and ``gpuhint serve``."""
+    import redis
+
+    from gpuhint.slurm.commands import SlurmQueue
+    from gpuhint.slurm.priority import FactorMap, Fallback, PriorityApplier
+
+    try:
+        fmap = FactorMap(ss.max_factor, ss.p0, ss.p_max)
+        fallback = Fallback(ss.neutral_mode, ss.stale_after_s, ss.fade_s)
+    except ValueError as exc:
+        raise UserError(f"factor map: {exc}") from None
+    return PriorityApplier(
+        SlurmQueue(cli),
+        _ClientHints(client),
+        settings.cluster,
+        fmap,
+        dry_run=args.dry_run,
+        max_updates=ss.max_updates,
+        rate=ss.rate,
+        fallback=fallback,
+        hint_errors=(redis.RedisError,),
+    )
 
 
 def _priority_passes(

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from gpuhint.cli.common import UserError, add_config_args, settings_from
+from gpuhint.cli.common import UserError, add_config_args, redis_store, settings_from
 
 log = logging.getLogger("gpuhint.worker")
 
@@ -124,9 +124,7 @@ def with_kafka_retry(
 
 def run(args: argparse.Namespace) -> int:
     import faust
-    import redis
 
-    from gpuhint.metrics.store import MeteredRedisStore
     from gpuhint.metrics.worker import start_worker_metrics
     from models.registry import DURATION_MODELS
     from streams.app import build_app
@@ -150,21 +148,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             f"unknown model {settings.model!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
         )
-    try:
-        store = MeteredRedisStore.from_url(
-            settings.redis_url.get_secret_value(),
-            keys=settings.keys,
-            hint_ttl_s=settings.hint_ttl_s,
-            advisory_ttl_s=settings.advisory_ttl_s,
-            changes_maxlen=settings.changes_maxlen,
-            watts_per_node=settings.ces_watts_per_node,
-            slot_s=settings.ces_slot_s,
-        )
-        store.r.ping()
-    except ValueError as exc:
-        raise UserError(f"bad Redis URL: {exc}") from None
-    except redis.RedisError as exc:
-        raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
+    store = redis_store(settings)
     try:  # create the topics (never left to broker auto-creation) or refuse, before consuming
         with_kafka_retry(
             lambda timeout_s: ensure_topics(

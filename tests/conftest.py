@@ -20,6 +20,7 @@ import pytest
 
 from gpuhint.lab.local.services import ServiceError, kafka_service, redis_service
 from gpuhint.lab.local.slurm import slurm_service
+from gpuhint.lab.local.slurm_tidy import describe, reset
 
 
 @contextlib.contextmanager
@@ -59,6 +60,29 @@ def slurm_conf() -> Iterator[str]:
     """
     with _started(slurm_service, "Slurm") as address:
         yield address
+
+
+@pytest.fixture(autouse=True)
+def _slurm_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests share one Slurm cluster: after each one that used it, cancel its jobs and bring
+    every node back to idle, so that one failure never fails the next test as well."""
+    yield
+    if "slurm_conf" not in request.fixturenames:
+        return
+    problem = reset(request.getfixturevalue("slurm_conf"))
+    if problem:
+        pytest.fail(f"after {request.node.name}: {problem}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """A failed test that used Slurm reports the cluster's jobs, nodes and logs."""
+    report = yield
+    if report.failed and call.when == "call" and "slurm_conf" in getattr(item, "fixturenames", ()):
+        conf = item.funcargs.get("slurm_conf")  # type: ignore[attr-defined]
+        if conf:
+            report.sections.append(("Slurm at the failure", describe(conf)))
+    return report
 
 
 @pytest.fixture

@@ -60,6 +60,7 @@ def test_nodes_power_down_and_come_back(
     )  # fmt: skip
     store.flush()
     cmd = [sys.executable, "-m", "gpuhint", "slurm", "apply-power", "--min-idle", "1"]
+    need: list[str] = []
     try:
         dry = subprocess.run(
             [*cmd, "--once", "--dry-run"], env=env, capture_output=True, text=True, timeout=60
@@ -90,7 +91,7 @@ def test_nodes_power_down_and_come_back(
         assert again["powered_down"] == [] and again["powered_up"] == []
         # jobs that need every node: Slurm resumes the powered-down ones itself
         sbatch = ["sbatch", "--parsable", "-o", "/dev/null", "-G", "8", "-t", "5"]
-        need = [
+        need += [
             cli.run([*sbatch, "--exclude", busy_node, "--wrap", "sleep 1"]).strip()
             for _ in range(total - 1)
         ]
@@ -101,7 +102,7 @@ def test_nodes_power_down_and_come_back(
         )
         assert not any(s.endswith("~") for s in _states(cli).values())
     finally:
-        cli.run(["scancel", runner], check=False)
+        cli.run(["scancel", runner, *need], check=False)
         off = [n for n, s in _states(cli).items() if s[-1:] in "~%!"]
         if off:
             cli.run(

@@ -95,7 +95,7 @@ def slurm_conf(s: SlurmSpec) -> str:
         f"ResumeProgram={d / 'bin' / 'resume.sh'}",
         f"SuspendTime={s.suspend_time}",
         "SuspendTimeout=5",
-        "ResumeTimeout=30",
+        "ResumeTimeout=60",  # a loaded 2-core host can take >30 s to start slurmd
         "SuspendRate=0",
         "ResumeRate=0",
         f"NodeName=n[1-{s.nodes}] NodeHostname=localhost NodeAddr=127.0.0.1 "
@@ -136,10 +136,16 @@ def power_scripts(s: SlurmSpec) -> dict[str, str]:
         'for n in $(scontrol show hostnames "$1"); do\n'
         f'  [ -f {d / "run"}/resume-fails-$n ] && {{ echo "resume $n fails"; continue; }}\n'
         f"  pf={d / 'run'}/slurmd-$n.pid\n"
-        '  if [ -f "$pf" ] && kill "$(cat "$pf")" 2>/dev/null; then\n'
-        '    i=0; while [ -f "$pf" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done\n'
+        # the old slurmd must be gone before the new one binds its port: a loaded host
+        # can take seconds to stop it, and a new slurmd that cannot bind never registers
+        '  pid=$(cat "$pf" 2>/dev/null)\n'
+        '  if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then\n'
+        '    i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do\n'
+        "      sleep 0.1; i=$((i+1))\n"
+        "    done\n"
+        '    kill -9 "$pid" 2>/dev/null && sleep 0.5\n'
         "  fi\n"
-        f'  slurmd -b -f {s.conf} -N "$n"\n'
+        f'  slurmd -b -f {s.conf} -N "$n" || echo "resume $n: slurmd did not start"\n'
         "done\nexit 0\n"
     )
     return {"suspend.sh": suspend, "resume.sh": resume}

@@ -25,15 +25,24 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from agents.nvml import Nvml, NvmlError
 from agents.publisher import BufferedPublisher
 from agents.sampler import Sampler, SampleResult
 from gpuhint.cores.job_tracker import SchedulerFeed
-from gpuhint.wire.contract import encode_message
+from gpuhint.wire.contract import NodeStatus, encode_message
 from gpuhint.wire.topics import Topics, job_key, node_key
 
 log = logging.getLogger(__name__)
+
+
+class NodeFeed(Protocol):
+    """A source of other nodes' status (e.g. :class:`gpuhint.slurm.nodes.SlurmNodeFeed`)."""
+
+    name: str
+
+    def poll(self, now: float) -> list[NodeStatus]: ...
 
 
 class NodeAgent:
@@ -49,6 +58,7 @@ class NodeAgent:
         topics: Topics | None = None,
         interval_s: float = 10.0,
         feeds: Sequence[SchedulerFeed] = (),
+        node_feeds: Sequence[NodeFeed] = (),
         busy_util_pct: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -59,6 +69,7 @@ class NodeAgent:
         self.topics = topics or Topics()
         self.interval_s = interval_s
         self.feeds = list(feeds)
+        self.node_feeds = list(node_feeds)
         self.clock = clock
         self.sampler = (
             Sampler(nvml, cluster=cluster, node=node, busy_util_pct=busy_util_pct, clock=clock)
@@ -90,7 +101,8 @@ class NodeAgent:
         self._started = True
 
     def tick(self) -> None:
-        """One round: scheduler events, GPU samples and node status, then a send attempt."""
+        """One round: scheduler events, other nodes' status, GPU samples and this node's
+        status, then a send attempt."""
         now = self.clock()
         running: set[str] = set()
         for feed in self.feeds:
@@ -99,6 +111,10 @@ class NodeAgent:
                     self.topics.job_events, job_key(ev.cluster, ev.vc), encode_message(ev)
                 )
             running.update(feed.tracker.running_on(self.node))
+        for node_feed in self.node_feeds:
+            for ns in node_feed.poll(now):
+                key = node_key(ns.cluster, ns.node)
+                self.publisher.publish(self.topics.node_status, key, encode_message(ns))
         if self.sampler is not None:
             result = self.sampler.sample(
                 running_jobs=sorted(running), samples_dropped=self.publisher.dropped

@@ -33,7 +33,9 @@ and one NodeStatus per node to Kafka, keyed cluster/node. A GPU that falls off t
 is reported unhealthy in NodeStatus.gpu_health and the others keep being sampled.
 With --slurm or --kubernetes it also publishes JobEvents (submitted / started /
 finished), only when a job changes; run those on ONE host per cluster (e.g. the Slurm
-controller), with --nvml none if it has no GPU.
+controller), with --nvml none if it has no GPU. With --slurm-nodes sinfo that host also
+publishes every Slurm node's NodeStatus (GPUs, GPUs in use, powered down, healthy) for
+CES, so a Slurm site needs no agent on each GPU host; use one or the other per cluster.
 
 When Kafka is unreachable, records wait in a bounded buffer (--buffer-max, optionally
 spilled to --spill-dir) and sending is retried with backoff; past the bound the oldest
@@ -56,6 +58,7 @@ examples:
   gpuhint agent --nvml fake --scenario gpu-lost --once --dry-run   see what it sends
   gpuhint agent --bootstrap kafka:9092 --cluster venus              on a GPU host
   gpuhint agent --nvml none --slurm squeue --bootstrap kafka:9092   on the Slurm controller
+  gpuhint agent --nvml none --slurm sacct --slurm-nodes sinfo ...   ... with nodes for CES
   gpuhint agent --nvml fake --slurm tests/data/slurm/squeue_1.json --once --dry-run
 """
 
@@ -142,6 +145,12 @@ def _add_scheduler_args(p: argparse.ArgumentParser) -> None:
         help="VC of a Slurm job: its account, else its partition (default), or the reverse",
     )
     p.add_argument(
+        "--slurm-nodes",
+        metavar="SOURCE",
+        help="every Slurm node's NodeStatus (for CES) from: sinfo (sinfo --json), cmd:COMMAND, "
+        "or a FILE re-read every interval (sinfo --json output); default: none",
+    )
+    p.add_argument(
         "--kubernetes",
         metavar="SOURCE",
         help="GPU job events from: kueue (Kueue-managed Jobs and their Workloads through the "
@@ -162,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
     node = settings.node_name or socket.gethostname().split(".")[0]
     nvml = _make_nvml(args)
     feeds = _make_feeds(args, settings)
+    node_feeds = _make_node_feeds(args, settings, feeds)
     publisher = _make_publisher(args, settings, node)
     agent = NodeAgent(
         nvml=nvml,
@@ -171,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         topics=settings.topics,
         interval_s=settings.agent_interval_s,
         feeds=feeds,
+        node_feeds=node_feeds,
         busy_util_pct=args.busy_util,
     )
     try:
@@ -187,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         args.nvml,
         settings.agent_interval_s,
         "stdout" if args.dry_run else settings.kafka_bootstrap,
-        "".join(f", {f.name}" for f in feeds),
+        "".join(f", {f.name}" for f in [*feeds, *node_feeds]),
     )
     lost = _run_until_stopped(agent, args, metrics, log)
     if lost:
@@ -223,8 +234,10 @@ def _agent_settings(args: argparse.Namespace) -> Settings:
         raise UserError(f"--busy-util must be within 0..100, got {args.busy_util}")
     if args.flush_timeout < 0:
         raise UserError(f"--flush-timeout must be >= 0, got {args.flush_timeout}")
-    if args.nvml == "none" and not (args.slurm or args.kubernetes):
-        raise UserError("--nvml none publishes nothing without --slurm or --kubernetes")
+    if args.nvml == "none" and not (args.slurm or args.kubernetes or args.slurm_nodes):
+        raise UserError(
+            "--nvml none publishes nothing without --slurm, --slurm-nodes or --kubernetes"
+        )
     bad = [a for a in settings.kafka_bootstrap.split(",") if not _HOSTPORT.match(a.strip())]
     if bad and not args.dry_run:
         raise UserError(f"Kafka bootstrap {settings.kafka_bootstrap!r} is not HOST:PORT[,...]")
@@ -289,6 +302,26 @@ def _make_feeds(args: argparse.Namespace, settings: Settings) -> list[SchedulerF
             )
         )
     return feeds
+
+
+def _make_node_feeds(
+    args: argparse.Namespace, settings: Settings, feeds: list[SchedulerFeed]
+) -> list[Any]:
+    """``--slurm-nodes``: every Slurm node's status, with its running jobs from the job feed."""
+    from gpuhint.slurm.nodes import SlurmNodeFeed, slurm_node_source
+
+    if not args.slurm_nodes:
+        return []
+    source = slurm_node_source(args.slurm_nodes)
+    _check_source("slurm-nodes", source)
+    slurm_jobs = next((f for f in feeds if f.name == "slurm"), None)
+    return [
+        SlurmNodeFeed(
+            source,
+            cluster=settings.cluster,
+            running_on=slurm_jobs.tracker.running_on if slurm_jobs else None,
+        )
+    ]
 
 
 def _make_publisher(args: argparse.Namespace, settings: Settings, node: str) -> BufferedPublisher:

@@ -34,7 +34,8 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], needle: 
         (["--nvml", "fake", "--scenario", "nope"], "unknown scenario"),
         (["--scenario", "busy"], "--nvml fake"),
         (["--nvml", "fake", "--bootstrap", "no-port"], "HOST:PORT"),
-        (["--nvml", "none"], "--slurm or --kubernetes"),
+        (["--nvml", "none"], "--slurm, --slurm-nodes or --kubernetes"),
+        (["--nvml", "none", "--slurm-nodes", "/no/such.json"], "--slurm-nodes"),
         (["--nvml", "fake", "--slurm", "/no/such/file"], "neither a file"),
         (["--nvml", "fake", "--kubernetes", "cmd:no-such-kubectl-xyz get pods"], "not on PATH"),
         (["--nvml", "fake", "--busy-util", "101"], "--busy-util"),
@@ -103,3 +104,17 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
         "GPUHINT_",
     ):
         assert word in out
+
+
+def test_slurm_nodes_publish_every_node_status(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        ["agent", "--nvml", "none", "--once", "--dry-run", "--cluster", "venus",
+         "--slurm-nodes", str(DATA / "slurm" / "sinfo_2205.json")]
+    )  # fmt: skip
+    assert rc == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    status = {x["key"]: decode_message(x["message"]) for x in lines}
+    assert sorted(status) == ["venus/n1", "venus/n2", "venus/n3"]
+    assert all(isinstance(s, NodeStatus) and s.num_gpus == 8 for s in status.values())
+    assert status["venus/n1"].busy_gpus == 3  # type: ignore[union-attr]
+    assert not status["venus/n3"].powered_on  # type: ignore[union-attr]

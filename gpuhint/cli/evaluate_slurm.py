@@ -41,8 +41,24 @@ gpuhint.{...}, jct_ratio_slurm_over_gpuhint, simulated.{fifo_avg_jct_s,qssf_avg_
 jct_ratio_fifo_over_qssf}, sim_agreement (real ratio / simulated ratio), hints_applied,
 skipped_too_big, seconds.
 
+With --power it compares power saving instead, each run on a fresh private Slurm whose
+SuspendProgram stops a node's slurmd and whose ResumeProgram starts it after --boot
+seconds (compressed like the jobs), both in Slurm's own job order:
+
+  idle_timer  Slurm's SuspendTime = --suspend-time, nothing else
+  gpuhint     the agent's job and node feeds (--slurm-nodes) -> Kafka -> `gpuhint worker`
+              (CES) -> Redis -> `gpuhint slurm apply-power`; Slurm's timer off
+
+and reports each run's node-hours off and booting, power-ups, and job waits (average,
+p99) from Slurm's accounting, next to the power simulator's figures for the same jobs
+(`gpuhint evaluate ces --trace`'s code). --power JSON keys: power.{idle_timer,gpuhint}.
+{setting,node_hours_off,node_hours_booting,power_ups,avg_wait_s,p99_wait_s,avg_jct_s,...},
+simulated_power.{idle_timer,gpuhint}.{node_hours_off,avg_wait_s,p99_wait_s,power_downs},
+boot_s, suspend_time_s, plus jobs, speed, nodes, sched, model, seconds.
+
 examples:
   gpuhint evaluate slurm --trace tests/data/philly_excerpt.json --jobs 300 --nodes 8 --json
+  gpuhint evaluate slurm --trace tests/data/philly_excerpt.json --power --jobs 60 --nodes 4
   gpuhint evaluate slurm --trace history.sacct --jobs 30 --nodes 4 --speed 600
 """
 
@@ -71,6 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="a running Kafka (else a private one)")
     p.add_argument("--redis-url", metavar="URL", help="a running Redis (else a private one)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="per run (1800)")
+    p.add_argument(
+        "--power", action="store_true", help="compare power saving: idle timer vs gpuhint"
+    )
+    p.add_argument(
+        "--suspend-time", type=float, default=3600.0, metavar="S",
+        help="--power: Slurm's SuspendTime, trace seconds (3600)",
+    )  # fmt: skip
+    p.add_argument(
+        "--boot", type=float, default=300.0, metavar="S",
+        help="--power: a node's boot time, trace seconds (300)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 
@@ -132,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     read = load_trace(args.trace, args.format, args.on_error)
     report_skipped(read)
+    if args.power:
+        from gpuhint.cli.evaluate_slurm_power import run_power
+
+        return run_power(args, read.jobs, t_start)
     nodes = args.nodes or 8
     sched = "backfill" if args.backfill else "builtin"
     with _services(args, nodes, sched) as svc:
@@ -194,6 +225,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError("--nodes must be >= 1")
     if args.speed is not None and args.speed <= 0:
         raise UserError("--speed must be > 0")
+    if args.power and args.slurm_conf:
+        raise UserError("--power runs its own private Slurm (power scripts): drop --slurm-conf")
+    if args.suspend_time <= 0 or args.boot < 0:
+        raise UserError("--suspend-time must be > 0 and --boot >= 0")
 
 
 def _print_text(doc: dict[str, Any], base: Any, gh: Any, sim_ratio: float | None) -> None:

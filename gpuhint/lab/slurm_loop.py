@@ -37,6 +37,7 @@ from typing import Any
 from gpuhint.lab.traces.readers import TraceJob
 from gpuhint.slurm.commands import SlurmCli
 from gpuhint.wire.contract import JobEvent, JobPhase, JobState, encode_message
+from models.simulator.metrics import percentile
 
 VC = "eval"
 GPUS_PER_NODE = 8
@@ -122,6 +123,7 @@ class RunResult:
     jobs: int
     wall_s: float
     start_order: list[str] = field(default_factory=list)
+    p99_queue_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +132,7 @@ class RunResult:
             "makespan_s": round(self.makespan_s, 1),
             "jobs": self.jobs,
             "wall_s": round(self.wall_s, 1),
+            "p99_queue_s": round(self.p99_queue_s, 1),
         }
 
 
@@ -211,6 +214,7 @@ def accounting(cli: SlurmCli, ids: Sequence[str], speed: float, wall_s: float) -
         jobs=len(rows),
         wall_s=wall_s,
         start_order=order,
+        p99_queue_s=speed * percentile(sorted(queue), 99),
     )
 
 

@@ -62,3 +62,44 @@ def test_selection_and_compression() -> None:
     assert [(lj.at_s, lj.sleep_s, lj.nodes) for lj in loop] == [(0.0, 10.0, 1), (5.0, 1.0, 2)]
     assert default_speed(sel, 4) >= 1.0
     assert len(select_jobs(read_trace(TRACE).jobs, 30, 4)[0]) == 30
+
+
+@pytest.mark.integration
+def test_power_loop_small(kafka_bootstrap: str, redis_url: str) -> None:
+    """--power: both runs on their own private Slurm complete, the JSON is whole, and the
+    idle-timer run really powers nodes down (SuspendTime 3600 s / speed: under 1 s)."""
+    cmd = [
+        sys.executable, "-m", "gpuhint", "evaluate", "slurm", "--trace", str(TRACE),
+        "--power", "--jobs", "12", "--nodes", "2", "--speed", "50000", "--json",
+        "--bootstrap", kafka_bootstrap, "--redis-url", redis_url, "--timeout", "300",
+    ]  # fmt: skip
+    env = dict(os.environ)  # munged needs o+x on every directory above its socket
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "power" and doc["jobs"] == 12 and doc["nodes"] == 2
+    keys = {"setting", "node_hours_off", "node_hours_booting", "power_ups", "avg_wait_s",
+            "p99_wait_s", "avg_jct_s", "jobs"}  # fmt: skip
+    for run in ("idle_timer", "gpuhint"):
+        assert keys <= set(doc["power"][run]) and doc["power"][run]["jobs"] == 12, run
+        assert {"node_hours_off", "avg_wait_s", "p99_wait_s"} <= set(doc["simulated_power"][run])
+    timer = doc["power"]["idle_timer"]
+    assert timer["node_hours_off"] > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--slurm-conf", "/etc/slurm/slurm.conf"], "drop --slurm-conf"),
+        (["--suspend-time", "0"], "--suspend-time must be > 0"),
+        (["--boot", "-1"], "--boot >= 0"),
+    ],
+)
+def test_power_bad_args_are_one_line(
+    extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuhint.cli import main
+
+    assert main(["evaluate", "slurm", "--trace", str(TRACE), "--power", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and "Traceback" not in err, err

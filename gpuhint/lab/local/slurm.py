@@ -104,6 +104,7 @@ class LocalSlurm:
         sched: str = "builtin",
         accounting: bool = True,
         suspend_time: int = 3600,
+        boot_delay_s: float = 0.0,
         workdir: Path | None = None,
         extra_conf: Sequence[str] = (),
         cluster_name: str = "test",
@@ -118,6 +119,7 @@ class LocalSlurm:
         self.sched = sched
         self.accounting = accounting
         self.suspend_time = suspend_time
+        self.boot_delay_s = boot_delay_s
         self.extra_conf = list(extra_conf)
         self.cluster_name = cluster_name
         self._tmp = None if workdir else tempfile.mkdtemp(prefix="gpuhint-slurm-")

@@ -24,6 +24,7 @@ class SlurmSpec(Protocol):
     sched: str
     accounting: bool
     suspend_time: int
+    boot_delay_s: float
     extra_conf: list[str]
     ctld_port: int
     node_port: int
@@ -95,7 +96,8 @@ def slurm_conf(s: SlurmSpec) -> str:
         f"ResumeProgram={d / 'bin' / 'resume.sh'}",
         f"SuspendTime={s.suspend_time}",
         "SuspendTimeout=5",
-        "ResumeTimeout=60",  # a loaded 2-core host can take >30 s to start slurmd
+        # a loaded 2-core host can take >30 s to start slurmd; a "boot" takes boot_delay_s more
+        f"ResumeTimeout={60 + 2 * int(s.boot_delay_s)}",
         "SuspendRate=0",
         "ResumeRate=0",
         f"NodeName=n[1-{s.nodes}] NodeHostname=localhost NodeAddr=127.0.0.1 "
@@ -130,9 +132,15 @@ def power_scripts(s: SlurmSpec) -> dict[str, str]:
         "done\nexit 0\n"
     )
     # ResumeProgram: (re)start slurmd with -b ("booted now"), else the node goes DOWN;
-    # a file run/resume-fails-NODE makes that node's "boot" fail (a resume-failure test)
+    # a file run/resume-fails-NODE makes that node's "boot" fail (a resume-failure test).
+    # A "boot" waits boot_delay_s, then starts the node's slurmd.
+    boot = (
+        'boot() { sleep "$1"\n'
+        f'  slurmd -b -f {s.conf} -N "$2" || echo "resume $2: slurmd did not start"\n'
+        "}\n"
+    )
     resume = (
-        head + 'echo "$(date +%FT%T) resume $*"\n'
+        head + boot + 'echo "$(date +%FT%T) resume $*"\n'
         'for n in $(scontrol show hostnames "$1"); do\n'
         f'  [ -f {d / "run"}/resume-fails-$n ] && {{ echo "resume $n fails"; continue; }}\n'
         f"  pf={d / 'run'}/slurmd-$n.pid\n"
@@ -145,7 +153,8 @@ def power_scripts(s: SlurmSpec) -> dict[str, str]:
         "    done\n"
         '    kill -9 "$pid" 2>/dev/null && sleep 0.5\n'
         "  fi\n"
-        f'  slurmd -b -f {s.conf} -N "$n" || echo "resume $n: slurmd did not start"\n'
+        # no delay: at once; a delay: in the background, so the nodes boot in parallel
+        f'  boot {s.boot_delay_s:g} "$n"{" &" if s.boot_delay_s > 0 else ""}\n'
         "done\nexit 0\n"
     )
     return {"suspend.sh": suspend, "resume.sh": resume}

@@ -1,0 +1,122 @@
+"""``gpuhint evaluate slurm --power``: Slurm's idle timer against gpuhint's power advice."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuhint.cli.common import UserError
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _kafka_redis(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    from gpuhint.lab.local.services import LocalKafka, LocalRedis, ServiceError
+
+    with contextlib.ExitStack() as stack:
+        try:
+            bootstrap = args.bootstrap
+            if bootstrap is None:
+                _say("starting a private Kafka")
+                k = stack.enter_context(LocalKafka())
+                k.start()
+                bootstrap = k.bootstrap
+            url = args.redis_url
+            if url is None:
+                r = stack.enter_context(LocalRedis())
+                r.start()
+                url = r.url
+        except ServiceError as exc:
+            raise UserError(f"could not start the services: {exc}") from None
+        yield bootstrap, url
+
+
+def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) -> int:
+    from gpuhint.lab.local.services import ServiceError
+    from gpuhint.lab.slurm_loop import LoopError, compress, default_speed, select_jobs
+    from gpuhint.lab.slurm_power_loop import (
+        PowerSetup,
+        run_gpuhint_power,
+        run_idle_timer,
+        simulated_power,
+    )
+    from gpuhint.slurm.commands import SlurmCommandError
+
+    nodes = args.nodes or 8
+    sched = "backfill" if args.backfill else "builtin"
+    jobs, too_big = select_jobs(trace, args.jobs, nodes)
+    if not jobs:
+        raise UserError(f"{args.trace}: no GPU job fits {nodes} nodes x 8 GPUs")
+    speed = args.speed or default_speed(jobs, nodes)
+    loop = compress(jobs, speed)
+    setup = PowerSetup(speed=speed, boot_s=args.boot, suspend_time_s=args.suspend_time)
+    _say(f"{len(loop)} jobs on {nodes} nodes, speed {speed:g}x ({too_big} too big skipped)")
+    try:
+        _say("simulating")
+        sim = simulated_power(loop, nodes, setup, args.model)
+        _say(f"run 1/2: Slurm's idle timer (SuspendTime {args.suspend_time:g} s)")
+        timer = run_idle_timer(loop, nodes, sched, setup, _say, args.timeout)
+        _say(f"  {timer.node_hours_off:,.1f} node-hours off, {timer.power_ups} power-ups")
+        with _kafka_redis(args) as kr, tempfile.TemporaryDirectory(prefix="gh-power-") as tmp:
+            _say("run 2/2: gpuhint's power advice (apply-power)")
+            gh = run_gpuhint_power(
+                loop, nodes, sched, setup, kr, model=args.model,
+                prefix=f"ep{uuid.uuid4().hex[:8]}", workdir=Path(tmp), progress=_say,
+                timeout_s=args.timeout,
+            )  # fmt: skip
+        _say(f"  {gh.node_hours_off:,.1f} node-hours off, {gh.power_ups} power-ups")
+    except (LoopError, SlurmCommandError, ServiceError) as exc:
+        raise UserError(str(exc)) from None
+    doc = {
+        "trace": str(args.trace),
+        "mode": "power",
+        "jobs": len(loop),
+        "speed": speed,
+        "nodes": nodes,
+        "sched": sched,
+        "model": args.model,
+        "boot_s": args.boot,
+        "suspend_time_s": args.suspend_time,
+        "power": {"idle_timer": timer.as_dict(), "gpuhint": gh.as_dict()},
+        "simulated_power": sim,
+        "skipped_too_big": too_big,
+        "seconds": round(time.monotonic() - t_start, 1),
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_power(doc)
+    return 0
+
+
+def _print_power(doc: dict[str, Any]) -> None:
+    print(
+        f"{doc['jobs']} jobs, {doc['nodes']} nodes, speed {doc['speed']:g}x, "
+        f"boot {doc['boot_s']:g} s, SuspendTime {doc['suspend_time_s']:g} s (trace seconds)"
+    )
+    print(
+        f"  {'':12} {'node-h off':>10} {'booting':>8} {'ups':>5} {'avg wait':>10} {'p99 wait':>10}"
+    )
+    for name in ("idle_timer", "gpuhint"):
+        r = doc["power"][name]
+        s = doc["simulated_power"][name]
+        print(
+            f"  {name:12} {r['node_hours_off']:10,.1f} {r['node_hours_booting']:8,.1f} "
+            f"{r['power_ups']:5d} {r['avg_wait_s']:9,.0f}s {r['p99_wait_s']:9,.0f}s"
+        )
+        print(
+            f"  {'  simulated':12} {s['node_hours_off']:10,.1f} {'':8} {'':5} "
+            f"{s['avg_wait_s']:9,.0f}s {s['p99_wait_s']:9,.0f}s"
+        )
+    print(f"  {doc['seconds']:.0f} s")

@@ -1,0 +1,349 @@
+"""``gpuhint evaluate slurm --power``: the same jobs on a real Slurm with power saving on,
+under Slurm's own idle timer and under gpuhint's power advice.
+
+Each run gets a fresh private Slurm (``LocalSlurm``) whose SuspendProgram stops a node's
+slurmd ("off") and whose ResumeProgram starts it again after a boot delay, everything
+compressed ``speed`` times like the jobs:
+
+1. **idle_timer**: ``SuspendTime`` = the given idle time; Slurm powers nodes down and
+   wakes them for jobs by itself;
+2. **gpuhint**: Slurm never suspends on its own (``SuspendTime`` 30 days); the agent's
+   Slurm job feed and ``--slurm-nodes`` node feed -> Kafka -> ``gpuhint worker`` (its CES
+   engine, slots of 600 s / speed) -> Redis -> ``gpuhint slurm apply-power`` powers nodes
+   down and up; Slurm still wakes a node a job is given.
+
+Both keep Slurm's own job order (no SiteFactor): only power differs. A sampler reads
+``sinfo`` every 0.5 s and integrates the node-seconds each node is off (``~``) or
+booting (``#``); job waits come from Slurm's accounting. All figures are in trace seconds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuhint.lab.slurm_loop import (
+    LoopError,
+    LoopJob,
+    Progress,
+    RunResult,
+    Services,
+    _feed,
+    _wait_for_worker,
+    _worker_env,
+    run_slurm_only,
+)
+from gpuhint.slurm.commands import SlurmCli
+from models.simulator.metrics import percentile
+
+NEVER_S = 30 * 86400
+"""SuspendTime of the gpuhint run: Slurm never powers a node down by itself."""
+
+
+@dataclass(frozen=True)
+class PowerSetup:
+    """The power side of a run, in trace seconds (divided by ``speed`` on the real Slurm)."""
+
+    speed: float
+    boot_s: float = 300.0
+    suspend_time_s: float = 3600.0
+
+    def wall(self, trace_s: float) -> float:
+        return trace_s / self.speed
+
+
+class OffMeter(threading.Thread):
+    """Samples ``sinfo`` and integrates node-seconds off (``~``) and booting (``#``, or
+    a node in POWERING_UP); counts power-ups (a node leaving ``~``)."""
+
+    def __init__(self, conf: str, every_s: float = 0.5) -> None:
+        super().__init__(daemon=True, name="off-meter")
+        self.cli = SlurmCli(conf)
+        self.every_s = every_s
+        self.stop = threading.Event()
+        self.off_s = 0.0
+        self.boot_s = 0.0
+        self.power_ups = 0
+        self._last: dict[str, str] = {}
+
+    def sample(self) -> dict[str, str]:
+        out = self.cli.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
+        return dict(ln.split(None, 1) for ln in out.splitlines() if len(ln.split()) == 2)
+
+    def run(self) -> None:
+        t = time.monotonic()
+        while not self.stop.wait(self.every_s):
+            now = time.monotonic()
+            states = self.sample()
+            dt = now - t
+            t = now
+            self.off_s += dt * sum(1 for s in states.values() if s.endswith("~"))
+            self.boot_s += dt * sum(1 for s in states.values() if s.endswith("#"))
+            self.power_ups += sum(
+                1
+                for n, s in states.items()
+                if self._last.get(n, "").endswith("~") and not s.endswith("~")
+            )
+            self._last = states
+
+
+@dataclass
+class PowerRun:
+    """One run: the jobs' figures and the nodes' power figures, in trace seconds."""
+
+    jobs: RunResult
+    node_hours_off: float
+    node_hours_booting: float
+    power_ups: int
+    setting: float | str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "setting": self.setting,
+            "node_hours_off": round(self.node_hours_off, 3),
+            "node_hours_booting": round(self.node_hours_booting, 3),
+            "power_ups": self.power_ups,
+            "avg_wait_s": round(self.jobs.avg_queue_s, 1),
+            "p99_wait_s": round(self.jobs.p99_queue_s, 1),
+            **self.jobs.as_dict(),
+        }
+
+
+def _slurm(nodes: int, sched: str, setup: PowerSetup, suspend_trace_s: float) -> Any:
+    from gpuhint.lab.local.slurm import LocalSlurm
+
+    return LocalSlurm(
+        nodes,
+        sched=sched,
+        suspend_time=max(1, round(setup.wall(suspend_trace_s))),
+        boot_delay_s=round(setup.wall(setup.boot_s), 2),
+        # power saving checked every second (22.05's default is every 10 s)
+        extra_conf=["SlurmctldParameters=power_save_interval=1,power_save_min_interval=0"],
+    )
+
+
+@contextmanager
+def _metered(conf: str) -> Iterator[OffMeter]:
+    meter = OffMeter(conf)
+    meter.start()
+    try:
+        yield meter
+    finally:
+        meter.stop.set()
+        meter.join(10)
+
+
+def _result(meter: OffMeter, jobs: RunResult, setup: PowerSetup, setting: float | str) -> PowerRun:
+    return PowerRun(
+        jobs=jobs,
+        node_hours_off=meter.off_s * setup.speed / 3600,
+        node_hours_booting=meter.boot_s * setup.speed / 3600,
+        power_ups=meter.power_ups,
+        setting=setting,
+    )
+
+
+def run_idle_timer(
+    loop: Sequence[LoopJob],
+    nodes: int,
+    sched: str,
+    setup: PowerSetup,
+    progress: Progress,
+    timeout_s: float,
+) -> PowerRun:
+    """Run 1: Slurm's SuspendTime alone."""
+    with _slurm(nodes, sched, setup, setup.suspend_time_s) as s:
+        s.start()
+        with _metered(str(s.conf)) as meter:
+            jobs = run_slurm_only(
+                SlurmCli(str(s.conf)), loop, speed=setup.speed, progress=progress,
+                timeout_s=timeout_s,
+            )  # fmt: skip
+        return _result(meter, jobs, setup, setup.suspend_time_s)
+
+
+def run_gpuhint_power(
+    loop: Sequence[LoopJob],
+    nodes: int,
+    sched: str,
+    setup: PowerSetup,
+    kafka_redis: tuple[str, str],
+    *,
+    model: str,
+    prefix: str,
+    workdir: Path,
+    progress: Progress,
+    timeout_s: float,
+) -> PowerRun:
+    """Run 2: the worker's CES advice applied by ``apply-power``; Slurm's timer off."""
+    with _slurm(nodes, sched, setup, NEVER_S) as s:
+        s.start()
+        svc = Services(str(s.conf), kafka_redis[0], kafka_redis[1], nodes)
+        with (
+            _gpuhint_services(svc, setup, model, prefix, workdir, progress) as ids,
+            _metered(str(s.conf)) as meter,
+        ):
+            cli = SlurmCli(str(s.conf))
+            jobs = _run_tracked(cli, loop, ids, setup, progress, timeout_s)
+        return _result(meter, jobs, setup, "gpuhint")
+
+
+def _run_tracked(
+    cli: SlurmCli,
+    loop: Sequence[LoopJob],
+    ids: dict[str, LoopJob],
+    setup: PowerSetup,
+    progress: Progress,
+    timeout_s: float,
+) -> RunResult:
+    from gpuhint.lab.slurm_loop import accounting, submit_all, wait_done
+
+    t0 = time.monotonic()
+    submit_all(cli, loop, on_submitted=ids.__setitem__, progress=progress, tag="p")
+    wait_done(cli, list(ids), timeout_s, progress)
+    return accounting(cli, list(ids), setup.speed, time.monotonic() - t0)
+
+
+@contextmanager
+def _gpuhint_services(
+    svc: Services,
+    setup: PowerSetup,
+    model: str,
+    prefix: str,
+    workdir: Path,
+    progress: Progress,
+) -> Iterator[dict[str, LoopJob]]:
+    """Worker (CES on) + job and node feeds + apply-power, for the run's lifetime;
+    yields the job-id map the job feed relabels from."""
+    from kafka import KafkaProducer
+
+    from gpuhint.redis.client import HintClient
+    from gpuhint.wire.topics import Topics
+    from streams.kafka_io import ensure_topics
+
+    cluster = "evalslurm"
+    topics = Topics(prefix)
+    env = _power_env(svc, prefix, cluster, model, workdir, setup)
+    ensure_topics(svc.bootstrap, topics, 2)
+    producer = KafkaProducer(bootstrap_servers=svc.bootstrap, acks=1, linger_ms=5)
+    gh = [sys.executable, "-m", "gpuhint"]
+    logs = [open(workdir / f"{n}.log", "wb") for n in ("worker", "apply-power")]  # noqa: SIM115
+    worker = subprocess.Popen([*gh, "worker"], env=env, stdout=logs[0], stderr=subprocess.STDOUT)
+    procs = [worker]
+    client = HintClient.from_url(svc.redis_url, key_prefix=prefix)
+    ids: dict[str, LoopJob] = {}
+    feeds: list[Any] = []
+    try:
+        _wait_for_worker(producer, topics, cluster, client, worker, workdir, progress)
+        resume_timeout = max(30.0, 3 * setup.wall(setup.boot_s) + 20)
+        power = [*gh, "slurm", "apply-power", "--interval", "1", "--resume-timeout",
+                 f"{resume_timeout:g}"]  # fmt: skip
+        procs.append(subprocess.Popen(power, env=env, stdout=logs[1], stderr=subprocess.STDOUT))
+        feeds = [_feed(svc.slurm_conf, cluster, producer, topics, ids)]
+        feeds.append(_NodeThread(svc.slurm_conf, cluster, producer, topics))
+        for f in feeds:
+            f.start()
+        yield ids
+        time.sleep(2)  # the last finishes reach the worker
+        for f in feeds:
+            if f.error is not None:
+                raise LoopError(f"{f.name} failed: {f.error}")
+    finally:
+        for f in feeds:
+            f.stop.set()
+            f.join(10)
+        for p in reversed(procs):
+            _stop(p)
+        for fh in logs:
+            fh.close()
+        producer.close(10)
+        client.close()
+
+
+def _power_env(
+    svc: Services, prefix: str, cluster: str, model: str, workdir: Path, setup: PowerSetup
+) -> dict[str, str]:
+    return {
+        **_worker_env(svc, prefix, cluster, model, workdir),
+        "GPUHINT_CES_ENABLED": "true",
+        "GPUHINT_CES_SLOT_S": str(max(1, round(setup.wall(600)))),
+    }
+
+
+class _NodeThread(threading.Thread):
+    """``--slurm-nodes``: every node's NodeStatus, published each second."""
+
+    def __init__(self, conf: str, cluster: str, producer: Any, topics: Any) -> None:
+        super().__init__(daemon=True, name="slurm-nodes")
+        from gpuhint.slurm.nodes import SINFO_CMD, SlurmNodeFeed
+
+        self.feed = SlurmNodeFeed(("env", f"SLURM_CONF={conf}", *SINFO_CMD), cluster=cluster)
+        self.producer = producer
+        self.topics = topics
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from gpuhint.wire.contract import encode_message
+        from gpuhint.wire.topics import node_key
+
+        try:
+            while not self.stop.is_set():
+                for ns in self.feed.poll(time.time()):
+                    key = node_key(ns.cluster, ns.node)
+                    self.producer.send(self.topics.node_status, key=key, value=encode_message(ns))
+                self.producer.flush(10)
+                self.stop.wait(1.0)
+        except BaseException as exc:  # reported by the caller
+            self.error = exc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def simulated_power(
+    loop: Sequence[LoopJob], nodes: int, setup: PowerSetup, model: str
+) -> dict[str, Any]:
+    """What the power simulator (``evaluate ces --trace``) predicts for the same jobs: the
+    idle timer at the same SuspendTime and gpuhint's default job-aware policy (on the
+    model's predicted durations, as ``evaluate ces --trace`` runs it)."""
+    from gpuhint.lab.evaluation.ces_jobs import prepare
+    from gpuhint.lab.slurm_loop import as_simulated
+    from models.simulator.power import AlwaysOn, PowerModel, simulate_power
+    from models.simulator.power_policies import IdleTimer, JobAware, JobAwareConfig
+
+    prep = prepare(as_simulated(loop, setup.speed), model)
+    jobs = prep.jobs
+    pm = PowerModel(boot_s=setup.boot_s)
+    base = simulate_power(jobs, nodes, AlwaysOn(), power=pm)
+    end = max(s + j.duration for s, j in zip(base.start, jobs, strict=True))
+    horizon = (min(j.submit for j in jobs), end)
+    out: dict[str, Any] = {}
+    for name, policy in (
+        ("idle_timer", IdleTimer(setup.suspend_time_s)),
+        ("gpuhint", JobAware(JobAwareConfig())),
+    ):
+        res = simulate_power(
+            jobs, nodes, policy, power=pm, predicted=prep.predicted, horizon=horizon
+        )
+        waits = sorted(s - j.submit for s, j in zip(res.start, jobs, strict=True))
+        out[name] = {
+            "node_hours_off": round(res.off_s / 3600, 3),
+            "avg_wait_s": round(sum(waits) / len(waits), 1),
+            "p99_wait_s": round(percentile(waits, 99), 1),
+            "power_downs": res.power_downs,
+        }
+    return out

@@ -19,6 +19,15 @@ from gpuhint.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from tqdm import tqdm
+
+    from agents.publisher import KafkaTransport
+    from gpuhint.lab.replay import ReplayProgress, ResumeState
+    from gpuhint.lab.traces.readers import TraceRead
+    from gpuhint.wire.config import Settings
     from gpuhint.wire.contract import JobEvent
 
 DESCRIPTION = """\
@@ -106,106 +115,14 @@ def spread_events(events: list[JobEvent], n: int) -> list[JobEvent]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-    from pathlib import Path
+    from gpuhint.lab.replay import BrokerGone, replay_acked
 
-    from tqdm import tqdm
-
-    from agents.publisher import KafkaTransport
-    from gpuhint.lab.replay import (
-        BrokerGone,
-        ReplayProgress,
-        ResumeState,
-        fingerprint,
-        replay_acked,
-    )
-    from gpuhint.lab.traces.readers import job_events, parse_time
-    from streams.kafka_io import ensure_topics, kafka_client_config
-
-    if args.speed is not None and args.speed <= 0:
-        raise UserError("--speed must be > 0")
-    if args.limit is not None and args.limit < 0:
-        raise UserError("--limit must be >= 0")
-    if args.spread_vcs < 1:
-        raise UserError("--spread-vcs must be >= 1")
-    settings = settings_from(args, kafka_bootstrap=args.bootstrap, cluster=args.cluster)
-    until = None
-    if args.until:
-        try:
-            until = parse_time(args.until)
-        except ValueError:
-            raise UserError(f"--until {args.until!r}: expected YYYY-MM-DD HH:MM:SS") from None
-
-    read = load_trace(args.trace, args.format, args.on_error)
-    report_skipped(read)
-    events = spread_events(job_events(read.jobs, cluster=settings.cluster), args.spread_vcs)
-    if until is not None:
-        events = [e for e in events if e.time <= until]
-    if args.limit is not None:
-        events = events[: args.limit]
-
-    trace = Path(args.trace).resolve()
+    settings, until = _checked(args)
+    read, events = _events(args, settings, until)
     topic = settings.topics.job_events
-    stat = trace.stat()
-    cluster_id = settings.cluster
-    if args.spread_vcs > 1:  # another key layout is another replay (resume state)
-        cluster_id = f"{cluster_id}~{args.spread_vcs}"
-    fp = fingerprint(trace, stat.st_size, stat.st_mtime_ns, topic, cluster_id, until, args.limit)
-    state_path = Path(args.state) if args.state else settings.state_dir / "replay" / f"{fp}.json"
-    state = ResumeState(state_path, fp)
-    start = 0
-    if args.resume:
-        try:
-            start = min(state.load(), len(events))
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-        print(f"resuming after {start:,} acknowledged events ({state_path})", file=sys.stderr)
-
-    security = kafka_client_config(settings)
-
-    def create_topics() -> None:
-        ensure_topics(
-            settings.kafka_bootstrap,
-            settings.topics,
-            settings.partitions,
-            timeout_s=10,
-            replication_factor=settings.replication_factor,
-            security=security,
-        )
-
-    transport = KafkaTransport(
-        settings.kafka_bootstrap,
-        client_id="gpuhint-replay",
-        on_connect=create_topics,
-        max_in_flight_requests_per_connection=1,  # keep per-partition order on retry
-        **security,
-    )
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("kafka", "kafka.conn", "kafka.client"):
-        logging.getLogger(noisy).setLevel(logging.CRITICAL)  # our own lines say it, rate-limited
-
-    bar = tqdm(
-        total=len(events),
-        initial=start,
-        unit="ev",
-        desc=f"replay -> {topic}",
-        disable=args.no_progress,
-    )
-
-    shown_down = False
-
-    def progress(p: ReplayProgress) -> None:
-        nonlocal shown_down
-        bar.update(p.acked - bar.n)
-        if p.down_since is not None:
-            bar.set_postfix_str(f"Kafka down, retry {p.retries}", refresh=True)
-            shown_down = True
-        elif shown_down:
-            bar.set_postfix_str("")
-            shown_down = False
-        if p.acked > start:
-            state.save(p.acked, p.total)
-
+    state, start = _resume_state(args, settings, events, until)
+    transport = _transport(settings)
+    bar, progress = _progress(args, topic, len(events), start, state)
     t0 = time.perf_counter()
     try:
         result = replay_acked(
@@ -233,3 +150,132 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _checked(args: argparse.Namespace) -> tuple[Settings, float | None]:
+    """The flags checked (a user's mistake is a :class:`UserError`), the settings, and
+    ``--until`` as a trace time."""
+    from gpuhint.lab.traces.readers import parse_time
+
+    if args.speed is not None and args.speed <= 0:
+        raise UserError("--speed must be > 0")
+    if args.limit is not None and args.limit < 0:
+        raise UserError("--limit must be >= 0")
+    if args.spread_vcs < 1:
+        raise UserError("--spread-vcs must be >= 1")
+    settings = settings_from(args, kafka_bootstrap=args.bootstrap, cluster=args.cluster)
+    until = None
+    if args.until:
+        try:
+            until = parse_time(args.until)
+        except ValueError:
+            raise UserError(f"--until {args.until!r}: expected YYYY-MM-DD HH:MM:SS") from None
+    return settings, until
+
+
+def _events(
+    args: argparse.Namespace, settings: Settings, until: float | None
+) -> tuple[TraceRead, list[JobEvent]]:
+    """The trace read (its skipped rows reported) and the events to send, in order."""
+    from gpuhint.lab.traces.readers import job_events
+
+    read = load_trace(args.trace, args.format, args.on_error)
+    report_skipped(read)
+    events = spread_events(job_events(read.jobs, cluster=settings.cluster), args.spread_vcs)
+    if until is not None:
+        events = [e for e in events if e.time <= until]
+    if args.limit is not None:
+        events = events[: args.limit]
+    return read, events
+
+
+def _resume_state(
+    args: argparse.Namespace, settings: Settings, events: list[JobEvent], until: float | None
+) -> tuple[ResumeState, int]:
+    """This replay's state file (named by its fingerprint) and the event to start at
+    (after the acknowledged ones with ``--resume``, else the first)."""
+    from pathlib import Path
+
+    from gpuhint.lab.replay import ResumeState, fingerprint
+
+    trace = Path(args.trace).resolve()
+    topic = settings.topics.job_events
+    stat = trace.stat()
+    cluster_id = settings.cluster
+    if args.spread_vcs > 1:  # another key layout is another replay (resume state)
+        cluster_id = f"{cluster_id}~{args.spread_vcs}"
+    fp = fingerprint(trace, stat.st_size, stat.st_mtime_ns, topic, cluster_id, until, args.limit)
+    state_path = Path(args.state) if args.state else settings.state_dir / "replay" / f"{fp}.json"
+    state = ResumeState(state_path, fp)
+    start = 0
+    if args.resume:
+        try:
+            start = min(state.load(), len(events))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        print(f"resuming after {start:,} acknowledged events ({state_path})", file=sys.stderr)
+    return state, start
+
+
+def _transport(settings: Settings) -> KafkaTransport:
+    """A Kafka producer transport that creates the topics on connect (per-partition order
+    kept on retry); Kafka's own connection noise silenced (our lines say it)."""
+    import logging
+
+    from agents.publisher import KafkaTransport
+    from streams.kafka_io import ensure_topics, kafka_client_config
+
+    security = kafka_client_config(settings)
+
+    def create_topics() -> None:
+        ensure_topics(
+            settings.kafka_bootstrap,
+            settings.topics,
+            settings.partitions,
+            timeout_s=10,
+            replication_factor=settings.replication_factor,
+            security=security,
+        )
+
+    transport = KafkaTransport(
+        settings.kafka_bootstrap,
+        client_id="gpuhint-replay",
+        on_connect=create_topics,
+        max_in_flight_requests_per_connection=1,  # keep per-partition order on retry
+        **security,
+    )
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("kafka", "kafka.conn", "kafka.client"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)  # our own lines say it, rate-limited
+    return transport
+
+
+def _progress(
+    args: argparse.Namespace, topic: str, total: int, start: int, state: ResumeState
+) -> tuple[tqdm[Any], Callable[[ReplayProgress], None]]:
+    """The progress bar, and the callback that moves it, shows a broker outage and saves
+    the acknowledged count."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=total,
+        initial=start,
+        unit="ev",
+        desc=f"replay -> {topic}",
+        disable=args.no_progress,
+    )
+    shown_down = False
+
+    def progress(p: ReplayProgress) -> None:
+        nonlocal shown_down
+        bar.update(p.acked - bar.n)
+        if p.down_since is not None:
+            bar.set_postfix_str(f"Kafka down, retry {p.retries}", refresh=True)
+            shown_down = True
+        elif shown_down:
+            bar.set_postfix_str("")
+            shown_down = False
+        if p.acked > start:
+            state.save(p.acked, p.total)
+
+    return bar, progress

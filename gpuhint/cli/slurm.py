@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import (
-    UserError,
-    add_config_args,
-    add_fallback_args,
-    section_settings,
-    settings_from,
+from gpuhint.cli.common import UserError, add_fallback_args
+from gpuhint.cli.slurm_common import (
+    _check_slurm,
+    _client,
+    _common,
+    _metrics,
+    _print_pass,
+    _recorder,
+    _settings,
+    _stopper,
 )
 from gpuhint.cli.slurm_hints import _ClientHints, _one_line, _wait_for_hint_change
 
@@ -162,102 +163,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     prog.set_defaults(handler=run_power_program)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cluster", help="gpuhint cluster name (else GPUHINT_CLUSTER)")
-    p.add_argument("--redis-url", metavar="URL", help="Redis URL (else GPUHINT_REDIS_URL)")
-    p.add_argument("--slurm-conf", metavar="FILE", help="slurm.conf (else SLURM_CONF)")
-    p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument("--dry-run", action="store_true", help="print the scontrol lines, run none")
-    p.add_argument("--json", action="store_true", help="one JSON object per pass on stdout")
-    p.add_argument(
-        "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
-    )
-    add_config_args(p)
-
-
-def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
-    from gpuhint.slurm.settings import SlurmSettings, SlurmSettingsError, load_slurm_settings
-
-    fields = set(SlurmSettings.model_fields)
-
-    settings = settings_from(
-        args,
-        cluster=args.cluster,
-        redis_url=args.redis_url,
-        metrics_port=getattr(args, "metrics_port", None),
-    )
-    try:
-        ss = load_slurm_settings(
-            **section_settings(args, "slurm", fields, conf=args.slurm_conf, **slurm)
-        )
-    except SlurmSettingsError as exc:
-        raise UserError(str(exc)) from None
-    if ss.conf is not None:
-        from pathlib import Path
-
-        if not Path(ss.conf).is_file():
-            raise UserError(f"--slurm-conf {ss.conf}: no such file")
-    return settings, ss
-
-
-def _recorder(client: Any, settings: Any, name: str, interval_s: float, dry_run: bool) -> Any:
-    """``record(result=None, exc=None)``: the pass's record for ``gpuhint status``."""
-    from functools import partial
-
-    from gpuhint.redis.applier_status import record_result
-
-    r, keys, cluster = client.r, settings.keys, settings.cluster
-    return partial(record_result, r, keys, cluster, name, interval_s, dry_run=dry_run)
-
-
-def _client(settings: Any) -> Any:
-    from gpuhint.redis.client import HintClient
-
-    try:
-        return HintClient.from_url(
-            settings.redis_url.get_secret_value(), key_prefix=settings.key_prefix
-        )
-    except ValueError as exc:
-        raise UserError(f"bad Redis URL: {exc}") from None
-
-
-def _metrics(settings: Any) -> Any:
-    from gpuhint.metrics.applier import start_applier_metrics
-
-    try:
-        return start_applier_metrics("slurm", settings.metrics_host, settings.metrics_port)
-    except OSError as exc:
-        raise UserError(
-            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
-            f"{exc.strerror or exc}"
-        ) from None
-
-
-def _check_slurm(cli: Any) -> None:
-    from gpuhint.slurm.commands import SlurmCommandError
-
-    try:
-        cli.run(["scontrol", "ping"])
-    except SlurmCommandError as exc:
-        raise UserError(f"Slurm does not answer: {exc}") from None
-
-
-def _stopper() -> tuple[threading.Event, Callable[[], None]]:
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping after this pass", signal.Signals(signum).name)
-        stop.set()
-
-    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-    return stop, restore
-
-
 def run_priorities(args: argparse.Namespace) -> int:
     from gpuhint.slurm.commands import SlurmCli
 
@@ -376,20 +281,6 @@ def _priority_passes(
         last_id, pending_change = _wait_for_hint_change(client, cluster, stop, next_pass, last_id)
         if pending_change:
             stop.wait(0.2)  # let a burst of hints land first
-
-
-def _print_pass(result: Any, args: argparse.Namespace) -> None:
-    """One applier pass: JSON (with the scontrol lines in a dry run), or the lines alone."""
-    if args.json:
-        doc = result.as_dict()
-        if args.dry_run:
-            doc["lines"] = [f"scontrol {ln}" for ln in result.lines]
-        print(json.dumps(doc, sort_keys=True), flush=True)
-    elif args.dry_run:
-        for ln in result.lines:
-            print(f"scontrol {ln}", flush=True)
-    for err in result.errors[:5]:
-        log.warning("Slurm refused: %s", err)
 
 
 def _report_priorities(result: Any, args: argparse.Namespace) -> None:

@@ -7,8 +7,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from gpuhint.cli.common import UserError, add_config_args, redis_store, settings_from
+
+if TYPE_CHECKING:
+    from gpuhint.metrics.store import MeteredRedisStore
+    from gpuhint.wire.config import Settings
+    from streams.app import Worker
 
 log = logging.getLogger("gpuhint.worker")
 
@@ -125,17 +131,8 @@ def with_kafka_retry(
 def run(args: argparse.Namespace) -> int:
     import faust
 
-    from gpuhint.metrics.worker import start_worker_metrics
     from models.registry import DURATION_MODELS
     from streams.app import build_app
-    from streams.kafka_io import (
-        KafkaSecurityMismatch,
-        KafkaUnavailable,
-        TopicMismatch,
-        ensure_topics,
-        kafka_client_config,
-        start_kafka_hint,
-    )
 
     settings = settings_from(
         args,
@@ -149,44 +146,14 @@ def run(args: argparse.Namespace) -> int:
             f"unknown model {settings.model!r}; choose one of {', '.join(sorted(DURATION_MODELS))}"
         )
     store = redis_store(settings)
-    try:  # create the topics (never left to broker auto-creation) or refuse, before consuming
-        with_kafka_retry(
-            lambda timeout_s: ensure_topics(
-                settings.kafka_bootstrap,
-                settings.topics,
-                settings.partitions,
-                timeout_s=timeout_s,
-                replication_factor=settings.replication_factor,
-                security=kafka_client_config(settings),
-                check=(settings.topics.job_events, settings.topics.cluster_telemetry),
-            ),
-            settings.kafka_bootstrap,
-            settings.kafka_retry_s,
-        )
-    except KafkaSecurityMismatch as exc:
-        raise UserError(str(exc)) from None
-    except KafkaUnavailable as exc:
-        raise UserError(f"{exc} ({start_kafka_hint()})") from None
-    except TopicMismatch as exc:
-        raise UserError(str(exc)) from None
+    _ensure_topics(settings)
     try:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"state directory {settings.state_dir}: {exc.strerror}") from None
     handle = build_app(settings, store)
     if settings.metrics_port is not None:
-        try:
-            metrics = start_worker_metrics(
-                handle, store, settings.key_prefix, settings.metrics_host, settings.metrics_port
-            )
-        except OSError as exc:
-            raise UserError(
-                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
-                f"{exc.strerror or exc}"
-            ) from None
-        logging.getLogger("gpuhint").info(
-            "metrics on http://%s:%d/metrics, health on /healthz", metrics.host, metrics.port
-        )
+        _serve_metrics(settings, handle, store)
     logging.getLogger("gpuhint").info(
         "worker %s: kafka %s, model %s, %d partitions",
         settings.app_id,
@@ -208,3 +175,57 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # e.g. Redis gone: say so once, do not mask the exit
             logging.getLogger("gpuhint").error("shutdown: %s: %s", type(exc).__name__, exc)
     return 0
+
+
+def _ensure_topics(settings: Settings) -> None:
+    """Create the topics (never left to broker auto-creation) or refuse, before consuming;
+    Kafka is waited for up to ``kafka_retry_s``."""
+    from streams.kafka_io import (
+        KafkaSecurityMismatch,
+        KafkaUnavailable,
+        TopicMismatch,
+        ensure_topics,
+        kafka_client_config,
+        start_kafka_hint,
+    )
+
+    try:
+        with_kafka_retry(
+            lambda timeout_s: ensure_topics(
+                settings.kafka_bootstrap,
+                settings.topics,
+                settings.partitions,
+                timeout_s=timeout_s,
+                replication_factor=settings.replication_factor,
+                security=kafka_client_config(settings),
+                check=(settings.topics.job_events, settings.topics.cluster_telemetry),
+            ),
+            settings.kafka_bootstrap,
+            settings.kafka_retry_s,
+        )
+    except KafkaSecurityMismatch as exc:
+        raise UserError(str(exc)) from None
+    except KafkaUnavailable as exc:
+        raise UserError(f"{exc} ({start_kafka_hint()})") from None
+    except TopicMismatch as exc:
+        raise UserError(str(exc)) from None
+
+
+def _serve_metrics(settings: Settings, handle: Worker, store: MeteredRedisStore) -> None:
+    """Serve /metrics and /healthz on ``metrics_host:metrics_port`` (a port taken is a
+    user's mistake)."""
+    from gpuhint.metrics.worker import start_worker_metrics
+
+    assert settings.metrics_port is not None
+    try:
+        metrics = start_worker_metrics(
+            handle, store, settings.key_prefix, settings.metrics_host, settings.metrics_port
+        )
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}"
+        ) from None
+    logging.getLogger("gpuhint").info(
+        "metrics on http://%s:%d/metrics, health on /healthz", metrics.host, metrics.port
+    )

@@ -7,9 +7,10 @@ loader goes through :func:`loads`, which maps the old paths.
 
 >>> import pickle
 >>> from gpuhint.cores.qssf import EngineStats
->>> old = pickle.dumps(EngineStats(), protocol=0).replace(b"gpuhint.cores.qssf", b"gpuhint.core")
+>>> new = pickle.dumps(EngineStats(), protocol=0)
+>>> old = new.replace(b"gpuhint.cores.qssf_state", b"gpuhint.core")
 >>> type(loads(old)).__module__
-'gpuhint.cores.qssf'
+'gpuhint.cores.qssf_state'
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pickle
 from typing import Any
 
 MOVED: dict[str, str] = {
-    "gpuhint.core": "gpuhint.cores.qssf",
+    "gpuhint.core": "gpuhint.cores.qssf_state",
+    "gpuhint.cores.qssf": "gpuhint.cores.qssf_state",
     "gpuhint.ces_core": "gpuhint.cores.ces",
     "gpuhint.store": "gpuhint.cores.sink",
     "gpuhint.contract": "gpuhint.wire.contract",
@@ -30,7 +32,9 @@ MOVED: dict[str, str] = {
     "streams.placement": "gpuhint.cores.pipeline.placement",
 }
 """Old module -> new module, for every module of the renovation (2026-12-05) whose
-classes state pickles can name."""
+classes state pickles can name. The QSSF state (``VcState``, ``PendingJob``) moved twice:
+``gpuhint.core``, then ``gpuhint.cores.qssf``, now ``gpuhint.cores.qssf_state`` (the
+engine itself is not pickled)."""
 
 
 class _Unpickler(pickle.Unpickler):

@@ -271,6 +271,8 @@ class Applier:
             report.starts_annotated, report.starts_cleared = p.set, p.cleared
             return
         for a in p.patches:
+            if not self.start_note:
+                break
             self._annotate(a, report)
 
     def _annotate(self, a: Annotate, report: PassReport) -> None:
@@ -278,8 +280,16 @@ class Applier:
         try:
             ok = self.backend.annotate(a.namespace, a.workload, a.notes)
         except Exception as exc:  # one bad Workload must not stop the pass
-            log.warning("annotate %s/%s: %s", a.namespace, a.workload, exc)
             report.errors += 1
+            if getattr(exc, "status", None) == 403:  # once, not every Workload every pass
+                log.error(
+                    "not allowed to patch Workloads (%s): expected-start annotations off; "
+                    "grant patch on workloads (deploy/k8s/kueue-applier.yaml)",
+                    exc,
+                )
+                self.start_note = False
+                return
+            log.warning("annotate %s/%s: %s", a.namespace, a.workload, exc)
             return
         if not ok:
             return  # gone meanwhile

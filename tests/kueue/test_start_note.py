@@ -115,3 +115,22 @@ def test_applier_annotates_once_dry_runs_and_leaves_them_when_redis_is_down() ->
     hints.starts["id0"] = tuple(_start(50))  # type: ignore[assignment]
     cached = a.run_pass()
     assert cached.hints_from == "cache" and not cached.expected_start and k.annotations == 3
+
+
+def test_no_rbac_to_patch_workloads_turns_the_annotations_off_once() -> None:
+    class Forbidden(InMemoryKueue):
+        def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool:
+            self.annotations += 1
+            err = RuntimeError("HTTP 403: forbidden")
+            err.status = 403  # type: ignore[attr-defined]
+            raise err
+
+    k = Forbidden()
+    for i in range(3):
+        k.add_job("ns", f"j{i}", job_id=f"id{i}")
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}") for i in range(3)})
+    hints.starts = {f"id{i}": tuple(_start(5 * i)) for i in range(3)}  # type: ignore[misc]
+    a = Applier(k, hints, "c", rate=0, start_note=True)
+    r = a.run_pass()
+    assert (r.errors, k.annotations, a.start_note) == (1, 1, False)
+    assert a.run_pass().errors == 0 and k.annotations == 1  # relabels go on, no more tries

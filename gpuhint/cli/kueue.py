@@ -37,6 +37,13 @@ so gpuhint never makes a preemptor (see docs/kubernetes.md).
 A Job is linked to its hint by the label gpuhint.io/job-id, else its UID: the id the
 agent's `--kubernetes kueue` source publishes.
 
+Each waiting Workload is annotated with its expected start from the worker's forecast
+(RFC 3339, UTC, to the minute; patched only when a value changes, at the same rate;
+removed from a waiting Workload no forecast names any more):
+  gpuhint.io/expected-start: 2026-12-05T14:05:00Z
+  gpuhint.io/expected-start-band: 2026-12-05T13:40:00Z/2026-12-05T15:10:00Z   (80%)
+  gpuhint.io/expected-start-asof: 2026-12-05T13:02:00Z
+
 settings (flags override env vars):
   --kubeconfig / GPUHINT_KUEUE_KUBECONFIG     else in-cluster, else ~/.kube/config
   --cluster / GPUHINT_CLUSTER                 the gpuhint cluster name of the hints
@@ -46,6 +53,7 @@ settings (flags override env vars):
   --neutral / GPUHINT_KUEUE_NEUTRAL           median | midpoint | off | a rung (median)
   --stale-after / GPUHINT_KUEUE_STALE_AFTER_S  no sign of life for this long: fade (3600)
   --fade / GPUHINT_KUEUE_FADE_S               the fade takes this long (1800; 0: at once)
+  --no-start-annotations / GPUHINT_KUEUE_START_ANNOTATIONS=false   no expected-start notes
 """
 
 EPILOG = """\
@@ -98,6 +106,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     a.add_argument("--workers", type=int, metavar="N", help="concurrent patches (4)")
     add_fallback_args(a, "class")
     a.add_argument(
+        "--no-start-annotations",
+        dest="start_annotations",
+        action="store_false",
+        default=None,
+        help="do not annotate waiting Workloads with their expected start",
+    )
+    a.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
     )
     add_config_args(a)
@@ -129,6 +144,7 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
                 neutral=args.neutral,
                 stale_after_s=args.stale_after,
                 fade_s=args.fade,
+                start_annotations=args.start_annotations,
             )
         )
     except KueueSettingsError as exc:
@@ -175,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         stale_after_s=ks.stale_after_s,
         fade_s=ks.fade_s,
         hint_errors=(RedisError, OSError),
+        start_note=ks.start_annotations,
     )
     metrics = _metrics(common)
     try:
@@ -313,6 +330,16 @@ def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:
             f"  {p['namespace']}/{p['job']}: {p['from'] or '-'} -> {p['to']} "
             f"(priority {p['priority']}, {why})"
         )
+    if report.expected_start and (args.once or report.starts_annotated or report.starts_cleared):
+        print(
+            f"expected starts: {'would annotate' if report.dry_run else 'annotated'} "
+            f"{report.starts_annotated}, cleared {report.starts_cleared}, "
+            f"unchanged {report.starts_unchanged}",
+            flush=True,
+        )
+    for p in report.planned_starts:
+        start = p["annotations"].get("gpuhint.io/expected-start") or "(removed)"
+        print(f"  {p['namespace']}/{p['workload']}: expected start {start}")
 
 
 def _clear(backend: Any, ladder: Any, args: argparse.Namespace) -> int:

@@ -67,6 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         "--metrics-port", type=int, metavar="PORT", help="/metrics and /healthz (docs/metrics.md)"
     )
     add_fallback_args(p, "factor")
+    p.add_argument(
+        "--no-start-comment",
+        dest="start_comment",
+        action="store_false",
+        default=None,
+        help="do not write the expected start into pending jobs' Comment",
+    )
     add_config_args(p)
     p.set_defaults(handler=run)
 
@@ -121,6 +128,7 @@ def _serve_settings(args: argparse.Namespace) -> tuple[Any, Any]:
         neutral=args.neutral,
         stale_after_s=args.stale_after,
         fade_s=args.fade,
+        start_comment=args.start_comment,
     )
     if args.model:
         settings = settings.model_copy(update={"model": args.model})

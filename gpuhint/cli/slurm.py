@@ -48,6 +48,13 @@ It never touches a running or held job, nor one an admin pinned with Priority=, 
 never sets Priority= itself. Updates go to one scontrol process per batch, at most
 --rate jobs per second.
 
+Each pending job's Comment gets its expected start (squeue -o %k, scontrol show job),
+from the worker's forecast, all times UTC (HH:MMZ: on the day of start):
+  gpuhint:start=2026-12-05T14:05Z,band80=13:40Z..15:10Z,asof=13:02Z
+only when the comment is empty or gpuhint's own (a user's comment is never
+overwritten), only when the text changes, in the same batches and rate limit; a job
+no forecast names (beyond its VC's first 32) has its gpuhint comment cleared.
+
 When gpuhint is down (docs/operations.md): a pending job without a hint gets the
 --neutral factor, not 0 (by default the median factor of the hinted pending jobs, so it
 ranks amid them, not below them all); when the cluster shows no sign of life (no new
@@ -67,6 +74,7 @@ settings (flags override env vars):
   --neutral / GPUHINT_SLURM_NEUTRAL        median | midpoint | off | a factor (median)
   --stale-after / GPUHINT_SLURM_STALE_AFTER_S  no sign of life for this long: fade (3600)
   --fade / GPUHINT_SLURM_FADE_S            the fade to neutral takes this long (1800; 0: at once)
+  --no-start-comment / GPUHINT_SLURM_START_COMMENT=false   leave jobs' Comment alone
   --cluster / GPUHINT_CLUSTER, --redis-url / GPUHINT_REDIS_URL, GPUHINT_KEY_PREFIX
 
 examples:
@@ -125,6 +133,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     prio.add_argument("--rate", type=float, metavar="N", help="job updates per second")
     prio.add_argument("--max-updates", type=int, metavar="N", help="job updates per pass")
     add_fallback_args(prio, "factor")
+    prio.add_argument(
+        "--no-start-comment",
+        dest="start_comment",
+        action="store_false",
+        default=None,
+        help="do not write the expected start into pending jobs' Comment",
+    )
     prio.set_defaults(handler=run_priorities)
 
     power = s.add_parser(
@@ -175,6 +190,7 @@ def run_priorities(args: argparse.Namespace) -> int:
         neutral=args.neutral,
         stale_after_s=args.stale_after,
         fade_s=args.fade,
+        start_comment=args.start_comment,
     )
     cli = SlurmCli(ss.conf)
     _check_slurm(cli)
@@ -217,6 +233,7 @@ def _priority_applier(
         rate=ss.rate,
         fallback=fallback,
         hint_errors=(redis.RedisError,),
+        start_comment=ss.start_comment,
     )
 
 

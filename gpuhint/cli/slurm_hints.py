@@ -32,6 +32,12 @@ class _ClientHints:
             times.append(load.time)
         return HintSnapshot({h.job_id: h.priority for h in hints}, max(times, default=None))
 
+    def starts(self, cluster: str) -> dict[str, Any]:
+        """job id -> its :class:`~gpuhint.slurm.start_comment.Start` (every VC's forecast)."""
+        from gpuhint.slurm.start_comment import Start
+
+        return {j: Start(*t) for j, t in self.client.job_starts(cluster).items()}
+
 
 HINT_CHANGES = {"hint", "hint_updated", "hint_removed", "rebuilt"}
 

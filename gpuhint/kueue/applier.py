@@ -36,6 +36,7 @@ from gpuhint.kueue.policy import (
     fade_weight,
     plan,
 )
+from gpuhint.kueue.start_note import ANNOTATIONS, Annotate, NotePlan, Notes, Start, plan_notes
 from gpuhint.wire.contract import PriorityHint
 
 log = logging.getLogger("gpuhint.kueue")
@@ -50,6 +51,7 @@ class KueueBackend(Protocol):
         self, namespace: str, job: str, class_name: str, service_s: float | None
     ) -> bool: ...
     def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]: ...
+    def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool: ...
 
 
 class TokenBucket:
@@ -110,6 +112,11 @@ class PassReport:
     hint_age_s: float | None = None  # since the cluster's last sign of life (None: none)
     hints_fresh: bool = True
     hints_from: str = "redis"  # "cache": Redis failed, the last hints read were used
+    expected_start: bool = False  # the expected-start annotations were planned this pass
+    starts_annotated: int = 0  # waiting Workloads given new expected-start values
+    starts_cleared: int = 0  # ... whose annotations were removed (no forecast names them)
+    starts_unchanged: int = 0
+    planned_starts: list[dict[str, Any]] = field(default_factory=list)  # dry run
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,6 +130,9 @@ class Applier:
     :mod:`gpuhint.kueue.policy`). ``hint_errors``: the exceptions of the hint reader
     that mean "Redis is unreachable"; on those a pass goes on with the hints it read
     last, or, with none read yet, raises and changes nothing. ``wall``: UNIX time.
+    ``start_note``: also annotate each waiting Workload with its expected start
+    (:mod:`gpuhint.kueue.start_note`; a hint reader with ``job_starts``), through the
+    same rate limit.
     """
 
     def __init__(
@@ -142,6 +152,7 @@ class Applier:
         fade_s: float = 1800.0,
         hint_errors: tuple[type[BaseException], ...] = (),
         wall: Callable[[], float] = time.time,
+        start_note: bool = False,
     ) -> None:
         self.backend = backend
         self.hints = hints
@@ -155,6 +166,8 @@ class Applier:
         self.fade_s = fade_s
         self.hint_errors = hint_errors
         self.wall = wall
+        self.start_note = start_note
+        self.noted: dict[tuple[str, str], Notes] = {}  # what was written (cache lag)
         self.last_read: tuple[list[PriorityHint], float | None] | None = None
         self.freshness = HintFreshness(
             cluster, "Workloads without a hint get the neutral class, hints fade to it"
@@ -231,8 +244,60 @@ class Applier:
             report.planned = [_describe(r) for r in p.relabel]
         elif p.relabel:
             self._apply(p.relabel, report)
+        if self.start_note and source == "redis":
+            self._notes(views, weight, report)
         report.seconds = time.perf_counter() - t0
         return report
+
+    def _notes(self, views: list[WorkloadView], weight: float, report: PassReport) -> None:
+        """Plan and (unless a dry run) write the expected-start annotations. Unreadable
+        starts leave them as they are; hints faded to neutral void the forecasts (made in
+        their order): the annotations are removed."""
+        read = getattr(self.hints, "job_starts", None)
+        if read is None:
+            return
+        try:
+            starts = {j: Start(*t) for j, t in read(self.cluster).items()} if weight > 0 else {}
+        except self.hint_errors as exc:
+            log.warning("expected starts unreadable, annotations left as they are: %s", exc)
+            return
+        pending = {(v.namespace, v.name) for v in views if v.pending}
+        self.noted = {k: v for k, v in self.noted.items() if k in pending}
+        p: NotePlan = plan_notes(views, starts, self.noted)
+        report.expected_start = True
+        report.starts_unchanged = p.unchanged
+        if self.dry_run:
+            report.planned_starts = [a.describe() for a in p.patches]
+            report.starts_annotated, report.starts_cleared = p.set, p.cleared
+            return
+        for a in p.patches:
+            if not self.start_note:
+                break
+            self._annotate(a, report)
+
+    def _annotate(self, a: Annotate, report: PassReport) -> None:
+        self.bucket.take()
+        try:
+            ok = self.backend.annotate(a.namespace, a.workload, a.notes)
+        except Exception as exc:  # one bad Workload must not stop the pass
+            report.errors += 1
+            if getattr(exc, "status", None) == 403:  # once, not every Workload every pass
+                log.error(
+                    "not allowed to patch Workloads (%s): expected-start annotations off; "
+                    "grant patch on workloads (deploy/k8s/kueue-applier.yaml)",
+                    exc,
+                )
+                self.start_note = False
+                return
+            log.warning("annotate %s/%s: %s", a.namespace, a.workload, exc)
+            return
+        if not ok:
+            return  # gone meanwhile
+        self.noted[(a.namespace, a.workload)] = tuple(a.notes[k] for k in ANNOTATIONS)
+        if any(v is not None for v in a.notes.values()):
+            report.starts_annotated += 1
+        else:
+            report.starts_cleared += 1
 
     def _apply(self, todo: list[Relabel], report: PassReport) -> None:
         lock = threading.Lock()

@@ -3,7 +3,9 @@ protocol.
 
 The applier needs the hints of every queued job of a cluster (``pending_hints``) and
 the cluster's load summary (``load``: its time is a sign that the worker is alive, see
-:func:`last_alive`); :class:`MemoryHints` is the in-memory twin for pure tests.
+:func:`last_alive`), and for the expected-start annotations ``job_starts`` (optional:
+a reader without it gets none); :class:`MemoryHints` is the in-memory twin for pure
+tests.
 """
 
 from __future__ import annotations
@@ -33,12 +35,19 @@ def last_alive(hints: Iterable[PriorityHint], load: ClusterLoad | None) -> float
 
 
 class MemoryHints:
-    """The in-memory twin: hints by job id (and load summaries by cluster)."""
+    """The in-memory twin: hints by job id (and load summaries by cluster, expected
+    starts by job id: ``(expected, low, high, forecast time)``)."""
 
     def __init__(self, hints: dict[str, PriorityHint] | None = None) -> None:
         self.hints = dict(hints or {})
         self.loads: dict[str, ClusterLoad] = {}
+        self.starts: dict[str, tuple[float, float, float, float]] = {}
         self.down = False  # True: every read raises ConnectionError (Redis down)
+
+    def job_starts(self, cluster: str) -> dict[str, tuple[float, float, float, float]]:
+        if self.down:
+            raise ConnectionError("redis is down (twin)")
+        return dict(self.starts)
 
     def load(self, cluster: str) -> ClusterLoad | None:
         if self.down:

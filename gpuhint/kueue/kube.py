@@ -362,6 +362,7 @@ class KubeKueue:
                     priority=w.priority,
                     pending=w.pending,
                     class_kind=w.class_kind,
+                    notes=w.notes,
                 )
             )
         return out
@@ -424,6 +425,22 @@ class KubeKueue:
             raise
         with self._written_lock:
             self._written[f"{namespace}/{job}"] = (class_name, time.monotonic())
+        return True
+
+    def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool:
+        """Set (None: remove) annotations of a Workload: a merge patch of its metadata
+        only, which Kueue does not act on. False when the Workload is gone."""
+        try:
+            self.api.request(
+                "PATCH",
+                f"{KUEUE_API}/namespaces/{quote(namespace)}/workloads/{quote(workload)}",
+                body={"metadata": {"annotations": notes}},
+                content_type="application/merge-patch+json",
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
         return True
 
     def unlabel(self, namespace: str, job: str) -> bool:

@@ -28,6 +28,7 @@ class InMemoryKueue:
         self.cluster_queues = list(queues or [])
         self.classes: dict[str, int] = {}
         self.patches = 0
+        self.annotations = 0  # Workload annotation patches
 
     def add_job(
         self,
@@ -72,6 +73,19 @@ class InMemoryKueue:
             j.view, job_class=class_name, priority=self.classes.get(class_name, j.view.priority)
         )
         return True
+
+    def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool:
+        """Like the API server's merge patch of a Workload's annotations (None: remove)."""
+        from gpuhint.kueue.start_note import ANNOTATIONS
+
+        for j in self.jobs.values():
+            if (j.view.namespace, j.view.name) == (namespace, workload):
+                now = dict(zip(ANNOTATIONS, j.view.notes, strict=True))
+                now.update({k: v for k, v in notes.items() if k in now})
+                j.view = replace(j.view, notes=tuple(now[k] for k in ANNOTATIONS))
+                self.annotations += 1
+                return True
+        return False
 
     def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]:
         changed = [c.name for c in ladder.all() if self.classes.get(c.name) != c.value]

@@ -18,6 +18,12 @@ from typing import Any
 from gpuhint.kueue.policy import JOB_ID_LABEL, NEVER, PRIORITY_CLASS_LABEL, QueuePolicy
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+START_ANNOTATIONS = (
+    "gpuhint.io/expected-start",
+    "gpuhint.io/expected-start-band",
+    "gpuhint.io/expected-start-asof",
+)
+"""The expected-start annotations (:mod:`gpuhint.kueue.start_note`), in its order."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class WorkloadRef:
     admitted: bool
     finished: bool
     creation: str = ""
+    notes: tuple[str | None, ...] = (None, None, None)  # gpuhint's expected-start annotations
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +131,7 @@ def workload_ref(obj: dict[str, Any]) -> WorkloadRef:
         admitted=admitted,
         finished=finished,
         creation=str(m.get("creationTimestamp") or ""),
+        notes=tuple((m.get("annotations") or {}).get(k) for k in START_ANNOTATIONS),
     )
 
 

@@ -113,6 +113,7 @@ class WorkloadView:
     priority: int  # the Workload's spec.priority (0 when unset)
     pending: bool  # no quota reserved, not admitted, not finished, active
     class_kind: str | None = None  # spec.priorityClassRef.kind (e.g. PriorityClass)
+    notes: tuple[str | None, ...] = (None, None, None)  # its expected-start annotations
 
 
 @dataclass(frozen=True)

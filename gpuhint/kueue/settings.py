@@ -35,6 +35,11 @@ class KueueSettings(BaseSettings):
         3600.0, gt=0, description="no new hint / load summary for this long: hints fade"
     )
     fade_s: float = Field(1800.0, ge=0, description="the fade to neutral takes this long")
+    start_annotations: bool = Field(
+        True,
+        description="annotate each waiting Workload with its expected start "
+        "(gpuhint.io/expected-start, -band, -asof; docs/kubernetes.md)",
+    )
 
     @field_validator("neutral")
     @classmethod

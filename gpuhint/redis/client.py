@@ -170,6 +170,22 @@ class HintClient:
         """The VC's latest expected starts (its first waiting jobs, rank order), or None."""
         return self._get(self.keys.starts(cluster, vc), StartForecasts)
 
+    def job_starts(self, cluster: str) -> dict[str, tuple[float, float, float, float]]:
+        """job id -> (expected start, band low, band high, forecast time), UNIX seconds,
+        from the latest forecast of every VC of ``cluster`` (one another schema version
+        wrote is left out). The appliers show it to the scheduler's users."""
+        out: dict[str, tuple[float, float, float, float]] = {}
+        for vc in self.vcs(cluster):
+            try:
+                f = self.starts(cluster, vc)
+            except UnreadableValue:
+                continue
+            if f is None:
+                continue
+            for j in f.jobs:
+                out[j.job_id] = (j.expected, j.low, j.high, f.time)
+        return out
+
     def stats(self) -> dict[str, int]:
         """The worker's counters (``dead_letter``: messages sent to the dead-letter topic)."""
         raw: Any = self.r.hgetall(self.keys.stats)

@@ -70,23 +70,28 @@ class SlurmCli:
         return list(seen.values())
 
     def pending_jobs(self, pin_tolerance: int = 10) -> list[SlurmJob]:
-        """Pending jobs (array tasks one by one) with site factor, pinned and held flags.
+        """Pending jobs (array tasks one by one) with site factor, pinned and held flags
+        and comment.
 
         ``sprio`` prints each factor weighted; a job whose priority differs from their sum
         (minus the nice adjustment) by more than ``pin_tolerance`` had ``Priority=`` set by
-        an admin: it is pinned. Priority 0 means held.
+        an admin: it is pinned. Priority 0 means held. The comment comes last, whole
+        (it may hold ``|``); Slurm prints ``(null)`` for none.
         """
-        out = self.run(["squeue", "-h", "-r", "--states=PD", "-o", "%i|%A|%Q"])
+        out = self.run(["squeue", "-h", "-r", "--states=PD", "-o", "%i|%A|%Q|%k"])
         factors = self._sprio()
         jobs = []
         for line in out.splitlines():
-            parts = line.split("|")
-            if len(parts) < 3:
+            parts = line.split("|", 3)
+            if len(parts) < 4:
                 continue
             job_id, raw_id, prio = parts[0].strip(), parts[1].strip(), _int(parts[2])
             site, total = factors.get(raw_id, (None, None))
             pinned = total is not None and abs(prio - total) > pin_tolerance
-            jobs.append(SlurmJob(job_id, "PENDING", site, pinned=pinned, held=prio == 0))
+            comment = "" if parts[3] == "(null)" else parts[3]
+            jobs.append(
+                SlurmJob(job_id, "PENDING", site, pinned=pinned, held=prio == 0, comment=comment)
+            )
         return jobs
 
     def _sprio(self) -> dict[str, tuple[int | None, int | None]]:

@@ -37,7 +37,9 @@ What the applier will and will not touch, every pass:
   no longer equals the sum of its factors, which is how it is recognised);
 * only jobs whose factor would change (so a steady queue costs no update at all);
 * at most ``max_updates`` per pass, at most ``rate`` updates per second;
-* it never sets ``Priority=`` itself (that would pin the job).
+* it never sets ``Priority=`` itself (that would pin the job);
+* with ``start_comment``, a pending job's ``Comment`` gets its expected start, only
+  when the comment is empty or gpuhint's own (:mod:`gpuhint.slurm.start_comment`).
 
 >>> m = FactorMap(max_factor=100_000)
 >>> m.factor(0), m.factor(60), m.factor(3600 * 8), m.factor(1e12)
@@ -51,10 +53,18 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from gpuhint.cores.freshness import HintFreshness
+from gpuhint.slurm.pass_result import PassResult
+from gpuhint.slurm.start_comment import (
+    CommentPlan,
+    CommentUpdate,
+    Start,
+    comment_counts,
+    plan_comments,
+)
 
 log = logging.getLogger("gpuhint.slurm")
 
@@ -156,6 +166,7 @@ class SlurmJob:
     site_factor: int | None = 0  # None: Slurm did not say (sprio omits ineligible jobs)
     pinned: bool = False  # a human set Priority=
     held: bool = False  # priority 0: held by a user or an admin
+    comment: str | None = None  # its Comment ("" none; None: not read)
 
 
 @dataclass(frozen=True)
@@ -282,53 +293,16 @@ class HintPort(Protocol):
     def priorities(self, cluster: str) -> dict[str, float]: ...
 
 
+class StartsPort(Protocol):
+    """A :class:`HintPort` that also reads the expected starts (job id -> :class:`Start`)."""
+
+    def starts(self, cluster: str) -> dict[str, Start]: ...
+
+
 class SnapshotHintPort(HintPort, Protocol):
     """A :class:`HintPort` that also says how fresh the cluster's hints are."""
 
     def snapshot(self, cluster: str) -> HintSnapshot: ...
-
-
-@dataclass
-class PassResult:
-    """What one pass did (``--json`` prints it; keys are stable)."""
-
-    pending_hinted: int
-    updated: int
-    unchanged: int
-    skipped_pinned: int
-    skipped_held: int
-    deferred: int
-    refused: int
-    lines: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    pending_unhinted: int = 0  # pending jobs without a hint, at the neutral factor
-    neutral_set: int = 0  # of the jobs updated: unhinted ones moved to the neutral factor
-    neutral_factor: int | None = None  # None: unhinted jobs left alone (neutral off)
-    faded: int = 0  # hinted jobs whose factor is faded towards the neutral one
-    hint_age_s: float | None = None  # since the cluster's last sign of life (None: none)
-    hints_fresh: bool = True  # the cluster showed life within stale_after_s
-    hints_from: str = "redis"  # "cache": Redis failed, the last hints read were used
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "pending_hinted": self.pending_hinted,
-            "updated": self.updated,
-            "unchanged": self.unchanged,
-            "skipped_pinned": self.skipped_pinned,
-            "skipped_held": self.skipped_held,
-            "deferred": self.deferred,
-            "refused": self.refused,
-            "errors": self.errors[:20],
-            "seconds": round(self.seconds, 3),
-            "pending_unhinted": self.pending_unhinted,
-            "neutral_set": self.neutral_set,
-            "neutral_factor": self.neutral_factor,
-            "faded": self.faded,
-            "hint_age_s": None if self.hint_age_s is None else round(self.hint_age_s, 1),
-            "hints_fresh": self.hints_fresh,
-            "hints_from": self.hints_from,
-        }
 
 
 class PriorityApplier:
@@ -339,7 +313,9 @@ class PriorityApplier:
     the exceptions of the hint port that mean "Redis is unreachable"; on those a pass
     goes on with the last hints it read (new jobs get the neutral factor, the others
     keep theirs until the hints are stale, then fade), or, with none read yet, raises
-    and changes nothing. ``wall``: UNIX time, to age hints.
+    and changes nothing. ``wall``: UNIX time, to age hints. ``start_comment``: also
+    write each pending job's expected start into its Comment (a hint port with
+    ``starts``, :class:`StartsPort`), through the same batches and rate limit.
     """
 
     def __init__(
@@ -358,6 +334,7 @@ class PriorityApplier:
         fallback: Fallback | None = None,
         hint_errors: tuple[type[BaseException], ...] = (),
         wall: Callable[[], float] = time.time,
+        start_comment: bool = False,
     ) -> None:
         self.slurm = slurm
         self.hints = hints
@@ -372,6 +349,8 @@ class PriorityApplier:
         self.fallback = fallback or Fallback()
         self.hint_errors = hint_errors
         self.wall = wall
+        self.start_comment = start_comment  # expected starts into pending jobs' Comment
+        self._pace = (0.0, 0)  # (when this pass began applying, jobs applied since)
         self.total_updated = 0
         self.total_refused = 0
         self.applied: dict[str, int] = {}  # job id -> factor set (pending jobs only)
@@ -439,6 +418,7 @@ class PriorityApplier:
         )
         lines = [u.line for u in plan.updates]
         errors: list[str] = []
+        self._pace = (self.clock(), 0)
         if not self.dry_run:
             errors = self._apply_rate_limited(plan.updates)
             pending = {j.job_id for j in queue}
@@ -449,6 +429,7 @@ class PriorityApplier:
         updated = plan.jobs - (refused if not self.dry_run else 0)
         self.total_updated += max(0, updated)
         self.total_refused += refused
+        comments, comment_errors = self._comments(queue, weight, source)
         return PassResult(
             pending_hinted=plan.considered + plan.skipped_pinned + plan.skipped_held,
             updated=max(0, updated),
@@ -457,8 +438,8 @@ class PriorityApplier:
             skipped_held=plan.skipped_held,
             deferred=plan.deferred,
             refused=refused,
-            lines=lines,
-            errors=errors,
+            lines=lines + [u.line for u in comments.updates] if comments else lines,
+            errors=errors + comment_errors,
             seconds=self.clock() - t0,
             pending_unhinted=plan.unhinted,
             neutral_set=plan.neutral_set,
@@ -467,15 +448,34 @@ class PriorityApplier:
             hint_age_s=age,
             hints_fresh=fresh,
             hints_from=source,
+            start_comment=comments is not None,
+            comments=comment_counts(comments, len(comment_errors)),
         )
 
-    def _apply_rate_limited(self, updates: Sequence[Update]) -> list[str]:
-        """Apply in batches of about ``batch`` jobs, at most ``rate`` jobs per second."""
+    def _comments(
+        self, queue: Sequence[SlurmJob], weight: float, source: str
+    ) -> tuple[CommentPlan | None, list[str]]:
+        """Plan and (unless a dry run) write the expected-start comments (None: none this
+        pass: off, or Redis unreachable, when the comments stay as they are). When the
+        hints have faded to neutral, the forecasts (made in their order) are void: cleared."""
+        read = getattr(self.hints, "starts", None)
+        if not self.start_comment or read is None or source != "redis":
+            return None, []
+        try:
+            starts: Mapping[str, Start] = read(self.cluster) if weight > 0 else {}
+        except self.hint_errors as exc:
+            log.warning("expected starts unreadable, comments left as they are: %s", exc)
+            return None, []
+        plan = plan_comments(queue, starts, max_updates=self.max_updates)
+        return plan, [] if self.dry_run else self._apply_rate_limited(plan.updates)
+
+    def _apply_rate_limited(self, updates: Sequence[Update | CommentUpdate]) -> list[str]:
+        """Apply in batches of about ``batch`` jobs, at most ``rate`` jobs per second
+        (over the whole pass: SiteFactors, then comments)."""
         errors: list[str] = []
-        chunk: list[Update] = []
+        chunk: list[Update | CommentUpdate] = []
         size = 0
-        started = self.clock()
-        done = 0
+        started, done = self._pace
         for u in [*updates, None]:
             if u is not None:
                 chunk.append(u)
@@ -491,4 +491,5 @@ class PriorityApplier:
             errors.extend(self.slurm.apply([c.line for c in chunk]))
             done += size
             chunk, size = [], 0
+        self._pace = (started, done)
         return errors

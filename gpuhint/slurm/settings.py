@@ -32,6 +32,11 @@ class SlurmSettings(BaseSettings):
         3600.0, gt=0, description="no new hint / load summary for this long: hints fade"
     )
     fade_s: float = Field(1800.0, ge=0, description="the fade to neutral takes this long")
+    start_comment: bool = Field(
+        True,
+        description="write each pending job's expected start into its Comment (only an "
+        "empty or gpuhint's own comment; docs/slurm.md)",
+    )
     power_interval_s: float = Field(60.0, gt=0, le=3600)
     min_idle: int = Field(1, ge=0, description="idle powered-on nodes kept for new jobs")
     min_on: int = Field(1, ge=0, description="never fewer powered-on nodes")

@@ -22,9 +22,10 @@ from gpuhint.kueue.applier import Applier
 from gpuhint.kueue.hints import hint_reader
 from gpuhint.kueue.kube import KubeKueue, api_client
 from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL, ClassLadder
+from gpuhint.kueue.start_note import START_ANNOTATION, Start, notes_for
 from gpuhint.lab.local.k8s import KueueEnv, wait_for
 from gpuhint.redis.store import RedisStore
-from gpuhint.wire.contract import PriorityHint
+from gpuhint.wire.contract import ExpectedStart, PriorityHint, StartForecasts
 from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
@@ -278,3 +279,72 @@ def test_gpuhint_down_unhinted_workloads_get_the_neutral_class_and_stale_hints_f
         "every waiting Workload in the neutral class",
         lambda: set(_priorities(env).values()) == {neutral.value},
     )
+
+
+def _notes(env: KueueEnv, name: str) -> dict[str, str]:
+    meta = env.workloads()[name]["metadata"]
+    return {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("gpuhint.io/")}
+
+
+def test_waiting_workloads_are_annotated_with_their_expected_start(
+    kubeconfig: str,
+    kueue_env: Callable[..., KueueEnv],
+    hints: Callable[..., None],
+    redis_url: str,
+    unique_prefix: str,
+) -> None:
+    env = kueue_env(gpus=16, hold=True)
+    a, b = f"{env.id}-a", f"{env.id}-b"
+    env.job("a", gpus=8, job_id=a)
+    env.job("b", gpus=8, job_id=b)
+    wait_for("2 Workloads", lambda: len(env.workloads()) == 2)
+    hints(env.cq, **{a: SMALL, b: BIG})
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    now = time.time()
+
+    def forecast(**starts: Start) -> None:
+        jobs = tuple(
+            ExpectedStart(job_id=j, expected=s.expected, low=s.low, high=s.high)
+            for j, s in starts.items()
+        )
+        asof = next(iter(starts.values())).asof
+        store.put_starts(StartForecasts(cluster=CLUSTER, vc=env.cq, time=asof, jobs=jobs))
+        store.flush()
+
+    first = Start(now + 600, now + 300, now + 1500, now)
+    forecast(**{a: first})
+
+    def cli(*flags: str) -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuhint", "kueue", "apply-priorities", "--once", "--json",
+             *flags, "--kubeconfig", kubeconfig, "--cluster", CLUSTER],
+            env={**os.environ, "GPUHINT_REDIS_URL": redis_url,
+                 "GPUHINT_KEY_PREFIX": unique_prefix},
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return out
+
+    dry = cli("--dry-run")
+    planned = [p for p in dry["planned_starts"] if p["namespace"] == env.ns]
+    assert [(p["job_id"], p["annotations"]) for p in planned] == [(a, notes_for(first))]
+    assert dry["expected_start"] is True and _notes(env, "a") == {}  # dry: nothing written
+
+    done = cli()
+    assert done["starts_annotated"] >= 1 and done["errors"] == 0, done
+    assert _notes(env, "a") == notes_for(first) and _notes(env, "b") == {}
+    again = cli()
+    assert again["starts_annotated"] == 0 and again["starts_unchanged"] >= 1  # only changes
+
+    later = Start(now + 7200, now + 3600, now + 9000, now + 60)
+    forecast(**{b: later})  # b re-forecast, a no longer named: its annotations go
+    moved = cli()
+    assert moved["starts_cleared"] >= 1 and moved["starts_annotated"] >= 1
+    assert _notes(env, "a") == {} and _notes(env, "b") == notes_for(later)
+    assert _notes(env, "b")[START_ANNOTATION].endswith(":00Z")
+
+    forecast(**{b: first})
+    off = cli("--no-start-annotations")
+    assert off["expected_start"] is False and _notes(env, "b") == notes_for(later)
+    store.close()

@@ -23,7 +23,7 @@ from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL
 from gpuhint.lab.local.k8s import KueueEnv, wait_for
 from gpuhint.redis.applier_status import read_passes
 from gpuhint.redis.store import RedisStore
-from gpuhint.wire.contract import PriorityHint
+from gpuhint.wire.contract import ExpectedStart, PriorityHint, StartForecasts
 from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
@@ -231,6 +231,12 @@ def test_the_applier_works_with_exactly_its_rbac(
                      submit_time=time.time(), predicted_duration_s=60, priority=480,
                      model="test", model_version="1", created_at=time.time())
     )  # fmt: skip
+    now = time.time()
+    store.put_starts(
+        StartForecasts(cluster="k8s", vc=env.cq, time=now, jobs=(
+            ExpectedStart(job_id=f"{env.id}-small", expected=now + 60, low=now, high=now + 600),
+        ))
+    )  # fmt: skip
     store.flush()
     store.close()
     proc = subprocess.run(
@@ -244,6 +250,9 @@ def test_the_applier_works_with_exactly_its_rbac(
     assert report["relabelled"] >= 1 and report["errors"] == 0, report
     labels = env.get_job("small")["metadata"]["labels"]
     assert labels[PRIORITY_CLASS_LABEL] == "gpuhint-09"
+    assert report["starts_annotated"] >= 1, report  # patch on Workloads: in its role
+    notes = env.workloads()["small"]["metadata"]["annotations"]
+    assert notes["gpuhint.io/expected-start"].endswith("Z")
     record = read_passes(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix), "k8s")
     assert record["kueue"]["ok"] is True and record["kueue"]["result"]["relabelled"] >= 1
     # and nothing beyond its role: it cannot, say, delete a Job

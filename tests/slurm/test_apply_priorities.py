@@ -17,7 +17,8 @@ from gpuhint.redis.applier_status import read_passes
 from gpuhint.redis.store import RedisStore
 from gpuhint.slurm.commands import SlurmCli
 from gpuhint.slurm.priority import FactorMap
-from gpuhint.wire.contract import PriorityHint
+from gpuhint.slurm.start_comment import Start, comment_text
+from gpuhint.wire.contract import ExpectedStart, PriorityHint, StartForecasts
 from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
@@ -237,6 +238,116 @@ def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
         small = fmap.factor(prios[old[0]])
         assert neutral < factors[old[0]] < small, (factors[old[0]], neutral, small)
         assert factors[new[0]] == neutral
+    finally:
+        cli.run(["scancel", *mine], check=False)
+        _until(
+            "my jobs to leave the queue",
+            lambda: (
+                not cli.run(["squeue", "-h", "-j", ",".join(mine), "-o", "%i"], check=False).strip()
+            ),
+            120,
+        )
+
+
+def _comments(cli: SlurmCli, jobs: list[str]) -> dict[str, str]:
+    out = cli.run(["squeue", "-h", "-j", ",".join(jobs), "-o", "%i|%k"])
+    rows = (ln.partition("|") for ln in out.splitlines())
+    return {a: ("" if b == "(null)" else b) for a, _, b in rows}
+
+
+def test_expected_start_goes_into_the_comment_of_pending_jobs(
+    slurm_conf: str, redis_url: str, unique_prefix: str
+) -> None:
+    cli = SlurmCli(slurm_conf)
+    cluster = "c" + unique_prefix
+    env = {
+        **os.environ,
+        "SLURM_CONF": slurm_conf,
+        "GPUHINT_REDIS_URL": redis_url,
+        "GPUHINT_KEY_PREFIX": unique_prefix,
+        "GPUHINT_CLUSTER": cluster,
+    }
+    gpuhint = [sys.executable, "-m", "gpuhint", "slurm", "apply-priorities", "--once", "--json"]
+    node = cli.nodes()[0].name
+    common = ["-w", node, "-G", "8", "-t", "5", "--account", "research"]
+    mine: list[str] = []
+    try:
+        mine.append(_sbatch(cli, *common, "-J", "blocker", "--wrap", "sleep 300"))
+        _until(
+            "the blocker to run",
+            lambda: "RUNNING" in cli.run(["squeue", "-h", "-j", mine[0], "-o", "%T"]),
+            60,
+        )
+        plain = _sbatch(cli, *common, "-J", "plain", "--wrap", "sleep 1")
+        mine.append(plain)
+        noted = _sbatch(
+            cli, *common, "-J", "noted", "--comment", "my own note", "--wrap", "sleep 1"
+        )
+        mine.append(noted)
+        old = _sbatch(cli, *common, "-J", "old", "--wrap", "sleep 1")  # no forecast any more
+        mine.append(old)
+        stale = "gpuhint:start=2026-01-01T00:00Z,band80=23:50Z..00:20Z,asof=2025-12-31T23:00Z"
+        cli.run(["scontrol", "update", f"jobid={old}", f"Comment={stale}"])
+        store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
+        for j, p in {plain: 10.0, noted: 20.0, old: 30.0}.items():
+            store.put_hint(_hint(cluster, j, p))
+        now = time.time()
+        forecast = {plain: Start(now + 600, now + 300, now + 1200, now - 60)}
+        forecast[noted] = Start(now + 900, now + 600, now + 1800, now - 60)
+        jobs = tuple(
+            ExpectedStart(job_id=j, expected=s.expected, low=s.low, high=s.high)
+            for j, s in forecast.items()
+        )
+        store.put_starts(StartForecasts(cluster=cluster, vc="research", time=now - 60, jobs=jobs))
+        store.flush()
+        want = comment_text(forecast[plain])
+
+        dry = subprocess.run(
+            [*gpuhint, "--dry-run"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert dry.returncode == 0, dry.stderr
+        doc = json.loads(dry.stdout)
+        assert f"scontrol update jobid={plain} Comment={want}" in doc["lines"]
+        assert f"scontrol update jobid={old} Comment=" in doc["lines"]
+        assert not any(noted in ln and "Comment" in ln for ln in doc["lines"])
+        assert doc["start_comment"] is True
+        got = {k: doc[k] for k in ("comments_set", "comments_cleared", "comments_user_kept")}
+        assert got == {"comments_set": 1, "comments_cleared": 1, "comments_user_kept": 1}
+        assert _comments(cli, [plain, old])[plain] == ""  # dry: nothing written
+
+        once = subprocess.run(gpuhint, env=env, capture_output=True, text=True, timeout=60)
+        assert once.returncode == 0, once.stderr
+        doc = json.loads(once.stdout)
+        assert (doc["comments_set"], doc["comments_refused"], doc["updated"]) == (1, 0, 3)
+        assert _comments(cli, [plain, noted, old]) == {plain: want, noted: "my own note", old: ""}
+        shown = cli.run(["scontrol", "show", "job", plain])
+        assert f"Comment={want}" in shown
+
+        again = subprocess.run(gpuhint, env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0, again.stderr
+        doc = json.loads(again.stdout)  # only changed texts are written
+        assert (doc["comments_set"], doc["comments_cleared"], doc["comments_unchanged"]) == (
+            0,
+            0,
+            1,
+        )
+
+        later = StartForecasts(
+            cluster=cluster,
+            vc="research",
+            time=now,
+            jobs=(
+                ExpectedStart(job_id=plain, expected=now + 4000, low=now + 3000, high=now + 9000),
+            ),
+        )
+        store.put_starts(later)
+        store.flush()
+        off = subprocess.run(
+            [*gpuhint, "--no-start-comment"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert off.returncode == 0, off.stderr
+        assert json.loads(off.stdout)["start_comment"] is False
+        assert _comments(cli, [plain])[plain] == want  # opted out: left as it was
     finally:
         cli.run(["scancel", *mine], check=False)
         _until(

@@ -17,7 +17,28 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f
 td:first-child,th:first-child{text-align:left}img{max-width:100%;height:auto;display:block;
 margin:.5em 0}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4em .8em;
 margin:.6em 0}.muted{color:#666;font-size:.9em}.big{font-size:1.1em}
+.actions{background:#e8f4ea;border:1px solid #7cb987;border-radius:4px;padding:.4em 1em;
+margin:1em 0}.actions h2{border:0;margin:.3em 0}.actions li{margin:.4em 0}
+.warn{background:#fdecea;border-left:4px solid #d9534f;padding:.4em .8em;margin:.6em 0}
 """
+
+
+def actions_box(actions: list[Mapping[str, str]]) -> str:
+    """The report's "Actions" box: what to do, why, and which knob."""
+    items = "".join(
+        f"<li><b>{esc(a['action'])}</b><br>why: {esc(a['why'])}<br>"
+        f"knob: <code>{esc(a['knob'])}</code></li>"
+        for a in actions
+    )
+    return f"<div class=actions id=actions><h2>Actions</h2><ol>{items}</ol></div>"
+
+
+def checks_box(found: list[Mapping[str, Any]]) -> str:
+    """Warnings on gaps and oddities in the trace (empty when there are none)."""
+    if not found:
+        return ""
+    items = "".join(f"<li>{esc(c['message'])}</li>" for c in found)
+    return f"<div class=warn id=trace-checks>Check the trace first:<ul>{items}</ul></div>"
 
 
 def esc(x: Any) -> str:

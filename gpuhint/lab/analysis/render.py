@@ -8,7 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from gpuhint.lab.analysis import stats
-from gpuhint.lab.analysis.html_parts import CSS, dur, esc, fmt, img, section_body, table
+from gpuhint.lab.analysis.html_parts import (
+    CSS,
+    actions_box,
+    checks_box,
+    dur,
+    esc,
+    fmt,
+    img,
+    section_body,
+    table,
+)
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("duration", "Job duration"),
@@ -42,6 +52,43 @@ def _loop_words(q: Mapping[str, Any]) -> str:
     if q.get("loop") == "open":
         return ", open loop: hints from the trace's own timeline"
     return ""
+
+
+SIZING_RULE = (
+    "the VC-sizing rule of <code>gpuhint evaluate qssf</code> and <code>gpuhint demo</code>: "
+    "the nodes --vc-config gives, else enough 8-GPU nodes for the VC's GPU time to fill "
+    "them at the offered load --target-load, models/simulator/sizing.py"
+)
+
+
+def _ces_jobs_html(g: Mapping[str, Any]) -> str:
+    """The CES estimate from the trace's own jobs, or why there is none."""
+    c = g.get("ces_jobs")
+    if not c:
+        return f"<p class=note>CES from the jobs: {esc(g.get('ces_jobs_note'))}</p>"
+    base = c["all_on_energy_kwh"] or 0.0
+    rows = [
+        [
+            esc(label),
+            fmt(p["energy_saved_kwh"]),
+            fmt(p["energy_saved_kwh"] / base if base else None, "pct"),
+            fmt(p["added_wait_avg_s"], "s"),
+            fmt(p["jobs_delayed"]),
+        ]
+        for label, p in (
+            ("Slurm idle timer, SuspendTime = 1 h", c["idle_timer"]),
+            (f"gpuhint job-aware policy (reserve q {c['gpuhint']['setting']:g})", c["gpuhint"]),
+        )
+    ]
+    return (
+        f"<p>The trace's {c['jobs']:,} GPU jobs on one pool of {c['nodes']} 8-GPU nodes "
+        f"({esc(c['sized_by'])}) over {c['days']:,.1f} days: {fmt(base)} kWh with every "
+        "node on.</p>"
+        + table(["policy", "kWh saved", "of all-on", "added average wait", "jobs delayed"], rows)
+        + "<p class=muted>Boot 300 s; 3,500 W busy, 700 W idle, 20 W off (the defaults of "
+        "<code>gpuhint evaluate ces --trace</code>, which draws the whole frontier with your "
+        "own pool, boot time and watts).</p>"
+    )
 
 
 def _utc(iso: str) -> str:
@@ -89,15 +136,17 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
             "(which knows every job's true GPUs x duration).</p>"
             + table(["policy", "average JCT", "average queue", "x FIFO"], rows)
             + f"<p class=muted>Simulated per VC with 8-GPU nodes ({sizes}; "
-            f"{esc(', '.join(sorted(set(q['vc_sizing'].values()))))}). Predictor error on "
+            f"{esc(', '.join(sorted(set(q['vc_sizing'].values()))))}: {SIZING_RULE}). "
+            "Predictor error on "
             f"this trace: mean |log duration error| {fmt(q['mae_log'])}, median "
             f"|error| {fmt(q['median_abs_pct_error'], 'pct')}. Same code as "
             "<code>gpuhint evaluate qssf</code>.</p>" + img(out_dir, q["plot"], "JCT CDF by policy")
         )
     parts.append("<h3>CES power advice</h3>")
+    parts.append(_ces_jobs_html(g))
     c = g["ces"]
     if c is None:
-        parts.append(f"<p class=note>CES: {esc(g['ces_note'])}</p>")
+        parts.append(f"<p class=note>CES on a load series: {esc(g['ces_note'])}</p>")
     else:
         parts.append(
             f"<p class=big>On {esc(c['series'])} ({c['total_nodes']} nodes), over "
@@ -243,7 +292,13 @@ def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
         f'<li><a href="#{k}">{esc(t)}</a></li>' for k, t in SECTIONS if n.get(k) is not None
     )
     facts = "".join(f"<li>{esc(x)}</li>" for x in findings(n))
-    body = [head, f"<ul class=big>{facts}</ul>", f"<p class=muted>fields: {fields}</p>"]
+    body = [
+        head,
+        checks_box(n.get("trace_checks") or []),
+        actions_box(n.get("actions") or []),
+        f"<ul class=big>{facts}</ul>",
+        f"<p class=muted>fields: {fields}</p>",
+    ]
     if skipped:
         body.append(
             f"<div class=note>Skipped, the trace lacks what they need:<ul>{skipped}</ul></div>"

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,15 +127,21 @@ class Steps:
     """Step lines on stderr and, unless ``quiet``, a line every ``every_s`` seconds while
     a step runs longer (the QSSF and CES simulations run for tens of seconds)."""
 
-    def __init__(self, quiet: bool, every_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        quiet: bool,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        out: Callable[[str], None] = _say,
+    ) -> None:
         import threading
 
-        self.every_s = every_s
+        self.every_s, self.clock, self.out = every_s, clock, out
         self._lock = threading.Lock()
         self._step = ""
-        self._since = self._last = time.monotonic()
+        self._since = self._last = clock()
         self._stop = threading.Event()
-        self._thread = None if quiet else threading.Thread(target=self._tick, daemon=True)
+        self._thread = None if quiet else threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Steps:
         if self._thread is not None:
@@ -149,17 +156,21 @@ class Steps:
     def say(self, msg: str) -> None:
         with self._lock:
             if not msg.startswith(" "):  # an indented line reports on the current step
-                self._step, self._since = msg, time.monotonic()
-            self._last = time.monotonic()
-            _say(msg)
+                self._step, self._since = msg, self.clock()
+            self._last = self.clock()
+            self.out(msg)
 
-    def _tick(self) -> None:
-        while not self._stop.wait(0.5):
-            with self._lock:
-                now = time.monotonic()
-                if self._step and now - self._last >= self.every_s:
-                    _say(f"  ... still {self._step} ({now - self._since:,.0f} s)")
-                    self._last = now
+    def tick(self) -> None:
+        """Say that the current step still runs, if nothing was said for ``every_s``."""
+        with self._lock:
+            now = self.clock()
+            if self._step and now - self._last >= self.every_s:
+                self.out(f"  ... still {self._step} ({now - self._since:,.0f} s)")
+                self._last = now
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(0.5, self.every_s)):
+            self.tick()
 
 
 def _read(args: argparse.Namespace, tail: int) -> Any:

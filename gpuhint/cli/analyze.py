@@ -29,16 +29,25 @@ a summary per virtual cluster. Sections the trace has no fields for (no users, n
 states, no start times) are skipped with a note saying so.
 
 Then "what gpuhint can do for this cluster": the QSSF simulation (FIFO vs QSSF with
-gpuhint's online hints vs the oracle; the code of `gpuhint evaluate qssf`) on the trace,
-or its latest --qssf-jobs jobs, and with --series the CES replay of a load series
-(`gpuhint evaluate ces`), plus what the trace lacks for the predictor and what it costs.
+gpuhint's online hints vs the oracle; the code of `gpuhint evaluate qssf`, VCs sized by
+its rule: --vc-config, else to --target-load) on the trace, or its latest --qssf-jobs
+jobs; the energy that powering idle nodes down would save on those jobs (Slurm's idle
+timer at 1 h and gpuhint's policy, as `gpuhint evaluate ces --trace`; --no-ces skips
+it); with --series the CES replay of a load series (`gpuhint evaluate ces`); and what
+the trace lacks for the predictor and what it costs.
+
+The report opens with warnings on gaps and oddities of the trace (submissions only in
+part of the day, long pauses, clock jumps, duplicate ids, 0 s jobs) and an Actions box:
+enable QSSF or not and with which GPUHINT_QSSF_WAIT_BOUND, power idle nodes down or not
+and what it saves (--json: "actions", a list of {action, why, knob}; docs/analyze.md).
 
 Writes into --out (default ./analyze-<trace name>/):
   report.html         one self-contained page: figures embedded, no network access
   analysis.json       every number behind the figures (keys in docs/analyze.md)
   *.png               each figure as a file
 and prints a short summary (or, with --json, analysis.json) on stdout. Progress goes to
-stderr.
+stderr: the stages, and every 5 s a line while one still runs (--no-progress: the stages
+only).
 """
 
 EPILOG = """\

@@ -40,7 +40,7 @@ def qssf_action(q: Mapping[str, Any] | None, note: str | None) -> Action:
     if q is None:
         return {
             "action": "Measure QSSF before enabling it",
-            "why": f"the QSSF what-if did not run here ({note or 'no result'})",
+            "why": f"no QSSF what-if here: {note or 'no result'}",
             "knob": "gpuhint evaluate qssf --trace FILE (or gpuhint analyze without --no-qssf)",
         }
     gain = q.get("jct_ratio_fifo_over_qssf") or 0.0
@@ -151,7 +151,7 @@ def ces_action(g: Mapping[str, Any]) -> Action:
         return _ces_from_jobs(g["ces_jobs"])
     return {
         "action": "Measure node power saving",
-        "why": f"no CES estimate here ({g.get('ces_jobs_note') or g.get('ces_note')})",
+        "why": f"no CES estimate here: {g.get('ces_jobs_note') or g.get('ces_note')}",
         "knob": "gpuhint evaluate ces --trace FILE (jobs) or --series FILE (node counts)",
     }
 

@@ -163,17 +163,21 @@ def ces_jobs_summary(
     from models.simulator.power import AlwaysOn, PowerModel, simulate_power
     from models.simulator.power_policies import IdleTimer, JobAware, JobAwareConfig
 
+    say = progress or (lambda _m: None)
+    say(
+        f"CES from the jobs ({len(jobs):,}): all nodes on, SuspendTime=1 h and gpuhint's "
+        "policy on one pool"
+    )
     prep = cj.prepare(jobs, model)
     if not prep.jobs:
         return None
     nodes = cj.cluster_nodes(prep.jobs, CES_TARGET_LOAD)
     pm = PowerModel()  # evaluate ces --trace's defaults
-    say = progress or (lambda _m: None)
 
     def run(policy: Any) -> Any:
         return simulate_power(prep.jobs, nodes, policy, power=pm, predicted=prep.predicted)
 
-    say(f"CES from the jobs: {len(prep.jobs):,} GPU jobs on {nodes} nodes, 3 policies")
+    say(f"  {len(prep.jobs):,} GPU jobs on {nodes} nodes")
     base = run(AlwaysOn())
     timer = cj.point(CES_SUSPEND_S, run(IdleTimer(CES_SUSPEND_S)), base, prep.jobs, pm)
     gh = cj.point(cj.DEFAULT_QUANTILE, run(JobAware(JobAwareConfig())), base, prep.jobs, pm)

@@ -323,6 +323,8 @@ def sizing_words(vc_sizing: dict[str, str]) -> str:
 
 def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
     """The short terminal summary of an analysis."""
+    from gpuhint.lab.analysis.html_parts import vs_fifo
+
     o, h, d = n["overview"], n["helios_summary"], n["duration"]
     lines = [
         f"{n['trace']} ({n['format']}): {o['jobs']:,} jobs, {o['gpu_jobs']:,} GPU jobs, "
@@ -371,7 +373,7 @@ def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
         lines.append(
             f"  QSSF ({q['window']})  avg JCT FIFO {_s(q['avg_jct_s']['fifo'])}, QSSF "
             f"{_s(q['avg_jct_s']['qssf'])}, oracle {_s(q['avg_jct_s']['qssf-oracle'])}: "
-            f"{fq:.2f}x better than FIFO, {qo:.2f}x the oracle "
+            f"{vs_fifo(fq)}, {qo:.2f}x the oracle "
             f"(VCs {sizing_words(q['vc_sizing'])})"
         )
         wu = q.get("without_users")

@@ -257,6 +257,7 @@ def _print_replay(
 
 def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
     from gpuhint.cli.analyze import sizing_words
+    from gpuhint.lab.analysis.html_parts import vs_fifo
     from gpuhint.lab.evaluation.qssf import ScheduleSummary
 
     assert isinstance(sched, ScheduleSummary)
@@ -268,7 +269,7 @@ def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
     )
     print(
         f"  average JCT    FIFO {f:,.0f} s | QSSF with gpuhint hints {q:,.0f} s "
-        f"({f / q:.2f}x better than FIFO, {q / o:.2f}x the oracle) | QSSF oracle {o:,.0f} s"
+        f"({vs_fifo(f / q if q else None)}, {q / o:.2f}x the oracle) | QSSF oracle {o:,.0f} s"
     )
     for vc, waiting in sched.queues.items():
         if not waiting:

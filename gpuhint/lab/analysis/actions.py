@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuhint.lab.analysis.html_parts import vs_fifo
+
 MIN_GAIN = 1.05
 MAX_WAIT_VS_FIFO = 1.25
 MAX_SHARE_OVER_2X = 0.01
@@ -29,6 +31,7 @@ MIN_SAVING_SHARE = 0.02
 MAX_SHORTFALL_SHARE = 0.01
 
 Action = dict[str, str]
+FIFOS = "FIFO's"
 
 
 def _h(s: float) -> str:
@@ -48,7 +51,7 @@ def qssf_action(q: Mapping[str, Any] | None, note: str | None) -> Action:
         return {
             "action": "Keep the scheduler's own order (do not enable QSSF hints)",
             "why": (
-                f"QSSF's average JCT is only {gain:.2f}x shorter than FIFO's here (a gain "
+                f"QSSF's average JCT is {vs_fifo(gain, FIFOS)} in the simulation (a gain "
                 f"under {MIN_GAIN - 1:.0%} is not worth another moving part)"
             ),
             "knob": "none; re-run gpuhint analyze on a longer or busier period",

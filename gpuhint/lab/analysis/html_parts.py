@@ -41,6 +41,21 @@ def checks_box(found: list[Mapping[str, Any]]) -> str:
     return f"<div class=warn id=trace-checks>Check the trace first:<ul>{items}</ul></div>"
 
 
+def vs_fifo(fifo_over_qssf: float | None, what: str = "FIFO") -> str:
+    """QSSF's average JCT against FIFO's in words that follow the sign of the difference.
+
+    >>> vs_fifo(1.17), vs_fifo(0.8), vs_fifo(1.0)
+    ('1.17x shorter than FIFO', '1.25x longer than FIFO', 'the same as FIFO')
+    """
+    if not fifo_over_qssf:
+        return f"not comparable with {what}"
+    if round(fifo_over_qssf, 2) == 1.0:
+        return f"the same as {what}"
+    if fifo_over_qssf > 1:
+        return f"{fifo_over_qssf:.2f}x shorter than {what}"
+    return f"{1 / fifo_over_qssf:.2f}x longer than {what}"
+
+
 def esc(x: Any) -> str:
     """``x`` as escaped HTML text."""
     return html.escape(str(x))

@@ -18,6 +18,7 @@ from gpuhint.lab.analysis.html_parts import (
     img,
     section_body,
     table,
+    vs_fifo,
 )
 
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -132,7 +133,7 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
             "smallest expected service first with gpuhint's online hints "
             f"(<code>{esc(q['model'])}</code>{_loop_words(q)}) gives an average "
             "job completion time "
-            f"<b>{fmt(fq)}x</b> shorter than FIFO and <b>{fmt(qo)}x</b> the oracle's "
+            f"<b>{esc(vs_fifo(fq))}</b> and <b>{fmt(qo)}x</b> the oracle's "
             "(which knows every job's true GPUs x duration).</p>"
             + table(["policy", "average JCT", "average queue", "x FIFO"], rows)
             + f"<p class=muted>Simulated per VC with 8-GPU nodes ({sizes}; "
@@ -225,7 +226,12 @@ def findings(n: Mapping[str, Any]) -> list[str]:
     if r and r["same_user_same_gpus_prior_share"] is not None:
         out.append(
             f"{fmt(r['same_user_same_gpus_prior_share'], 'pct')} of jobs repeat an earlier "
-            "job's user and GPU count: history has something to learn from."
+            "job's user and GPU count: "
+            + (
+                "history has something to learn from."
+                if r["same_user_same_gpus_prior_share"] >= 0.5
+                else "most jobs come with little history to learn from."
+            )
         )
     sub = n["submissions"]
     if sub["peak_hour"] is not None:
@@ -241,8 +247,8 @@ def findings(n: Mapping[str, Any]) -> list[str]:
     qs = n["gpuhint"]["qssf"]
     if qs and qs["jct_ratio_fifo_over_qssf"] and qs["jct_ratio_qssf_over_oracle"]:
         out.append(
-            f"QSSF with gpuhint's hints: average JCT {qs['jct_ratio_fifo_over_qssf']:.2f}x "
-            f"shorter than FIFO, {qs['jct_ratio_qssf_over_oracle']:.2f}x the oracle's."
+            f"QSSF with gpuhint's hints: average JCT {vs_fifo(qs['jct_ratio_fifo_over_qssf'])}, "
+            f"{qs['jct_ratio_qssf_over_oracle']:.2f}x the oracle's."
         )
     return out
 

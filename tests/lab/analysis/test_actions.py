@@ -42,6 +42,9 @@ def test_qssf_enable_keep_or_tighten() -> None:
     assert "1.50x shorter" in ok["why"]
     small = actions.qssf_action(_q(1.03, 3600.0, 0.0), None)
     assert small["action"].startswith("Keep the scheduler's own order")
+    assert "1.03x shorter than FIFO's" in small["why"]
+    worse = actions.qssf_action(_q(0.8, 3600.0, 0.0), None)  # QSSF loses: said so
+    assert worse["action"] == small["action"] and "1.25x longer than FIFO's" in worse["why"]
     long_wait = actions.qssf_action(_q(1.5, 30 * 3600.0, 0.0), None)
     assert "lower the starvation bound" in long_wait["action"]
     assert "GPUHINT_QSSF_WAIT_BOUND" in long_wait["knob"] and "--wait-bound 8" in long_wait["knob"]

@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuhint.lab.analysis.html_parts import vs_fifo
+from models.wait_bound import DEFAULT_WAIT_BOUND
 
 MIN_GAIN = 1.05
 MAX_WAIT_VS_FIFO = 1.25
 MAX_SHARE_OVER_2X = 0.01
 STRICT_WAIT_BOUND = 8
-DEFAULT_WAIT_BOUND = 16
 MIN_SAVING_SHARE = 0.02
 MAX_SHORTFALL_SHARE = 0.01
 
@@ -74,14 +74,14 @@ def qssf_action(q: Mapping[str, Any] | None, note: str | None) -> Action:
         return {
             "action": "Enable QSSF hints (gpuhint serve, or the worker and an applier)",
             "why": "; ".join(why),
-            "knob": f"GPUHINT_QSSF_WAIT_BOUND={DEFAULT_WAIT_BOUND} (the default; 0 = off)",
+            "knob": f"GPUHINT_QSSF_WAIT_BOUND={DEFAULT_WAIT_BOUND:g} (the default; 0 = off)",
         }
     return {
         "action": "Enable QSSF hints; if the longest waits matter more than the average, "
         "lower the starvation bound",
         "why": "; ".join(why + bad),
         "knob": (
-            f"GPUHINT_QSSF_WAIT_BOUND (default {DEFAULT_WAIT_BOUND}): try {STRICT_WAIT_BOUND}, "
+            f"GPUHINT_QSSF_WAIT_BOUND (default {DEFAULT_WAIT_BOUND:g}): try {STRICT_WAIT_BOUND}, "
             "after measuring what it costs in average JCT: gpuhint evaluate qssf --trace FILE "
             f"--wait-bound {STRICT_WAIT_BOUND} (docs/qssf.md)"
         ),

@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     # so the store ends holding a real queue, as a live cluster would.
     cut = read.jobs[int(len(read.jobs) * 0.95)].submit_time
     n, elapsed = _replay(events, cut, engine, store, args, trace)
+    if not (args.no_progress or args.json):
+        print("scheduling the GPU jobs: FIFO, QSSF with the hints, the oracle", file=sys.stderr)
     try:
         sched = schedule_summary(
             read.jobs,

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,25 @@ a summary per virtual cluster. Sections the trace has no fields for (no users, n
 states, no start times) are skipped with a note saying so.
 
 Then "what gpuhint can do for this cluster": the QSSF simulation (FIFO vs QSSF with
-gpuhint's online hints vs the oracle; the code of `gpuhint evaluate qssf`) on the trace,
-or its latest --qssf-jobs jobs, and with --series the CES replay of a load series
-(`gpuhint evaluate ces`), plus what the trace lacks for the predictor and what it costs.
+gpuhint's online hints vs the oracle; the code of `gpuhint evaluate qssf`, VCs sized by
+its rule: --vc-config, else to --target-load) on the trace, or its latest --qssf-jobs
+jobs; the energy that powering idle nodes down would save on those jobs (Slurm's idle
+timer at 1 h and gpuhint's policy, as `gpuhint evaluate ces --trace`; --no-ces skips
+it); with --series the CES replay of a load series (`gpuhint evaluate ces`); and what
+the trace lacks for the predictor and what it costs.
+
+The report opens with warnings on gaps and oddities of the trace (submissions only in
+part of the day, long pauses, clock jumps, duplicate ids, 0 s jobs) and an Actions box:
+enable QSSF or not and with which GPUHINT_QSSF_WAIT_BOUND, power idle nodes down or not
+and what it saves (--json: "actions", a list of {action, why, knob}; docs/analyze.md).
 
 Writes into --out (default ./analyze-<trace name>/):
   report.html         one self-contained page: figures embedded, no network access
   analysis.json       every number behind the figures (keys in docs/analyze.md)
   *.png               each figure as a file
 and prints a short summary (or, with --json, analysis.json) on stdout. Progress goes to
-stderr.
+stderr: the stages, and every 5 s a line while one still runs (--no-progress: the stages
+only).
 """
 
 EPILOG = """\
@@ -87,6 +97,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--ces-test-to", metavar="DAY", help="CES: last test day, YYYY-MM-DD")
     p.add_argument("--no-qssf", action="store_true", help="skip the QSSF simulation")
     p.add_argument(
+        "--no-ces",
+        action="store_true",
+        help="skip the CES estimate from the trace's jobs (idle timer vs gpuhint's policy)",
+    )
+    p.add_argument(
         "--qssf-jobs",
         type=int,
         default=QSSF_MAX_JOBS,
@@ -115,6 +130,56 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+class Steps:
+    """Step lines on stderr and, unless ``quiet``, a line every ``every_s`` seconds while
+    a step runs longer (the QSSF and CES simulations run for tens of seconds)."""
+
+    def __init__(
+        self,
+        quiet: bool,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        out: Callable[[str], None] = _say,
+    ) -> None:
+        import threading
+
+        self.every_s, self.clock, self.out = every_s, clock, out
+        self._lock = threading.Lock()
+        self._step = ""
+        self._since = self._last = clock()
+        self._stop = threading.Event()
+        self._thread = None if quiet else threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Steps:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def say(self, msg: str) -> None:
+        with self._lock:
+            if not msg.startswith(" "):  # an indented line reports on the current step
+                self._step, self._since = msg, self.clock()
+            self._last = self.clock()
+            self.out(msg)
+
+    def tick(self) -> None:
+        """Say that the current step still runs, if nothing was said for ``every_s``."""
+        with self._lock:
+            now = self.clock()
+            if self._step and now - self._last >= self.every_s:
+                self.out(f"  ... still {self._step} ({now - self._since:,.0f} s)")
+                self._last = now
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(0.5, self.every_s)):
+            self.tick()
 
 
 def _read(args: argparse.Namespace, tail: int) -> Any:
@@ -197,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or f"analyze-{Path(args.trace).name.split('.')[0]}")
     t0 = time.perf_counter()
     _say(f"reading {args.trace}")
-    frame = _read(args, 0 if args.no_qssf else args.qssf_jobs)
+    frame = _read(args, 0 if args.no_qssf and args.no_ces else args.qssf_jobs)
     _say(f"  {frame.rows:,} jobs ({frame.fmt}) in {frame.seconds:.1f} s")
     opts = report.Options(
         out_dir=out_dir,
@@ -211,9 +276,11 @@ def run(args: argparse.Namespace) -> int:
         ces_test_from=args.ces_test_from,
         ces_test_to=args.ces_test_to,
         progress=False if args.no_progress else None,
+        ces_jobs=not args.no_ces,
     )
     try:
-        numbers = report.analyze(frame, opts, say=_say)
+        with Steps(quiet=args.no_progress) as steps:
+            numbers = report.analyze(frame, opts, say=steps.say)
     except SeriesError as exc:
         raise UserError(f"{exc} (--series)") from None
     except ValueError as exc:  # e.g. a CES test window outside the series
@@ -241,8 +308,23 @@ def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:,.0f} s"
 
 
+def sizing_words(vc_sizing: dict[str, str]) -> str:
+    """How the VCs of a simulation were sized, in words (``sized to load 0.9``, ``given``).
+
+    >>> sizing_words({"a": "given", "b": "sized to load 0.9"})
+    'given by --vc-config / sized to load 0.9, models/simulator/sizing.py'
+    """
+    kinds = sorted(set(vc_sizing.values()))
+    words = [("given by --vc-config" if k == "given" else k) for k in kinds]
+    return " / ".join(words) + (
+        ", models/simulator/sizing.py" if any(k != "given" for k in kinds) else ""
+    )
+
+
 def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
     """The short terminal summary of an analysis."""
+    from gpuhint.lab.analysis.html_parts import vs_fifo
+
     o, h, d = n["overview"], n["helios_summary"], n["duration"]
     lines = [
         f"{n['trace']} ({n['format']}): {o['jobs']:,} jobs, {o['gpu_jobs']:,} GPU jobs, "
@@ -291,7 +373,8 @@ def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
         lines.append(
             f"  QSSF ({q['window']})  avg JCT FIFO {_s(q['avg_jct_s']['fifo'])}, QSSF "
             f"{_s(q['avg_jct_s']['qssf'])}, oracle {_s(q['avg_jct_s']['qssf-oracle'])}: "
-            f"{fq:.2f}x better than FIFO, {qo:.2f}x the oracle"
+            f"{vs_fifo(fq)}, {qo:.2f}x the oracle "
+            f"(VCs {sizing_words(q['vc_sizing'])})"
         )
         wu = q.get("without_users")
         if wu and wu["jct_ratio_qssf_over_oracle"]:
@@ -307,9 +390,24 @@ def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
             f"  CES ({c['series']})  utilization {_p(c['util_before'])} -> "
             f"{_p(c['util_after'])}, {c['shortfall_node_slots']} shortfall node-slots"
         )
+    cj = g.get("ces_jobs")
+    if cj:
+        t, gh = cj["idle_timer"], cj["gpuhint"]
+        lines.append(
+            f"  CES (the jobs, {cj['nodes']} nodes)  SuspendTime=1 h saves "
+            f"{t['energy_saved_kwh']:,.0f} kWh, +{_s(t['added_wait_avg_s'])} average wait; "
+            f"gpuhint's policy {gh['energy_saved_kwh']:,.0f} kWh, +{_s(gh['added_wait_avg_s'])}"
+        )
     if n["skipped"]:
         lines.append(
             "  skipped            " + "; ".join(f"{k}: {v}" for k, v in n["skipped"].items())
         )
+    for c in n.get("trace_checks") or []:
+        lines.append(f"  {c['severity']}: {c['message']}")
+    lines.append("actions:")
+    for k, a in enumerate(n.get("actions") or [], 1):
+        lines.append(f"  {k}. {a['action']}")
+        lines.append(f"     why:  {a['why']}")
+        lines.append(f"     knob: {a['knob']}")
     lines.append(f"report: {(out_dir / 'report.html').resolve()}  ({elapsed:.1f} s)")
     return "\n".join(lines)

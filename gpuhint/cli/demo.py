@@ -32,18 +32,19 @@ jobs with their real start times, so queues form); see gpuhint/data/ATTRIBUTION.
 --trace FILE replays any Helios, Philly or plain CSV trace.
 
 It closes with what the hints are worth on the replayed trace: the trace's GPU jobs
-scheduled in the simulator of `gpuhint evaluate qssf` (the shipped Venus excerpt's VCs
-at their real sizes, other VCs sized to load 0.9) by FIFO,
-by QSSF with gpuhint's hints (closed loop: the model learns and re-ranks waiting jobs
-in that schedule) and by the QSSF oracle, and the head of that schedule's queue at the
-point where the replay stopped.
+scheduled in the simulator of `gpuhint evaluate qssf` by FIFO, by QSSF with gpuhint's
+hints (closed loop: the model learns and re-ranks waiting jobs in that schedule) and by
+the QSSF oracle, and the head of that schedule's queue at the point where the replay
+stopped. VCs are sized by the rule `gpuhint evaluate qssf` and `gpuhint analyze` use:
+the nodes --vc-config gives, else enough 8-GPU nodes for the VC's GPU time to fill them
+at the offered load --target-load (0.9; models/simulator/sizing.py). So the three
+commands give the same "better than FIFO" figure for the same trace and flags; the
+Helios artifact's real Venus sizes (20 and 2 nodes) give a busier cluster and a larger
+gain: --vc-config venus_vc_config.csv (in the shared Helios traces).
 """
 
 
 SHIPPED = {"venus": "venus_sept_2vc.csv", "philly": "philly_excerpt.json"}
-SHIPPED_VC_NODES = {"venus": {"vcvGl": 20, "vcvlY": 2}}
-"""The real sizes of the excerpt's VCs in September 2020 (Helios ``vc_config``); VCs not
-listed are sized to load 0.9."""
 
 
 def shipped_trace(name: str = "venus") -> Path:
@@ -70,6 +71,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--model", choices=sorted(DURATION_MODELS), default=DEFAULT_MODEL, help="duration model"
     )
+    p.add_argument(
+        "--vc-config", metavar="CSV", help="schedule: nodes per VC (header, then rows vc,nodes)"
+    )
+    p.add_argument(
+        "--target-load",
+        type=float,
+        default=0.9,
+        metavar="U",
+        help="schedule: size VCs not in --vc-config to this offered load (default: 0.9)",
+    )
     p.add_argument("--cluster", default="demo", help="cluster name on events (default: demo)")
     p.add_argument("--top", type=int, default=5, help="queue head to show per VC (default: 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -82,9 +93,16 @@ def run(args: argparse.Namespace) -> int:
 
     from gpuhint.cores.qssf import HintEngine
     from gpuhint.cores.sink import InMemoryStore
+    from gpuhint.lab.evaluation.qssf import InputError, read_vc_config, schedule_summary
     from gpuhint.lab.traces.readers import job_events
     from models.registry import make_model
 
+    if not 0 < args.target_load <= 1:
+        raise UserError(f"--target-load must be in (0, 1], got {args.target_load}")
+    try:
+        vc_nodes = read_vc_config(args.vc_config) if args.vc_config else None
+    except InputError as exc:
+        raise UserError(str(exc)) from None
     trace = shipped_trace(args.trace) if args.trace in SHIPPED else Path(args.trace)
     read = load_trace(trace, args.format, args.on_error)
     report_skipped(read)
@@ -98,14 +116,26 @@ def run(args: argparse.Namespace) -> int:
     # so the store ends holding a real queue, as a live cluster would.
     cut = read.jobs[int(len(read.jobs) * 0.95)].submit_time
     n, elapsed = _replay(events, cut, engine, store, args, trace)
-    from gpuhint.lab.evaluation.qssf import InputError, schedule_summary
-
+    if not (args.no_progress or args.json):
+        print("scheduling the GPU jobs: FIFO, QSSF with the hints, the oracle", file=sys.stderr)
     try:
         sched = schedule_summary(
-            read.jobs, args.model, snapshot_at=cut, vc_nodes=SHIPPED_VC_NODES.get(args.trace)
+            read.jobs,
+            args.model,
+            snapshot_at=cut,
+            target_load=args.target_load,
+            vc_nodes=vc_nodes,
         )
     except InputError:
         sched = None  # no GPU jobs: nothing to schedule
+    sizing = (
+        {
+            vc: "given" if vc_nodes and vc in vc_nodes else f"sized to load {args.target_load:g}"
+            for vc in sched.vc_sizes
+        }
+        if sched is not None
+        else {}
+    )
     s = engine.stats
     queues = {vc: q for (c, vc), q in sorted(store.queues.items()) if q}
     result = {
@@ -123,7 +153,11 @@ def run(args: argparse.Namespace) -> int:
         "median_abs_pct_error": s.median_abs_pct_error,
         "events_per_s": n / elapsed if elapsed > 0 else None,
         "elapsed_s": elapsed,
-        "schedule": sched.as_dict() if sched is not None else None,
+        "schedule": (
+            {**sched.as_dict(), "vc_sizing": sizing, "target_load": args.target_load}
+            if sched is not None
+            else None
+        ),
     }
     if args.json:
         json.dump(result, sys.stdout, indent=2)
@@ -131,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_replay(trace, read, args, s, n, elapsed, store, queues)
     if sched is not None:
-        _print_schedule(sched, args.top)
+        _print_schedule(sched, args.top, sizing)
     return 0
 
 
@@ -223,16 +257,21 @@ def _print_replay(
             )
 
 
-def _print_schedule(sched: object, top: int) -> None:
+def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
+    from gpuhint.cli.analyze import sizing_words
+    from gpuhint.lab.analysis.html_parts import vs_fifo
     from gpuhint.lab.evaluation.qssf import ScheduleSummary
 
     assert isinstance(sched, ScheduleSummary)
     sizes = ", ".join(f"{vc} {n}" for vc, n in sched.vc_sizes.items())
     f, q, o = sched.fifo_avg_jct_s, sched.qssf_avg_jct_s, sched.oracle_avg_jct_s
-    print(f"schedule         this trace's GPU jobs simulated (8-GPU nodes: {sizes}):")
+    print(
+        f"schedule         this trace's GPU jobs simulated (8-GPU nodes: {sizes}; "
+        f"{sizing_words(sizing)}):"
+    )
     print(
         f"  average JCT    FIFO {f:,.0f} s | QSSF with gpuhint hints {q:,.0f} s "
-        f"({f / q:.2f}x better than FIFO, {q / o:.2f}x the oracle) | QSSF oracle {o:,.0f} s"
+        f"({vs_fifo(f / q if q else None)}, {q / o:.2f}x the oracle) | QSSF oracle {o:,.0f} s"
     )
     for vc, waiting in sched.queues.items():
         if not waiting:

@@ -31,7 +31,7 @@ from typing import IO
 
 from gpuhint.lab.local.scrape import get
 from gpuhint.lab.local.services import free_port, kafka_service, redis_service, stop_processes
-from gpuhint.metrics.dashboard import PANELS, Level, Rate, RatioOfRates
+from gpuhint.metrics.dashboard import PANELS, Age, Level, Rate, RatioOfRates
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "philly_excerpt.json"
 TRACE_SPAN_S = 778 * 3600.0  # first to last event of the excerpt
@@ -43,7 +43,7 @@ def wanted_metrics() -> set[str]:
     names: set[str] = set()
     for p in PANELS:
         for q in p.queries:
-            if isinstance(q, Rate | Level):
+            if isinstance(q, Rate | Level | Age):
                 names.add(q.metric)
             elif isinstance(q, RatioOfRates):
                 names |= {q.num, q.den}

@@ -135,6 +135,15 @@ class AgentCollector(Collector):
             "Records waiting to be sent.",
             value=float(pub.pending),
         )
+        last = GaugeMetricFamily(
+            "gpuhint_agent_last_tick_timestamp_seconds",
+            "When the agent last sampled and handed its report to the publisher (UNIX "
+            "seconds); gpuhint_agent_buffered_records says whether reports reach Kafka.",
+            labels=["node"],
+        )
+        if a.last_tick_at is not None:
+            last.add_metric([str(a.node)], float(a.last_tick_at))
+        yield last
         if result is not None:
             st = result.status
             gpus = GaugeMetricFamily(

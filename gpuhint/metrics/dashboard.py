@@ -1,163 +1,56 @@
 """The Grafana dashboard, defined once: its JSON and the same panels drawn from a scrape.
 
-Each panel's queries are small recipes that print as PromQL (for Grafana) and evaluate
-on a recorded series of scrapes (for the picture in docs/metrics.md), so the two cannot
-drift apart.
+Each panel's queries are the recipes of :mod:`gpuhint.metrics.promql`, which print as
+PromQL (for Grafana) and evaluate on a recorded series of scrapes (for the picture in
+docs/metrics.md), so the two cannot drift apart.
 
     python -m gpuhint.metrics.dashboard json  > deploy/grafana/gpuhint-dashboard.json
     python -m gpuhint.metrics.dashboard render SERIES.jsonl.gz docs/img/dashboard.png
 
 (the series comes from ``python -m gpuhint.lab.record_metrics``).
-
->>> Rate("gpuhint_job_events_total", by=("phase",)).promql()
-'sum by (phase) (rate(gpuhint_job_events_total[$__rate_interval]))'
->>> s = [Scrape(0.0, {("x_total", ()): 0.0}), Scrape(10.0, {("x_total", ()): 50.0})]
->>> Rate("x_total").evaluate(s)
-{(): [(10.0, 5.0)]}
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Labels = tuple[tuple[str, str], ...]
-SeriesOut = dict[Labels, list[tuple[float, float]]]
+from gpuhint.metrics.promql import (
+    VARIABLES,
+    Age,
+    Labels,
+    Level,
+    Query,
+    Rate,
+    RatioOfRates,
+    Scrape,
+    SeriesOut,
+    Var,
+    expand,
+    read_series,
+)
 
-
-@dataclass(frozen=True)
-class Scrape:
-    """One scrape: its time and every sample, keyed (name, sorted labels)."""
-
-    t: float
-    samples: dict[tuple[str, Labels], float]
-
-
-def _match(labels: Labels, where: dict[str, str]) -> bool:
-    d = dict(labels)
-    return all(d.get(k) == v for k, v in where.items())
-
-
-def _group(labels: Labels, by: Sequence[str]) -> Labels:
-    d = dict(labels)
-    return tuple((k, d.get(k, "")) for k in by)
-
-
-def _selector(metric: str, where: dict[str, str]) -> str:
-    if not where:
-        return metric
-    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(where.items())) + "}"
-
-
-def _by(by: Sequence[str]) -> str:
-    return f" by ({', '.join(by)})" if by else ""
-
-
-@dataclass(frozen=True)
-class Rate:
-    """``sum by (...) (rate(counter[w]))``: per-second increase of a counter."""
-
-    metric: str
-    by: tuple[str, ...] = ()
-    where: dict[str, str] = field(default_factory=dict)
-    legend: str = ""
-    scale: float = 1.0
-
-    def promql(self) -> str:
-        q = f"sum{_by(self.by)} (rate({_selector(self.metric, self.where)}[$__rate_interval]))"
-        return q if self.scale == 1.0 else f"{q} * {self.scale:g}"
-
-    def evaluate(self, scrapes: Sequence[Scrape], window_s: float = 0.0) -> SeriesOut:
-        """Per-second increase over the last ``window_s`` (0: between adjacent scrapes)."""
-        steps: list[tuple[float, float, dict[Labels, float]]] = []  # (t_prev, t, increases)
-        for prev, cur in itertools.pairwise(scrapes):
-            if cur.t <= prev.t:
-                continue
-            incs: dict[Labels, float] = {}
-            for (name, labels), v in cur.samples.items():
-                if name != self.metric or not _match(labels, self.where):
-                    continue
-                before = prev.samples.get((name, labels))
-                if before is None:  # a new series: no increase yet (as Prometheus's rate)
-                    continue
-                g = _group(labels, self.by)
-                incs[g] = incs.get(g, 0.0) + (v - before if v >= before else v)  # v<: a reset
-            steps.append((prev.t, cur.t, incs))
-        out: SeriesOut = {}
-        for i, (_, t, _) in enumerate(steps):
-            j = i
-            while j > 0 and t - steps[j - 1][0] <= window_s:
-                j -= 1
-            span = t - steps[j][0]
-            sums: dict[Labels, float] = {}
-            for _, _, incs in steps[j : i + 1]:
-                for g, inc in incs.items():
-                    sums[g] = sums.get(g, 0.0) + inc
-            for g, v in sums.items():
-                out.setdefault(g, []).append((t, v / span * self.scale))
-        return out
-
-
-@dataclass(frozen=True)
-class Level:
-    """``agg by (...) (metric)``: a gauge, or a counter's running total."""
-
-    metric: str
-    by: tuple[str, ...] = ()
-    where: dict[str, str] = field(default_factory=dict)
-    agg: str = "sum"
-    legend: str = ""
-
-    def promql(self) -> str:
-        return f"{self.agg}{_by(self.by)} ({_selector(self.metric, self.where)})"
-
-    def evaluate(self, scrapes: Sequence[Scrape]) -> SeriesOut:
-        out: SeriesOut = {}
-        for sc in scrapes:
-            groups: dict[Labels, list[float]] = {}
-            for (name, labels), v in sc.samples.items():
-                if name == self.metric and _match(labels, self.where):
-                    groups.setdefault(_group(labels, self.by), []).append(v)
-            for g, vs in groups.items():
-                v = {"sum": sum(vs), "max": max(vs), "avg": sum(vs) / len(vs)}[self.agg]
-                out.setdefault(g, []).append((sc.t, v))
-        return out
-
-
-@dataclass(frozen=True)
-class RatioOfRates:
-    """``sum(rate(num[w])) / sum(rate(den[w]))``: e.g. a summary's recent mean."""
-
-    num: str
-    den: str
-    legend: str = ""
-
-    def promql(self) -> str:
-        return f"sum(rate({self.num}[$__rate_interval])) / sum(rate({self.den}[$__rate_interval]))"
-
-    def evaluate(self, scrapes: Sequence[Scrape], window: int = 5) -> SeriesOut:
-        pts: list[tuple[float, float]] = []
-        for i in range(window, len(scrapes)):
-            a, b = scrapes[i - window], scrapes[i]
-            dn = _sum(b, self.num) - _sum(a, self.num)
-            dd = _sum(b, self.den) - _sum(a, self.den)
-            if dd > 0:
-                pts.append((b.t, dn / dd))
-        return {(): pts} if pts else {}
-
-
-def _sum(sc: Scrape, metric: str) -> float:
-    return sum(v for (n, _), v in sc.samples.items() if n == metric)
-
-
-Query = Rate | Level | RatioOfRates
+__all__ = [
+    "PANELS",
+    "VARIABLES",
+    "Age",
+    "Level",
+    "Panel",
+    "Rate",
+    "RatioOfRates",
+    "Scrape",
+    "SeriesOut",
+    "Var",
+    "dashboard_json",
+    "expand",
+    "read_series",
+    "render",
+]
 
 
 @dataclass(frozen=True)
@@ -170,6 +63,91 @@ class Panel:
 
 
 PANELS: tuple[Panel, ...] = (
+    Panel(
+        "Newest hint age (s)",
+        "s",
+        (
+            Age(
+                "gpuhint_newest_hint_timestamp_seconds",
+                by=("cluster",),
+                filters=("cluster",),
+                legend="{{cluster}} (Redis)",
+            ),
+            Level(
+                "gpuhint_applier_hint_age_seconds",
+                by=("applier",),
+                agg="max",
+                legend="{{applier}} saw at its last pass",
+            ),
+        ),
+        "Seconds since the cluster's newest hint was written or updated: it grows while "
+        "jobs arrive and no hint follows (worker, agent or Kafka down). Appliers fade "
+        "hints older than their stale_after to the neutral priority.",
+    ),
+    Panel(
+        "Worker up and lag",
+        "short",
+        (
+            Level("gpuhint_worker_ready", legend="workers ready (consuming)"),
+            Level("gpuhint_kafka_consumer_lag", legend="lag, all partitions (messages)"),
+        ),
+        "Workers whose /healthz says ready, and the messages they have still to read.",
+    ),
+    Panel(
+        "Applier last pass age (s)",
+        "s",
+        (
+            Age(
+                "gpuhint_applier_last_pass_timestamp_seconds",
+                by=("applier",),
+                legend="{{applier}}",
+            ),
+        ),
+        "Seconds since each applier (slurm, slurm-power, kueue) finished a pass: it should "
+        "stay under a few times the applier's interval.",
+    ),
+    Panel(
+        "Applier last pass result",
+        "short",
+        (
+            Level(
+                "gpuhint_applier_last_pass_changed",
+                by=("applier",),
+                agg="max",
+                legend="{{applier}} jobs changed",
+            ),
+            Level(
+                "gpuhint_applier_hints_fresh",
+                by=("applier",),
+                agg="max",
+                legend="{{applier}} hints fresh (1/0)",
+            ),
+            Level(
+                "gpuhint_applier_redis_up",
+                by=("applier",),
+                agg="max",
+                legend="{{applier}} read Redis (1/0)",
+            ),
+            Rate(
+                "gpuhint_applier_errors_total",
+                by=("applier", "kind"),
+                legend="{{applier}} errors/min: {{kind}}",
+                scale=60,
+            ),
+        ),
+        "What the last pass did: jobs changed, whether its hints were fresh and read "
+        "from Redis, and failed calls.",
+    ),
+    Panel(
+        "Agents' last report age (s)",
+        "s",
+        (
+            Age("gpuhint_agent_last_tick_timestamp_seconds", by=("node",), legend="{{node}}"),
+            Level("gpuhint_agent_buffered_records", legend="records buffered (all agents)"),
+        ),
+        "Seconds since each node agent last sampled and handed its report on; records "
+        "buffered grow while Kafka does not take them.",
+    ),
     Panel(
         "Job events in (per s)",
         "ops",
@@ -212,7 +190,11 @@ PANELS: tuple[Panel, ...] = (
         "short",
         (
             Level(
-                "gpuhint_queue_length", by=("cluster", "vc"), agg="max", legend="{{cluster}}/{{vc}}"
+                "gpuhint_queue_length",
+                by=("cluster", "vc"),
+                agg="max",
+                legend="{{cluster}}/{{vc}}",
+                filters=("cluster", "vc"),
             ),
         ),
         "Jobs waiting with a hint in each VC's queue (read from Redis).",
@@ -236,6 +218,7 @@ PANELS: tuple[Panel, ...] = (
                 by=("cluster", "state"),
                 agg="max",
                 legend="{{cluster}} {{state}}",
+                filters=("cluster",),
             ),
         ),
         "From each cluster's latest load: total, powered on, used, off.",
@@ -258,7 +241,14 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "Energy saved (kWh, estimated)",
         "kwatth",
-        (Level("gpuhint_ces_energy_saved_kwh_total", by=("cluster",), legend="{{cluster}}"),),
+        (
+            Level(
+                "gpuhint_ces_energy_saved_kwh_total",
+                by=("cluster",),
+                legend="{{cluster}}",
+                filters=("cluster",),
+            ),
+        ),
         "Nodes off x GPUHINT_CES_WATTS_PER_NODE x slot, summed.",
     ),
     Panel(
@@ -307,6 +297,25 @@ PANELS: tuple[Panel, ...] = (
         ),
     ),
 )
+
+
+def _variable(v: Var, ds: dict[str, str]) -> dict[str, Any]:
+    """A Grafana query variable over the label's values, "All" by default."""
+    query = f"label_values({v.selector}, {v.label})"
+    return {
+        "name": v.name,
+        "label": v.title,
+        "type": "query",
+        "datasource": ds,
+        "definition": query,
+        "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+        "refresh": 2,  # on time range change
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "sort": 1,
+    }
 
 
 def dashboard_json(panels: Sequence[Panel] = PANELS) -> dict[str, Any]:
@@ -370,31 +379,12 @@ def dashboard_json(panels: Sequence[Panel] = PANELS) -> dict[str, Any]:
                     "type": "datasource",
                     "query": "prometheus",
                     "label": "Prometheus",
-                }
+                },
+                *(_variable(v, ds) for v in VARIABLES),
             ]
         },
         "panels": out_panels,
     }
-
-
-def read_series(path: Path) -> list[Scrape]:
-    """Read a recorded series (JSON lines, optionally gzipped) into merged scrapes.
-
-    Each line is ``{"t": seconds, "source": name, "samples": [[name, {labels}, value]]}``;
-    lines of different sources within one round (same ``round``) are merged.
-    """
-    opener = gzip.open if path.suffix == ".gz" else open
-    rounds: dict[int, Scrape] = {}
-    with opener(path, "rt") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            r = int(rec["round"])
-            sc = rounds.setdefault(r, Scrape(float(rec["t"]), {}))
-            for name, labels, v in rec["samples"]:
-                sc.samples[(name, tuple(sorted(labels.items())))] = float(v)
-    return [rounds[r] for r in sorted(rounds)]
 
 
 def _legend(q: Query, labels: Labels) -> str:

@@ -15,8 +15,33 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuhint.redis.client import HintClient
+from gpuhint.redis.client import HintClient, change_time
 from gpuhint.wire.contract import ClusterLoad, PowerAdvisory
+
+HINT_TYPES = ("hint", "hint_updated")
+NEWEST_SCAN = 5000
+"""Change-stream entries read, newest first, for each cluster's newest hint."""
+
+
+def newest_hint_times(client: HintClient, scan: int = NEWEST_SCAN) -> dict[str, float]:
+    """Each cluster's newest hint (written or updated) as UNIX seconds, from the newest
+    ``scan`` entries of the change stream (a cluster with none among them is absent)."""
+    out: dict[str, float] = {}
+    last, seen = "+", 0
+    while seen < scan:
+        rows: Any = client.r.xrevrange(client.keys.changes, max=last, count=500)
+        if last != "+":
+            rows = rows[1:]  # the bound itself was seen
+        if not rows:
+            break
+        for raw_id, raw_fields in rows:
+            seen += 1
+            fields = {_s(k): _s(v) for k, v in raw_fields.items()}
+            cluster = fields.get("cluster")
+            if fields.get("type") in HINT_TYPES and cluster and cluster not in out:
+                out[cluster] = change_time(_s(raw_id))
+        last = _s(rows[-1][0])
+    return out
 
 
 class RedisStateCollector(Collector):
@@ -69,6 +94,12 @@ class RedisStateCollector(Collector):
             "Energy the latest advice expects to save over its horizon (estimate).",
             labels=["cluster"],
         )
+        newest = GaugeMetricFamily(
+            "gpuhint_newest_hint_timestamp_seconds",
+            "When the cluster's newest hint was written or updated (UNIX seconds, from the "
+            "Redis change stream): time() minus it is the hints' age.",
+            labels=["cluster"],
+        )
         try:
             root = c.keys.root
             qprefix = f"{root}:queue:"
@@ -103,11 +134,13 @@ class RedisStateCollector(Collector):
                         forecast.add_metric([cluster, "upper"], adv.forecast_upper_nodes)
                     if adv.est_energy_saved_kwh is not None:
                         saving.add_metric([cluster], adv.est_energy_saved_kwh)
+            for cluster, at in sorted(newest_hint_times(c).items()):
+                newest.add_metric([cluster], at)
             up.add_metric([], 1.0)
         except Exception:  # Redis down or a value of another schema: report, do not fail
             up.add_metric([], 0.0)
             return [up]
-        return [up, queue, nodes, busy, advice, forecast, saving]
+        return [up, queue, nodes, busy, advice, forecast, saving, newest]
 
 
 def _s(raw: Any) -> str:

@@ -50,6 +50,8 @@ TOP_KEYS = {
     "skipped",
     "figures",
     "seconds",
+    "trace_checks",
+    "actions",
 }
 
 
@@ -94,6 +96,15 @@ def test_every_figure_on_real_excerpts(
         blind["avg_jct_s"] / q["avg_jct_s"]["qssf-oracle"]
     )
     assert n["gpuhint"]["ces"] is None and "--series" in n["gpuhint"]["ces_note"]
+    # the tails the QSSF action is judged on, and the CES estimate from the jobs
+    assert q["tails"]["qssf"]["max_wait_s"] >= 0 and "share_jct_over_2x_fifo" in q["tails"]["fifo"]
+    cj = n["gpuhint"]["ces_jobs"]
+    assert cj["nodes"] >= 1 and cj["idle_timer"]["setting"] == 3600
+    assert cj["all_on_energy_kwh"] > 0
+    acts = n["actions"]
+    assert len(acts) == 2 and all(set(a) == {"action", "why", "knob"} for a in acts)
+    assert "QSSF" in acts[0]["action"] and acts[0]["knob"]
+    assert "kWh" in acts[1]["why"]
 
 
 def test_trace_without_optional_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -173,6 +184,59 @@ def test_no_qssf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     n = json.loads(out)
     assert n["gpuhint"]["qssf"] is None and "qssf" not in n["figures"]
+    assert n["gpuhint"]["ces_jobs"]["jobs"] > 0  # CES from the jobs still runs
+    assert n["actions"][0]["action"] == "Measure QSSF before enabling it"
+    rc, out, _ = _run(capsys, str(VENUS), "-o", str(tmp_path), "--no-qssf", "--no-ces")
+    assert rc == 0
+    assert "actions:\n  1. Measure QSSF" in out and "  2. Measure node power saving" in out
+    n = json.loads((tmp_path / "analysis.json").read_text())
+    assert n["gpuhint"]["ces_jobs"] is None and "--no-ces" in n["gpuhint"]["ces_jobs_note"]
+
+
+def test_trace_oddities_are_warned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Venus excerpt, its submissions moved into 00:00-12:00 and one id repeated."""
+    from gpuhint.lab.traces.readers import read_trace
+
+    jobs = read_trace(VENUS).jobs
+    day0 = jobs[0].submit_time - jobs[0].submit_time % 86400
+    rows = ["job_id,submission_time,duration,num_gpu"]
+    for k, j in enumerate(jobs):
+        t = day0 + (j.submit_time - day0) // 86400 * 86400 + (j.submit_time % 43200)
+        rows.append(f"{'dup' if k < 2 else j.job_id},{t:.0f},{j.duration:.0f},{j.num_gpus}")
+    trace = tmp_path / "morning.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    rc, out, err = _run(capsys, str(trace), "-o", str(tmp_path / "r"), "--no-qssf", "--no-ces")
+    assert rc == 0, err
+    assert "warning: Every submission falls between 00:00 and 12:00" in out
+    assert "warning: 1 job id(s) occur more than once (2 rows)" in out
+    n = json.loads((tmp_path / "r" / "analysis.json").read_text())
+    assert {c["check"] for c in n["trace_checks"]} >= {"hour_window", "duplicate_ids"}
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "Check the trace first" in html and "between 00:00 and 12:00" in html
+
+
+def test_progress_lines_while_a_step_runs() -> None:
+    from gpuhint.cli.analyze import Steps
+
+    now = [0.0]
+    said: list[str] = []
+    steps = Steps(quiet=True, every_s=5, clock=lambda: now[0], out=said.append)
+    steps.say("QSSF simulation")
+    now[0] = 4.0
+    steps.tick()
+    steps.say("  simulated fifo")  # a line about the step: the step goes on
+    now[0] = 9.5
+    steps.tick()
+    now[0] = 12.0
+    steps.tick()  # said 2.5 s ago: nothing
+    now[0] = 15.0
+    steps.tick()
+    assert said == [
+        "QSSF simulation",
+        "  simulated fifo",
+        "  ... still QSSF simulation (10 s)",
+        "  ... still QSSF simulation (15 s)",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -192,10 +192,19 @@ def test_demo_works_from_a_clean_install(tmp_path: Path) -> None:
     assert out["jobs"] == 1867 and out["hints_written"] > 0
 
 
-def test_demo_closes_with_fifo_qssf_oracle_and_a_queue(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_closes_with_fifo_qssf_oracle_and_a_queue(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from gpuhint.cli.demo import shipped_trace
+    from gpuhint.lab.evaluation.qssf import evaluate_qssf
+    from gpuhint.lab.traces.readers import read_trace
+
     assert main(["demo", "--json"]) == 0
     sched = json.loads(capsys.readouterr().out)["schedule"]
-    assert sched["vc_sizes"] == {"vcvGl": 20, "vcvlY": 2}
+    # one VC-sizing rule: the VCs evaluate qssf (and so analyze) simulates, by default
+    rep = evaluate_qssf(read_trace(shipped_trace("venus")).jobs, model="history_mix")
+    assert sched["vc_sizes"] == rep.vc_sizes and sched["vc_sizing"] == rep.vc_sizing
+    assert set(sched["vc_sizing"].values()) == {"sized to load 0.9"}
     assert sched["qssf_avg_jct_s"] < sched["fifo_avg_jct_s"]
     assert sched["oracle_avg_jct_s"] > 0 and sched["hint_updates"] >= 0
     assert sum(sched["queue_lengths"].values()) > 0
@@ -203,3 +212,11 @@ def test_demo_closes_with_fifo_qssf_oracle_and_a_queue(capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "FIFO" in out and "QSSF with gpuhint hints" in out and "QSSF oracle" in out
     assert "waiting; run first" in out
+    assert "sized to load 0.9, models/simulator/sizing.py" in out  # the rule beside the figure
+    cfg = tmp_path / "vc.csv"
+    cfg.write_text("vc,nodes\nvcvGl,20\nvcvlY,2\n")  # the artifact's real sizes
+    assert main(["demo", "--json", "--vc-config", str(cfg)]) == 0
+    sched = json.loads(capsys.readouterr().out)["schedule"]
+    assert sched["vc_sizes"] == {"vcvGl": 20, "vcvlY": 2}
+    assert set(sched["vc_sizing"].values()) == {"given"}
+    assert main(["demo", "--target-load", "0"]) == 2

@@ -20,7 +20,8 @@ from gpuhint.lab.local.prometheus import LocalPrometheus
 from gpuhint.lab.local.scrape import get, samples, total, value, wait_ready
 from gpuhint.lab.local.services import ServiceError, free_port
 from gpuhint.lab.traces.readers import job_events, parse_time, read_trace
-from gpuhint.metrics.dashboard import PANELS
+from gpuhint.metrics.applier import ApplierMetrics
+from gpuhint.metrics.dashboard import PANELS, VARIABLES, expand
 from gpuhint.redis.client import HintClient
 from gpuhint.wire.contract import JobEvent, JobPhase, NodeStatus, encode_message
 from gpuhint.wire.topics import Topics, job_key, node_key
@@ -91,7 +92,26 @@ def agent_port(tmp_path: Path) -> Iterator[int]:
 
 
 # panels no process of this test feeds: no applier runs
-NO_DATA_HERE = {"Applier actions and refusals (per min)"}
+NO_DATA_HERE: set[str] = set()
+
+
+@contextlib.contextmanager
+def _applier_metrics() -> Iterator[str]:
+    """The appliers' metrics as an applier process serves them, after one pass (no
+    applier runs here: their scheduler is not part of this test)."""
+    m = ApplierMetrics("slurm")
+    m.action("set_site_factor", 3)
+    m.refusal("held")
+    m.fallback(
+        fresh=True, age_s=12.0, redis_up=True, unhinted=1, faded=0, neutral=500, neutral_set=1
+    )
+    m.error("scheduler")
+    m.pass_done(seconds=0.2, pending=4, changed=3)
+    srv = m.serve("127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{srv.port}"
+    finally:
+        srv.stop()
 
 
 def test_scrape_a_running_worker(
@@ -108,8 +128,11 @@ def test_scrape_a_running_worker(
     assert "consuming" in body
     worker_target = base.removeprefix("http://")
     with contextlib.ExitStack() as stack:
+        applier_target = stack.enter_context(_applier_metrics())
         try:
-            prometheus = LocalPrometheus([worker_target, f"127.0.0.1:{agent_port}"]).start()
+            prometheus = LocalPrometheus(
+                [worker_target, f"127.0.0.1:{agent_port}", applier_target]
+            ).start()
         except ServiceError as exc:
             pytest.fail(f"Prometheus could not be started: {exc}", pytrace=False)
         stack.callback(prometheus.stop)
@@ -247,9 +270,19 @@ def _check_worker(
     def panels_with_data() -> tuple[bool, object]:
         empty.clear()
         for panel in PANELS:
-            exprs = [q.promql().replace("$__rate_interval", "5m") for q in panel.queries]
+            exprs = [expand(q.promql()) for q in panel.queries]
             if not any(prometheus.query(e) for e in exprs):
                 empty.setdefault(panel.title, exprs)
         return set(empty) <= NO_DATA_HERE, dict(empty)
 
     _wait(panels_with_data, 60, "data in every dashboard panel", log)
+    # the cluster and VC variables list what the metrics carry
+    for var, want in (("cluster", CLUSTER), ("vc", None)):
+        v = next(x for x in VARIABLES if x.name == var)
+        got_values = {r["metric"].get(v.label) for r in prometheus.query(expand(v.selector))}
+        assert (want in got_values) if want else len(got_values - {None}) > 1, (var, got_values)
+    # a hint was written moments ago: its age is small and not negative
+    (age,) = prometheus.query(
+        f'time() - max(gpuhint_newest_hint_timestamp_seconds{{cluster="{CLUSTER}"}})'
+    )
+    assert 0 <= float(age["value"][1]) < 3600

@@ -75,6 +75,34 @@ def duration_cdf(df: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _gpus_words(label: str) -> str:
+    return "1 GPU" if label == "1" else f"{label} GPUs"
+
+
+def demand_title(demand: dict[str, Any]) -> str:
+    """The GPU-demand figure's title, from its numbers: which GPU count holds the most
+    jobs and which the most GPU time.
+
+    >>> demand_title({"buckets": [
+    ...     {"gpus": "1", "jobs": 8, "job_share": 0.8, "gpu_time_share": 0.58},
+    ...     {"gpus": "9-16", "jobs": 2, "job_share": 0.2, "gpu_time_share": 0.42}]})
+    'GPU demand: 80% of jobs ask for 1 GPU; those jobs hold the most GPU time (58%)'
+    """
+    rows = [r for r in demand["buckets"] if r["jobs"] and r["gpus"] != "0"]
+    if not rows:
+        return "GPU demand"
+    by_jobs = max(rows, key=lambda r: r["job_share"] or 0)
+    by_time = max(rows, key=lambda r: r["gpu_time_share"] or 0)
+    head = (
+        f"GPU demand: {by_jobs['job_share'] or 0:.0%} of jobs ask for "
+        f"{_gpus_words(by_jobs['gpus'])}"
+    )
+    t = by_time["gpu_time_share"] or 0
+    if by_time is by_jobs:
+        return f"{head}; those jobs hold the most GPU time ({t:.0%})"
+    return f"{head}; jobs of {_gpus_words(by_time['gpus'])} hold the most GPU time ({t:.0%})"
+
+
 def gpu_demand(demand: dict[str, Any], path: Path) -> Path:
     plt = _plt()
     rows = [r for r in demand["buckets"] if r["jobs"]]
@@ -87,7 +115,7 @@ def gpu_demand(demand: dict[str, Any], path: Path) -> Path:
     ax.set_xticks(x, labels)
     ax.set_xlabel("GPUs per job")
     ax.set_ylabel("share")
-    ax.set_title("GPU demand: many small jobs, GPU time in the large ones")
+    ax.set_title(demand_title(demand), fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

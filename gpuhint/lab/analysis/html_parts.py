@@ -17,7 +17,43 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f
 td:first-child,th:first-child{text-align:left}img{max-width:100%;height:auto;display:block;
 margin:.5em 0}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4em .8em;
 margin:.6em 0}.muted{color:#666;font-size:.9em}.big{font-size:1.1em}
+.actions{background:#e8f4ea;border:1px solid #7cb987;border-radius:4px;padding:.4em 1em;
+margin:1em 0}.actions h2{border:0;margin:.3em 0}.actions li{margin:.4em 0}
+.warn{background:#fdecea;border-left:4px solid #d9534f;padding:.4em .8em;margin:.6em 0}
 """
+
+
+def actions_box(actions: list[Mapping[str, str]]) -> str:
+    """The report's "Actions" box: what to do, why, and which knob."""
+    items = "".join(
+        f"<li><b>{esc(a['action'])}</b><br>why: {esc(a['why'])}<br>"
+        f"knob: <code>{esc(a['knob'])}</code></li>"
+        for a in actions
+    )
+    return f"<div class=actions id=actions><h2>Actions</h2><ol>{items}</ol></div>"
+
+
+def checks_box(found: list[Mapping[str, Any]]) -> str:
+    """Warnings on gaps and oddities in the trace (empty when there are none)."""
+    if not found:
+        return ""
+    items = "".join(f"<li>{esc(c['message'])}</li>" for c in found)
+    return f"<div class=warn id=trace-checks>Check the trace first:<ul>{items}</ul></div>"
+
+
+def vs_fifo(fifo_over_qssf: float | None, what: str = "FIFO") -> str:
+    """QSSF's average JCT against FIFO's in words that follow the sign of the difference.
+
+    >>> vs_fifo(1.17), vs_fifo(0.8), vs_fifo(1.0)
+    ('1.17x shorter than FIFO', '1.25x longer than FIFO', 'the same as FIFO')
+    """
+    if not fifo_over_qssf:
+        return f"not comparable with {what}"
+    if round(fifo_over_qssf, 2) == 1.0:
+        return f"the same as {what}"
+    if fifo_over_qssf > 1:
+        return f"{fifo_over_qssf:.2f}x shorter than {what}"
+    return f"{1 / fifo_over_qssf:.2f}x longer than {what}"
 
 
 def esc(x: Any) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import pandas as pd
 
 from gpuhint.lab.traces import readers as traces
@@ -98,6 +99,8 @@ def _chunk_frame(jobs: list[TraceJob]) -> pd.DataFrame:
                 [math.nan if _limit(j) is None else _limit(j) for j in jobs], dtype="float64"
             ),
             "line": pd.array([j.line for j in jobs], dtype="int64"),
+            # the job id as a 64-bit hash: duplicates found without a million strings
+            "id_hash": pd.util.hash_array(np.array([j.job_id for j in jobs], dtype=object)),
         }
     )
 

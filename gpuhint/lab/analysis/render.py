@@ -8,7 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from gpuhint.lab.analysis import stats
-from gpuhint.lab.analysis.html_parts import CSS, dur, esc, fmt, img, section_body, table
+from gpuhint.lab.analysis.html_parts import (
+    CSS,
+    actions_box,
+    checks_box,
+    dur,
+    esc,
+    fmt,
+    img,
+    section_body,
+    table,
+    vs_fifo,
+)
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("duration", "Job duration"),
@@ -42,6 +53,43 @@ def _loop_words(q: Mapping[str, Any]) -> str:
     if q.get("loop") == "open":
         return ", open loop: hints from the trace's own timeline"
     return ""
+
+
+SIZING_RULE = (
+    "the VC-sizing rule of <code>gpuhint evaluate qssf</code> and <code>gpuhint demo</code>: "
+    "the nodes --vc-config gives, else enough 8-GPU nodes for the VC's GPU time to fill "
+    "them at the offered load --target-load, models/simulator/sizing.py"
+)
+
+
+def _ces_jobs_html(g: Mapping[str, Any]) -> str:
+    """The CES estimate from the trace's own jobs, or why there is none."""
+    c = g.get("ces_jobs")
+    if not c:
+        return f"<p class=note>CES from the jobs: {esc(g.get('ces_jobs_note'))}</p>"
+    base = c["all_on_energy_kwh"] or 0.0
+    rows = [
+        [
+            esc(label),
+            fmt(p["energy_saved_kwh"]),
+            fmt(p["energy_saved_kwh"] / base if base else None, "pct"),
+            fmt(p["added_wait_avg_s"], "s"),
+            fmt(p["jobs_delayed"]),
+        ]
+        for label, p in (
+            ("Slurm idle timer, SuspendTime = 1 h", c["idle_timer"]),
+            (f"gpuhint job-aware policy (reserve q {c['gpuhint']['setting']:g})", c["gpuhint"]),
+        )
+    ]
+    return (
+        f"<p>The trace's {c['jobs']:,} GPU jobs on one pool of {c['nodes']} 8-GPU nodes "
+        f"({esc(c['sized_by'])}) over {c['days']:,.1f} days: {fmt(base)} kWh with every "
+        "node on.</p>"
+        + table(["policy", "kWh saved", "of all-on", "added average wait", "jobs delayed"], rows)
+        + "<p class=muted>Boot 300 s; 3,500 W busy, 700 W idle, 20 W off (the defaults of "
+        "<code>gpuhint evaluate ces --trace</code>, which draws the whole frontier with your "
+        "own pool, boot time and watts).</p>"
+    )
 
 
 def _utc(iso: str) -> str:
@@ -85,19 +133,21 @@ def _gpuhint_section(n: Mapping[str, Any], out_dir: Path) -> str:
             "smallest expected service first with gpuhint's online hints "
             f"(<code>{esc(q['model'])}</code>{_loop_words(q)}) gives an average "
             "job completion time "
-            f"<b>{fmt(fq)}x</b> shorter than FIFO and <b>{fmt(qo)}x</b> the oracle's "
+            f"<b>{esc(vs_fifo(fq))}</b> and <b>{fmt(qo)}x</b> the oracle's "
             "(which knows every job's true GPUs x duration).</p>"
             + table(["policy", "average JCT", "average queue", "x FIFO"], rows)
             + f"<p class=muted>Simulated per VC with 8-GPU nodes ({sizes}; "
-            f"{esc(', '.join(sorted(set(q['vc_sizing'].values()))))}). Predictor error on "
+            f"{esc(', '.join(sorted(set(q['vc_sizing'].values()))))}: {SIZING_RULE}). "
+            "Predictor error on "
             f"this trace: mean |log duration error| {fmt(q['mae_log'])}, median "
             f"|error| {fmt(q['median_abs_pct_error'], 'pct')}. Same code as "
             "<code>gpuhint evaluate qssf</code>.</p>" + img(out_dir, q["plot"], "JCT CDF by policy")
         )
     parts.append("<h3>CES power advice</h3>")
+    parts.append(_ces_jobs_html(g))
     c = g["ces"]
     if c is None:
-        parts.append(f"<p class=note>CES: {esc(g['ces_note'])}</p>")
+        parts.append(f"<p class=note>CES on a load series: {esc(g['ces_note'])}</p>")
     else:
         parts.append(
             f"<p class=big>On {esc(c['series'])} ({c['total_nodes']} nodes), over "
@@ -176,7 +226,12 @@ def findings(n: Mapping[str, Any]) -> list[str]:
     if r and r["same_user_same_gpus_prior_share"] is not None:
         out.append(
             f"{fmt(r['same_user_same_gpus_prior_share'], 'pct')} of jobs repeat an earlier "
-            "job's user and GPU count: history has something to learn from."
+            "job's user and GPU count: "
+            + (
+                "history has something to learn from."
+                if r["same_user_same_gpus_prior_share"] >= 0.5
+                else "most jobs come with little history to learn from."
+            )
         )
     sub = n["submissions"]
     if sub["peak_hour"] is not None:
@@ -192,8 +247,8 @@ def findings(n: Mapping[str, Any]) -> list[str]:
     qs = n["gpuhint"]["qssf"]
     if qs and qs["jct_ratio_fifo_over_qssf"] and qs["jct_ratio_qssf_over_oracle"]:
         out.append(
-            f"QSSF with gpuhint's hints: average JCT {qs['jct_ratio_fifo_over_qssf']:.2f}x "
-            f"shorter than FIFO, {qs['jct_ratio_qssf_over_oracle']:.2f}x the oracle's."
+            f"QSSF with gpuhint's hints: average JCT {vs_fifo(qs['jct_ratio_fifo_over_qssf'])}, "
+            f"{qs['jct_ratio_qssf_over_oracle']:.2f}x the oracle's."
         )
     return out
 
@@ -243,7 +298,13 @@ def render_html(n: Mapping[str, Any], out_dir: Path) -> str:
         f'<li><a href="#{k}">{esc(t)}</a></li>' for k, t in SECTIONS if n.get(k) is not None
     )
     facts = "".join(f"<li>{esc(x)}</li>" for x in findings(n))
-    body = [head, f"<ul class=big>{facts}</ul>", f"<p class=muted>fields: {fields}</p>"]
+    body = [
+        head,
+        checks_box(n.get("trace_checks") or []),
+        actions_box(n.get("actions") or []),
+        f"<ul class=big>{facts}</ul>",
+        f"<p class=muted>fields: {fields}</p>",
+    ]
     if skipped:
         body.append(
             f"<div class=note>Skipped, the trace lacks what they need:<ul>{skipped}</ul></div>"

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuhint.lab.analysis import figures, repetition, stats, whatif
+from gpuhint.lab.analysis import actions, checks, figures, repetition, stats, whatif
 from gpuhint.lab.analysis.reader import TraceFrame
 from gpuhint.lab.analysis.render import SECTIONS, findings, render_html
 
@@ -43,6 +43,7 @@ class Options:
     ces_test_from: str | None = None
     ces_test_to: str | None = None
     progress: bool | None = None
+    ces_jobs: bool = True
 
 
 def finite(obj: Any) -> Any:
@@ -77,6 +78,7 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
         "overview": stats.overview(df),
         "helios_summary": stats.helios_summary(df, f["state"], f["start_time"]),
     }
+    n["trace_checks"] = _trace_checks(df, f["absolute_time"], f["start_time"])
     per_user_ape = _section_numbers(df, f, n, skipped)
     secs["stats"] = round(time.perf_counter() - t0, 3)
 
@@ -92,8 +94,12 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
     t3 = time.perf_counter()
     _ces_whatif(opts, g, figs, log)
     secs["ces"] = round(time.perf_counter() - t3, 3)
+    t4 = time.perf_counter()
+    _ces_jobs_whatif(frame, f, opts, g, log)
+    secs["ces_jobs"] = round(time.perf_counter() - t4, 3)
     g["notes"] = whatif.predictor_notes(f, n["repetition"], g["qssf"])
     n["gpuhint"] = g
+    n["actions"] = actions.actions(n)
     n["skipped"] = skipped
     n["figures"] = figs
     secs["total"] = round(frame.seconds + time.perf_counter() - t0, 3)
@@ -210,6 +216,35 @@ def _qssf_whatif(
             figs["qssf"] = g["qssf"]["plot"]
         except InputError as exc:
             g["qssf_note"] = f"not run: {exc}"
+
+
+def _trace_checks(df: Any, absolute: bool, has_starts: bool) -> list[dict[str, Any]]:
+    """The gaps and oddities of :mod:`gpuhint.lab.analysis.checks` on the frame."""
+    by_line = df.sort_values("line", kind="stable")
+    return checks.trace_checks(
+        df["submit"].to_numpy(dtype="float64"),
+        df["duration"].to_numpy(dtype="float64"),
+        absolute,
+        submits_in_file_order=by_line["submit"].to_numpy(dtype="float64"),
+        starts=by_line["start"].to_numpy(dtype="float64") if has_starts else None,
+        id_hashes=df["id_hash"].to_numpy() if "id_hash" in df else None,
+    )
+
+
+def _ces_jobs_whatif(
+    frame: TraceFrame, f: Mapping[str, bool], opts: Options, g: dict[str, Any], log: Say
+) -> None:
+    """The CES estimate from the trace's own jobs (or why not) into ``g``."""
+    g["ces_jobs"] = None
+    g["ces_jobs_note"] = None
+    if not opts.ces_jobs:
+        g["ces_jobs_note"] = "not run (--no-ces)"
+    elif not f["gpus"]:
+        g["ces_jobs_note"] = "no job asks for a GPU: no node to power down"
+    elif not frame.tail:
+        g["ces_jobs_note"] = "not run (--no-qssf: the jobs were not kept)"
+    else:
+        g["ces_jobs"] = whatif.ces_jobs_summary(frame.tail, model=opts.model, progress=log)
 
 
 def _ces_whatif(opts: Options, g: dict[str, Any], figs: dict[str, str], log: Say) -> None:

@@ -16,6 +16,10 @@ from typing import Any
 from gpuhint.lab.traces.readers import TraceJob
 
 QSSF_MAX_JOBS = 10_000
+TAIL_KEYS = ("max_wait_s", "p99_wait_s", "share_jct_over_2x_fifo")
+CES_TARGET_LOAD = 0.5
+"""Pool size of the CES estimate from jobs: ``gpuhint evaluate ces --trace``'s default."""
+CES_SUSPEND_S = 3600
 
 
 def qssf_summary(
@@ -57,9 +61,13 @@ def qssf_summary(
         "jct_ratio_fifo_over_oracle": rep.ratio("fifo", "qssf-oracle"),
         "seconds": d["seconds"]["total"],
         "plot": None,
+        "tails": {name: {k: p.get(k) for k in TAIL_KEYS} for name, p in pol.items()},
+        "wait_bound": d.get("wait_bound"),
     }
     out["without_users"] = None
     if any(j.user or j.name for j in jobs):
+        if progress is not None:
+            progress("QSSF again, users and names hidden from the predictor")
         blind = _qssf_without_users(jobs, model, rep.vc_sizes)
         oracle = out["avg_jct_s"]["qssf-oracle"]
         out["without_users"] = {
@@ -119,6 +127,80 @@ def ces_summary(
     return m
 
 
+SAME_WITHIN = 0.01
+"""Average JCTs within 1% of each other are "about the same" (tie order moves them)."""
+
+
+def users_worth(with_users: float, blind: float) -> str:
+    """The sentence on what users and names are worth, from the sign of the difference
+    between QSSF / oracle with them (``with_users``) and without (``blind``).
+
+    >>> users_worth(1.68, 1.58)[:60]
+    '; with users and names hidden from the predictor it would en'
+    >>> "worse" in users_worth(1.2, 1.5), "better" in users_worth(1.68, 1.58)
+    (True, True)
+    """
+    said = f"; with users and names hidden from the predictor it would end at {blind:.2f}x"
+    change = blind / with_users - 1
+    if abs(change) <= SAME_WITHIN:
+        return said + ": about the same, so users and names add little here."
+    if change > 0:
+        return said + f", {change:.0%} worse: that is what users and names are worth here."
+    return (
+        said + f", {-change:.0%} better: on this trace users' history misleads the "
+        "predictor more than it helps (check that user names are stable and mean one person)."
+    )
+
+
+def ces_jobs_summary(
+    jobs: Sequence[TraceJob], *, model: str, progress: Callable[[str], None] | None = None
+) -> dict[str, Any] | None:
+    """Energy saving on the trace's own GPU jobs, the cheap part of ``gpuhint evaluate ces
+    --trace``: all nodes on, Slurm's idle timer at ``SuspendTime`` = 1 h and gpuhint's
+    job-aware policy at its default reserve, on one pool sized to load 0.5, with that
+    command's default power model. None when no job asks for a GPU."""
+    from gpuhint.lab.evaluation import ces_jobs as cj
+    from models.simulator.power import AlwaysOn, PowerModel, simulate_power
+    from models.simulator.power_policies import IdleTimer, JobAware, JobAwareConfig
+
+    say = progress or (lambda _m: None)
+    say(
+        f"CES from the jobs ({len(jobs):,}): all nodes on, SuspendTime=1 h and gpuhint's "
+        "policy on one pool"
+    )
+    prep = cj.prepare(jobs, model)
+    if not prep.jobs:
+        return None
+    nodes = cj.cluster_nodes(prep.jobs, CES_TARGET_LOAD)
+    pm = PowerModel()  # evaluate ces --trace's defaults
+
+    def run(policy: Any) -> Any:
+        return simulate_power(prep.jobs, nodes, policy, power=pm, predicted=prep.predicted)
+
+    say(f"  {len(prep.jobs):,} GPU jobs on {nodes} nodes")
+    base = run(AlwaysOn())
+    timer = cj.point(CES_SUSPEND_S, run(IdleTimer(CES_SUSPEND_S)), base, prep.jobs, pm)
+    gh = cj.point(cj.DEFAULT_QUANTILE, run(JobAware(JobAwareConfig())), base, prep.jobs, pm)
+    return {
+        "jobs": len(prep.jobs),
+        "nodes": nodes,
+        "sized_by": f"target load {CES_TARGET_LOAD:g}",
+        "days": base.horizon_s / 86400,
+        "all_on_energy_kwh": base.energy_kwh(pm),
+        "all_on_utilization": base.utilization,
+        "idle_timer": timer,
+        "gpuhint": gh,
+        "power": {
+            "boot_s": pm.boot_s,
+            "busy_w": pm.busy_w,
+            "idle_w": pm.idle_w,
+            "boot_w": pm.boot_w,
+            "off_w": pm.off_w,
+        },
+        "command": "gpuhint evaluate ces --trace FILE",
+    }
+
+
 def predictor_notes(
     fields: Mapping[str, bool],
     repetition: Mapping[str, Any] | None,
@@ -131,12 +213,8 @@ def predictor_notes(
         f" Here QSSF with the hints ends at {ratio:.2f}x the oracle's average JCT" if ratio else ""
     )
     blind = qssf.get("without_users") if qssf else None
-    if cost and blind and blind.get("jct_ratio_qssf_over_oracle"):
-        cost += (
-            f"; with users and names hidden from the predictor it would end at "
-            f"{blind['jct_ratio_qssf_over_oracle']:.2f}x (the difference is what they are worth "
-            "here)."
-        )
+    if cost and ratio and blind and blind.get("jct_ratio_qssf_over_oracle"):
+        cost += users_worth(ratio, blind["jct_ratio_qssf_over_oracle"])
     elif cost:
         cost += "."
     if not fields.get("user"):

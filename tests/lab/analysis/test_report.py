@@ -61,3 +61,18 @@ def test_names_are_escaped(tmp_path: Path) -> None:
     n = report.analyze(read_frame(tmp_path / "t.csv"), report.Options(out_dir=tmp_path, qssf=False))
     html = report.render_html(n, tmp_path)
     assert "&lt;b&gt;ob&amp;" in html and "<b>ob&" not in html
+
+
+def test_demand_title_follows_the_data() -> None:
+    from gpuhint.lab.analysis.figures import demand_title
+
+    rows = [
+        {"gpus": "1", "jobs": 58, "job_share": 0.58, "gpu_time_share": 0.1},
+        {"gpus": "9-16", "jobs": 42, "job_share": 0.42, "gpu_time_share": 0.9},
+    ]
+    assert demand_title({"buckets": rows}) == (
+        "GPU demand: 58% of jobs ask for 1 GPU; jobs of 9-16 GPUs hold the most GPU time (90%)"
+    )
+    rows[0]["gpu_time_share"], rows[1]["gpu_time_share"] = 0.58, 0.42
+    assert "those jobs hold the most GPU time (58%)" in demand_title({"buckets": rows})
+    assert demand_title({"buckets": [{"gpus": "0", "jobs": 3}]}) == "GPU demand"

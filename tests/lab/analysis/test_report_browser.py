@@ -126,9 +126,12 @@ class Cdp:
         os.close(self._from_r)
 
 
-def render(binary: str, html: Path, profile: Path) -> tuple[list[list[Any]], list[str]]:
+def render(
+    binary: str, html: Path, profile: Path, texts: dict[str, str] | None = None
+) -> tuple[list[list[Any]], list[str]]:
     """Open ``html`` in Chromium: each <img> as [alt, complete, naturalWidth, src head],
-    and every URL the page requested other than itself and ``data:`` URLs."""
+    and every URL the page requested other than itself and ``data:`` URLs. ``texts``, if
+    given, receives the rendered text of the ``#actions`` box and of the page."""
     cdp = Cdp(binary, profile)
     url = html.resolve().as_uri()
     try:
@@ -149,6 +152,15 @@ def render(binary: str, html: Path, profile: Path) -> tuple[list[list[Any]], lis
             returnByValue=True,
         )
         images = json.loads(res["result"]["value"])
+        if texts is not None:
+            res = cdp.call(
+                "Runtime.evaluate",
+                session,
+                expression="JSON.stringify({actions: (document.getElementById('actions') "
+                "|| {innerText: ''}).innerText, page: document.body.innerText})",
+                returnByValue=True,
+            )
+            texts.update(json.loads(res["result"]["value"]))
         requests = [
             e["params"]["request"]["url"]
             for e in cdp.events
@@ -186,7 +198,15 @@ def test_report_renders_offline_in_chromium(
     # the report must not depend on its sibling files
     for png in out.glob("*.png"):
         png.unlink()
-    images, fetched = render(binary, out / "report.html", tmp_path / "profile")
+    texts: dict[str, str] = {}
+    images, fetched = render(binary, out / "report.html", tmp_path / "profile", texts)
+    # the Actions box at the top (before the first section), one item per action
+    box = texts["actions"]
+    assert 0 < texts["page"].index(box) < texts["page"].index("At a glance")
+    assert box.startswith("Actions")
+    for a in numbers["actions"]:
+        assert a["action"] in box and a["knob"] in box
+    assert box.count("why:") == len(numbers["actions"]) == 2
     assert len(images) == n_figures
     for alt, complete, width, src in images:
         assert complete and width > 0, f"figure {alt!r} did not render"

@@ -47,3 +47,19 @@ def test_notes_say_what_is_missing() -> None:
     )
     assert len(notes) == 1
     assert "90% of the jobs" in notes[0] and "1.20x" in notes[0] and "2.00x" in notes[0]
+
+
+def test_what_users_are_worth_follows_the_sign() -> None:
+    """Philly: 1.68x with users, 1.65x hidden; hiding them helped, so they are not 'worth'."""
+    better_blind = whatif.users_worth(1.68, 1.58)
+    assert "better" in better_blind and "worth" not in better_blind
+    worse_blind = whatif.users_worth(1.2, 1.5)
+    assert "25% worse: that is what users and names are worth here" in worse_blind
+    assert "about the same" in whatif.users_worth(1.5, 1.505)
+    full = dict.fromkeys(("user", "name", "start_time", "state"), True)
+    notes = whatif.predictor_notes(
+        full,
+        {"same_user_same_gpus_prior_share": 0.9},
+        {"jct_ratio_qssf_over_oracle": 1.68, "without_users": {"jct_ratio_qssf_over_oracle": 1.58}},
+    )
+    assert "misleads the predictor" in notes[0] and "what they are worth" not in notes[0]

@@ -22,24 +22,15 @@ def _say(msg: str) -> None:
 
 @contextlib.contextmanager
 def _kafka_redis(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    from gpuhint.lab.local.services import LocalKafka, LocalRedis, ServiceError
+    from gpuhint.cli.evaluate_slurm import kafka_and_redis
+    from gpuhint.lab.local.services import ServiceError
 
     with contextlib.ExitStack() as stack:
         try:
-            bootstrap = args.bootstrap
-            if bootstrap is None:
-                _say("starting a private Kafka")
-                k = stack.enter_context(LocalKafka())
-                k.start()
-                bootstrap = k.bootstrap
-            url = args.redis_url
-            if url is None:
-                r = stack.enter_context(LocalRedis())
-                r.start()
-                url = r.url
+            pair = kafka_and_redis(stack, args)
         except ServiceError as exc:
             raise UserError(f"could not start the services: {exc}") from None
-        yield bootstrap, url
+        yield pair
 
 
 def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) -> int:

@@ -28,9 +28,11 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from gpuhint.wire.contract import JobEvent, JobPhase, JobState
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +230,28 @@ def read_source(source: str | Sequence[str], *, timeout_s: float = 60.0) -> str:
     return proc.stdout
 
 
+class _Polled(Protocol):
+    name: str
+    failures: int
+
+
+def guarded_read(feed: _Polled, read: Callable[[], _T]) -> _T | None:
+    """``read()``, or None when it raises :class:`SchedulerError`: counted in
+    ``feed.failures``, logged at the first failure and every 60th, and the first success
+    after failures is logged (a scheduler outage is a warning a minute, not a flood)."""
+    try:
+        out = read()
+    except SchedulerError as exc:
+        feed.failures += 1
+        if feed.failures == 1 or feed.failures % 60 == 0:
+            log.warning("%s: %s (failure %d; will retry)", feed.name, exc, feed.failures)
+        return None
+    if feed.failures:
+        log.warning("%s: readable again after %d failure(s)", feed.name, feed.failures)
+        feed.failures = 0
+    return out
+
+
 @dataclass
 class SchedulerFeed:
     """One scheduler source: where to read a snapshot, how to parse it, and its tracker."""
@@ -240,14 +264,7 @@ class SchedulerFeed:
     failures: int = field(default=0)
 
     def poll(self, now: float) -> list[JobEvent]:
-        try:
-            jobs = self.parse(read_source(self.source, timeout_s=self.timeout_s))
-        except SchedulerError as exc:
-            self.failures += 1
-            if self.failures == 1 or self.failures % 60 == 0:
-                log.warning("%s: %s (failure %d; will retry)", self.name, exc, self.failures)
-            return []
-        if self.failures:
-            log.warning("%s: readable again after %d failure(s)", self.name, self.failures)
-            self.failures = 0
-        return self.tracker.update(jobs, now)
+        jobs = guarded_read(
+            self, lambda: self.parse(read_source(self.source, timeout_s=self.timeout_s))
+        )
+        return [] if jobs is None else self.tracker.update(jobs, now)

@@ -32,8 +32,8 @@ from typing import Any
 from gpuhint.cores.job_tracker import (
     JobTracker,
     SchedJob,
-    SchedulerError,
     SchedulerFeed,
+    guarded_read,
     read_source,
 )
 from gpuhint.slurm.jobs import SQUEUE_CMD, VcFrom, parse_slurm
@@ -159,19 +159,15 @@ class SlurmFeed(SchedulerFeed):
         return self.spec
 
     def poll(self, now: float) -> list[JobEvent]:
-        try:
-            text = read_source(self.command(now), timeout_s=self.timeout_s)
-            jobs = parse_slurm(text, self.vc_from)
-            if self.accept is not None:
-                jobs = [j for j in jobs if self.accept(j.job_id)]
-        except SchedulerError as exc:
-            self.failures += 1
-            if self.failures == 1 or self.failures % 60 == 0:
-                log.warning("%s: %s (failure %d; will retry)", self.name, exc, self.failures)
+        read = guarded_read(
+            self,
+            lambda: parse_slurm(
+                read_source(self.command(now), timeout_s=self.timeout_s), self.vc_from
+            ),
+        )
+        if read is None:
             return []
-        if self.failures:
-            log.warning("%s: readable again after %d failure(s)", self.name, self.failures)
-            self.failures = 0
+        jobs = read if self.accept is None else [j for j in read if self.accept(j.job_id)]
         events = self.tracker.update(jobs, now)
         self.last_poll = now
         if self.state_path is not None:

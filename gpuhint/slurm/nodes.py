@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhint.cores.job_tracker import SchedulerError, read_source
+from gpuhint.cores.job_tracker import SchedulerError, guarded_read, read_source
 from gpuhint.wire.contract import MAX_LIST, NodeStatus
 
 log = logging.getLogger(__name__)
@@ -107,18 +107,14 @@ class SlurmNodeFeed:
     failures: int = field(default=0)
 
     def poll(self, now: float) -> list[NodeStatus]:
-        try:
-            found = parse_sinfo(
+        found = guarded_read(
+            self,
+            lambda: parse_sinfo(
                 read_source(self.source, timeout_s=self.timeout_s), cluster=self.cluster, now=now
-            )
-        except SchedulerError as exc:
-            self.failures += 1
-            if self.failures == 1 or self.failures % 60 == 0:
-                log.warning("%s: %s (failure %d; will retry)", self.name, exc, self.failures)
+            ),
+        )
+        if found is None:
             return []
-        if self.failures:
-            log.warning("%s: readable again after %d failure(s)", self.name, self.failures)
-            self.failures = 0
         if self.running_on is None:
             return found
         return [

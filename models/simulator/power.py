@@ -198,6 +198,10 @@ class PowerSim:
         """Index of the job at the head of the queue, if any."""
         return self.queue[0][1] if self.queue else None
 
+    def head_gpus(self) -> int | None:
+        """GPUs of the job at the head of the queue, if any."""
+        return self.jobs[self.queue[0][1]].gpus if self.queue else None
+
     def nodes_needed(self, gpus: int) -> int | None:
         """Empty nodes to add for ``gpus`` to fit now (None: not even with every node)."""
         for extra in range(self.n_off + 1):

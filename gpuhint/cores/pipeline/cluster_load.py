@@ -38,6 +38,7 @@ from gpuhint.wire import pickles
 from gpuhint.wire.contract import JobEvent, NodeStatus, PriorityHint
 from models.power_jobs import JobAwareConfig
 from models.power_policy import PowerPolicyConfig
+from models.simulator.power import PowerModel
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,15 @@ class ClusterLoadProcessor:
             self.on_save(cluster, blob)
         else:
             self.checkpoints[cluster] = blob  # type: ignore[index]
+
+
+def jobs_config(quantile: float, boot_s: float, watts_per_node: float) -> JobsCesConfig:
+    """The job-aware engine's configuration from the worker's settings."""
+    return JobsCesConfig(
+        JobAwareConfig(quantile=quantile),
+        PowerModel(boot_s=boot_s),
+        watts_per_node=watts_per_node,
+    )
 
 
 def make_processor(

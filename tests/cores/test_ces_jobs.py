@@ -22,7 +22,7 @@ from gpuhint.cores.pipeline.inprocess import InProcessPipeline
 from gpuhint.cores.sink import InMemoryStore
 from gpuhint.lab.evaluation.ces_jobs import cluster_nodes
 from gpuhint.lab.traces.readers import read_trace
-from gpuhint.wire.contract import JobEvent, NodeStatus, PowerAction
+from gpuhint.wire.contract import JobEvent, JobPhase, NodeStatus, PowerAction, PriorityHint
 from models.base import DurationPrediction
 from models.power_jobs import JobAwareConfig
 from models.simulator import SimJob
@@ -255,3 +255,52 @@ def test_a_job_on_an_off_node_boots_it_and_queued_jobs_wake_nodes() -> None:
     woke = [d for d in eng.flush("default") if d[1]]
     assert woke[0][0] == 120 and set(woke[0][1]) == {"b", "c"}  # at once, not after a boot
     assert woke[1] == (121.0, ("c",), ())  # c reported off (its wake failed): another wake
+
+
+def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run() -> None:
+    jobs, pred = _trace(DATA / "itp_cluster01_400.csv", 3)
+    cfg, pm = JobAwareConfig(quantile=0.9, warmup_s=0), PowerModel(boot_s=300.0)
+    nodes = cluster_nodes(jobs, 0.5)
+    res = simulate_power(jobs, nodes, JobAware(cfg), power=pm, predicted=pred, record=True)
+    events = _events(jobs, pred, res.log or [])
+    hints = {
+        j.job_id: PriorityHint(
+            job_id=j.job_id,
+            num_gpus=j.gpus,
+            submit_time=j.submit,
+            predicted_duration_s=p,
+            priority=0,
+            model="m",
+            model_version="1",
+            created_at=j.submit,
+        )
+        for j, p in zip(jobs, pred, strict=True)
+    }
+    jcfg = JobsCesConfig(cfg, pm, keep_decisions=10**6)
+    t0 = min(j.submit for j in jobs)
+
+    def feed(proc, evs) -> None:  # type: ignore[no-untyped-def]
+        for e in evs:
+            proc.on_message(e)
+            if e.phase is JobPhase.SUBMITTED:
+                proc.on_message(hints[e.job_id])
+
+    def fresh(table: dict[str, bytes]):  # type: ignore[no-untyped-def]
+        return make_processor(None, policy="jobs", jobs_config=jcfg, checkpoints=table)
+
+    whole = fresh({})
+    for n in range(nodes):
+        whole.on_message(NodeStatus(node=_name(n), time=t0, num_gpus=8))
+    feed(whole, events)
+    table: dict[str, bytes] = {}
+    first = fresh(table)
+    for n in range(nodes):
+        first.on_message(NodeStatus(node=_name(n), time=t0, num_gpus=8))
+    half = len(events) // 2
+    feed(first, events[:half])
+    first.checkpoint_dirty()
+    second = fresh(table)  # a new worker: restores the cluster at its first message
+    feed(second, events[half:])
+    assert whole.jobs is not None and second.jobs is not None
+    want = whole.jobs.flush("default")
+    assert len(want) >= 10 and second.jobs.flush("default") == want

@@ -45,7 +45,11 @@ import faust
 
 from gpuhint.cores.pipeline.cadence import SaveCadence
 from gpuhint.cores.pipeline.checkpoint import BatchRoutine, Sink
-from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor, jobs_config, make_processor
+from gpuhint.cores.pipeline.cluster_load import (
+    ClusterLoadProcessor,
+    make_jobs_config,
+    make_processor,
+)
 from gpuhint.cores.pipeline.gc_policy import HeapFreezer
 from gpuhint.cores.pipeline.handler import Message, MessageHandler, WorkerStats
 from gpuhint.cores.pipeline.partitioning import partition_for
@@ -98,8 +102,11 @@ def _ces_processor(
         slot_s=settings.ces_slot_s,
         watts_per_node=settings.ces_watts_per_node,
         stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
-        jobs_config=jobs_config(
-            settings.ces_quantile, settings.ces_boot_s, settings.ces_watts_per_node
+        jobs_config=make_jobs_config(
+            settings.ces_quantile,
+            settings.ces_boot_s,
+            settings.ces_watts_per_node,
+            settings.ces_slot_s,
         ),
         checkpoints=ch.ces_table,
         on_save=lambda k, blob: ch.ces_table.put(k, blob, partition_of[k]),

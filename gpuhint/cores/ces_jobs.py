@@ -18,7 +18,8 @@ reports powered off is off. The scheduler's demand wakes show up as a job starte
 node believed off (it boots).
 
 Advisories (unchanged wire contract plus ``off_nodes``): a cluster advisory at each
-decision that changes something and at least every ``heartbeat_s`` -- ``action``,
+decision that changes something, when a node joins, and at least every ``heartbeat_s``
+(the CES slot) -- ``action``,
 ``count`` and ``nodes`` the change, ``active_nodes`` the nodes meant on, ``off_nodes``
 every node meant off -- and one per node named in a change.
 
@@ -99,6 +100,7 @@ class JobsCluster:
         self.t_last = -math.inf
         self.dirty = False
         self.last_emit = -math.inf
+        self.emitted_nodes = 0
         self.decisions: list[Decision] = []
 
     # -- the view ------------------------------------------------------------------
@@ -257,8 +259,9 @@ class JobsCesEngine:
         if (woke or down) and self.cfg.keep_decisions:
             c.decisions.append((t, tuple(woke), tuple(down)))
             del c.decisions[: -self.cfg.keep_decisions]
-        if self.store is not None and (woke or down or t - c.last_emit >= self.cfg.heartbeat_s):
-            c.last_emit = t
+        due = t - c.last_emit >= self.cfg.heartbeat_s or len(c.names) != c.emitted_nodes
+        if self.store is not None and (woke or down or due):
+            c.last_emit, c.emitted_nodes = t, len(c.names)
             for a in self.advisories(name, c, t, choice, woke, down):
                 self.store.put_advisory(a)
                 self.advisories_written += 1

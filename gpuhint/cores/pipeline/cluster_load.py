@@ -169,12 +169,16 @@ class ClusterLoadProcessor:
             self.checkpoints[cluster] = blob  # type: ignore[index]
 
 
-def jobs_config(quantile: float, boot_s: float, watts_per_node: float) -> JobsCesConfig:
-    """The job-aware engine's configuration from the worker's settings."""
+def make_jobs_config(
+    quantile: float = 0.98, boot_s: float = 300.0, watts_per_node: float = 700.0, slot_s: int = 600
+) -> JobsCesConfig:
+    """The job-aware engine's configuration from the worker's settings (a cluster
+    advisory at least once per CES slot)."""
     return JobsCesConfig(
         JobAwareConfig(quantile=quantile),
         PowerModel(boot_s=boot_s),
         watts_per_node=watts_per_node,
+        heartbeat_s=float(slot_s),
     )
 
 
@@ -201,7 +205,7 @@ def make_processor(
     )
     jobs = None
     if policy == "jobs":
-        cfg = jobs_config or JobsCesConfig(JobAwareConfig(), watts_per_node=watts_per_node)
+        cfg = jobs_config or make_jobs_config(watts_per_node=watts_per_node, slot_s=slot_s)
         jobs = JobsCesEngine(store, cfg)
     tracker = ClusterLoadTracker(slot_s=slot_s, stale_after_s=stale_after_s)
     return ClusterLoadProcessor(tracker, engine, checkpoints, on_save, jobs=jobs)

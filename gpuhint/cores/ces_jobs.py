@@ -90,7 +90,7 @@ class JobsCluster:
         self.n_boot = 0
         self.boots: list[tuple[float, int]] = []
         self.ready_at: dict[int, float] = {}
-        self.queue: dict[str, int] = {}  # job id -> GPUs
+        self.queue: dict[str, tuple[int, int]] = {}  # job id -> (GPUs, its entry's seq)
         self.order: list[tuple[float, int, str]] = []  # (submit, seq, job id), lazy
         self.seq = 0
         self.predicted: dict[str, float] = {}
@@ -105,10 +105,18 @@ class JobsCluster:
 
     # -- the view ------------------------------------------------------------------
     def head_gpus(self) -> int | None:
-        order = self.order
-        while order and order[0][2] not in self.queue:
+        order, queue = self.order, self.queue
+        while order and queue.get(order[0][2], (0, -1))[1] != order[0][1]:
             heapq.heappop(order)
-        return self.queue[order[0][2]] if order else None
+        return queue[order[0][2]][0] if order else None
+
+    def enqueue(self, job: str, submit: float, gpus: int) -> None:
+        self.seq += 1
+        self.queue[job] = (gpus, self.seq)
+        heapq.heappush(self.order, (submit, self.seq, job))
+        if len(self.order) > 2 * len(self.queue) + 64:  # started jobs' entries: drop them
+            self.order = [e for e in self.order if self.queue.get(e[2], (0, -1))[1] == e[1]]
+            heapq.heapify(self.order)
 
     def freeing_gpus(self, until: float) -> int:
         k = bisect.bisect_right(self.running_pred, (until, "\U0010ffff"))
@@ -331,9 +339,7 @@ def _job_event(c: JobsCluster, ev: JobEvent, t: float, default_s: float) -> bool
     if ev.phase is JobPhase.SUBMITTED:
         if ev.num_gpus <= 0 or ev.job_id in c.queue or ev.job_id in c.running:
             return False
-        c.queue[ev.job_id] = ev.num_gpus
-        heapq.heappush(c.order, (ev.submit_time, c.seq, ev.job_id))
-        c.seq += 1
+        c.enqueue(ev.job_id, ev.submit_time, ev.num_gpus)
         core.arrive(ev.submit_time, ev.num_gpus)
         return True
     if ev.phase is JobPhase.STARTED:

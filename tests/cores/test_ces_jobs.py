@@ -304,3 +304,16 @@ def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run() -> None
     assert whole.jobs is not None and second.jobs is not None
     want = whole.jobs.flush("default")
     assert len(want) >= 10 and second.jobs.flush("default") == want
+
+
+def test_a_job_waiting_for_days_keeps_the_queue_small() -> None:
+    eng = JobsCesEngine(None, JobsCesConfig(JobAwareConfig(warmup_s=0)))
+    eng.on_message(NodeStatus(node="a", time=0, num_gpus=8))
+    eng.on_message(_ev("submitted", "huge", 1, gpus=64))
+    for k in range(2000):  # small jobs come and go behind it
+        t = 10.0 + k
+        eng.on_message(_ev("submitted", f"s{k}", t, gpus=1))
+        eng.on_message(_ev("started", f"s{k}", t, ("a",), gpus=1))
+        eng.on_message(_ev("finished", f"s{k}", t + 0.5, ("a",), gpus=1))
+    c = eng.cluster("default")
+    assert c.head_gpus() == 64 and len(c.order) <= 2 * len(c.queue) + 65

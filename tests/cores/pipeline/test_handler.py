@@ -94,6 +94,6 @@ def test_the_job_aware_ces_gets_every_job_event_and_the_submit_hint() -> None:
     for f in out.forwards:  # the telemetry path takes both
         assert h.telemetry(Message(f.topic, 0, 0, f.key, f.value)).dead_letter is None
     assert h.ces is not None and h.ces.jobs is not None
-    assert h.ces.jobs.cluster("c").queue == {"j": 8}
+    assert h.ces.jobs.cluster("c").head_gpus() == 8
     finished = encode_message(job("finished", time=5, state="CANCELLED"))
     assert len(h.job_event(msg(finished)).forwards) == 1  # no placement, still forwarded

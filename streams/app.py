@@ -107,6 +107,7 @@ def _ces_processor(
             settings.ces_boot_s,
             settings.ces_watts_per_node,
             settings.ces_slot_s,
+            settings.ces_max_cycles_per_node_day,
         ),
         checkpoints=ch.ces_table,
         on_save=lambda k, blob: ch.ces_table.put(k, blob, partition_of[k]),

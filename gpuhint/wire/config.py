@@ -223,6 +223,9 @@ class Settings(BaseSettings):
     ces_boot_s: float = Field(
         300.0, ge=0, le=86400, description="jobs policy: a node's boot time (ResumeTimeout)"
     )
+    ces_max_cycles_per_node_day: int = Field(
+        6, ge=1, le=1440, description="jobs policy: power-downs of one node in any 24 h, at most"
+    )
     node_name: str | None = Field(None, min_length=1, description="agent: node name (hostname)")
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")

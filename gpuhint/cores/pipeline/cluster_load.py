@@ -170,12 +170,16 @@ class ClusterLoadProcessor:
 
 
 def make_jobs_config(
-    quantile: float = 0.98, boot_s: float = 300.0, watts_per_node: float = 700.0, slot_s: int = 600
+    quantile: float = 0.98,
+    boot_s: float = 300.0,
+    watts_per_node: float = 700.0,
+    slot_s: int = 600,
+    max_cycles_per_day: int = 6,
 ) -> JobsCesConfig:
     """The job-aware engine's configuration from the worker's settings (a cluster
     advisory at least once per CES slot)."""
     return JobsCesConfig(
-        JobAwareConfig(quantile=quantile),
+        JobAwareConfig(quantile=quantile, max_cycles_per_day=max_cycles_per_day),
         PowerModel(boot_s=boot_s),
         watts_per_node=watts_per_node,
         heartbeat_s=float(slot_s),

@@ -14,8 +14,8 @@ tick (``JobAwareConfig.tick_s``, 1 min) that falls between events.
 Its own advice is assumed followed (a node advised down is off, a woken one boots for
 ``PowerModel.boot_s``), and NodeStatus corrects that: a node advised down that still
 reports powered on ``confirm_s`` later stayed on (its cycle is forgotten); one that
-reports powered off is off. The scheduler's demand wakes show up as a job started on a
-node believed off (it boots).
+reports powered off is off, unless it was woken less than a boot + ``confirm_s`` ago.
+The scheduler's demand wakes show up as a job started on a node believed off (it boots).
 
 Advisories (unchanged wire contract plus ``off_nodes``): a cluster advisory at each
 decision that changes something, when a node joins, and at least every ``heartbeat_s``
@@ -383,6 +383,8 @@ def _node_status(c: JobsCluster, ns: NodeStatus, t: float, confirm_s: float) -> 
     c.status_busy[i] = busy
     s = c.state[i]
     if not ns.powered_on:
+        if s == BOOT and ns.time < c.ready_at[i] + confirm_s:
+            return new  # a wake still being applied (it fails only after a boot + confirm_s)
         c.advised_at[i] = _NAN  # confirmed (or powered down by someone else)
         if s == BOOT:
             c.n_boot -= 1

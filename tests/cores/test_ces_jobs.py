@@ -253,8 +253,12 @@ def test_a_job_on_an_off_node_boots_it_and_queued_jobs_wake_nodes() -> None:
     eng.on_message(_ev("submitted", "big", 120, gpus=24))  # needs 3 nodes: a head
     eng.on_message(NodeStatus(node="c", time=121, num_gpus=8, powered_on=False))
     woke = [d for d in eng.flush("default") if d[1]]
-    assert woke[0][0] == 120 and set(woke[0][1]) == {"b", "c"}  # at once, not after a boot
-    assert woke[1] == (121.0, ("c",), ())  # c reported off (its wake failed): another wake
+    assert woke == [(120.0, ("b", "c"), ())]  # at once; c's off report: not yet applied
+    # still off a boot + the confirm window after its wake: the wake failed, wake again
+    eng.on_message(NodeStatus(node="c", time=120 + 300 + 301, num_gpus=8, powered_on=False))
+    assert c.state[c.index["c"]] == OFF
+    woke = [d for d in eng.flush("default") if d[1]]
+    assert woke[-1] == (721.0, ("c",), ())
 
 
 def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run() -> None:

@@ -102,6 +102,9 @@ class JobsCluster:
         self.last_emit = -math.inf
         self.emitted_nodes = 0
         self.decisions: list[Decision] = []
+        self.version = 0
+        """Bumped by every change but the clock (``t_last``): a checkpoint is re-encoded
+        only when it moved (:mod:`gpuhint.cores.pipeline.cluster_load`)."""
 
     # -- the view ------------------------------------------------------------------
     def head_gpus(self) -> int | None:
@@ -208,6 +211,7 @@ class JobsCesEngine:
             c = self.cluster(msg.cluster)
             if msg.job_id in c.queue:
                 c.predicted[msg.job_id] = msg.predicted_duration_s
+                c.version += 1
             return
         c = self.cluster(msg.cluster)
         t = max(msg.time, c.t_last)  # a late event counts at the current time
@@ -222,6 +226,7 @@ class JobsCesEngine:
             changed = _job_event(c, msg, t, self.cfg.default_duration_s)
         if changed or c.core.next_t <= t:
             c.dirty = True
+            c.version += 1
 
     def advance(self, name: str, c: JobsCluster, t: float) -> None:
         """Take the decisions due before ``t``: the last event time's, then each boot end
@@ -238,6 +243,7 @@ class JobsCesEngine:
             self._step(name, c, max(tau, c.t_last))
         if self._finish_boots(c, t):
             c.dirty = True
+            c.version += 1
         c.t_last = t
 
     def flush(self, cluster: str) -> list[Decision]:
@@ -254,10 +260,12 @@ class JobsCesEngine:
             if c.ready_at.get(i) == ready:
                 c.finish_boot(i, t)
                 done = True
+                c.version += 1
         return done
 
     def _step(self, name: str, c: JobsCluster, t: float) -> None:
         c.dirty = False
+        c.version += 1
         assert c.core is not None
         choice = c.core.decide(t, c)
         woke = [c.names[i] for i in c.wake(choice.wake, t)] if choice.wake else []

@@ -283,31 +283,47 @@ def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run() -> None
     jcfg = JobsCesConfig(cfg, pm, keep_decisions=10**6)
     t0 = min(j.submit for j in jobs)
 
-    def feed(proc, evs) -> None:  # type: ignore[no-untyped-def]
-        for e in evs:
-            proc.on_message(e)
-            if e.phase is JobPhase.SUBMITTED:
-                proc.on_message(hints[e.job_id])
+    # the cluster's messages; a busy node "zz" reports between events (only its clock moves)
+    msgs: list[JobEvent | NodeStatus | PriorityHint] = [
+        NodeStatus(node=n, time=t0, num_gpus=8, busy_gpus=8 * (n == "zz"))
+        for n in [*map(_name, range(nodes)), "zz"]
+    ]
+    quiet: list[int] = []
+    for k, e in enumerate(events):
+        msgs.append(e)
+        if e.phase is JobPhase.SUBMITTED:
+            msgs.append(hints[e.job_id])
+        if k % 7 == 6 and k + 1 < len(events):
+            t = (e.time + events[k + 1].time) / 2
+            msgs.append(NodeStatus(node="zz", time=t, num_gpus=8, busy_gpus=8))
+            if t - e.time > 3 * cfg.tick_s:
+                quiet.append(len(msgs))  # ticks fell due before it: a cut right after it
 
     def fresh(table: dict[str, bytes]):  # type: ignore[no-untyped-def]
         return make_processor(None, policy="jobs", jobs_config=jcfg, checkpoints=table)
 
     whole = fresh({})
-    for n in range(nodes):
-        whole.on_message(NodeStatus(node=_name(n), time=t0, num_gpus=8))
-    feed(whole, events)
-    table: dict[str, bytes] = {}
-    first = fresh(table)
-    for n in range(nodes):
-        first.on_message(NodeStatus(node=_name(n), time=t0, num_gpus=8))
-    half = len(events) // 2
-    feed(first, events[:half])
-    first.checkpoint_dirty()
-    second = fresh(table)  # a new worker: restores the cluster at its first message
-    feed(second, events[half:])
-    assert whole.jobs is not None and second.jobs is not None
+    for m in msgs:
+        whole.on_message(m)
+    assert whole.jobs is not None
     want = whole.jobs.flush("default")
-    assert len(want) >= 10 and second.jobs.flush("default") == want
+    assert len(want) >= 10
+    # cut right after clock-only messages (the cached checkpoint must still be current)
+    for cut in (quiet[len(quiet) // 3], quiet[len(quiet) // 2], quiet[2 * len(quiet) // 3]):
+        table: dict[str, bytes] = {}
+        first = fresh(table)
+        for m in msgs[:cut]:
+            first.on_message(m)
+            first.checkpoint_dirty()  # every message, as a worker with one-message batches
+        second = fresh(table)  # a new worker: restores the cluster at its first message
+        second._restore("default")
+        assert first.jobs is not None and second.jobs is not None
+        was, now = first.jobs.clusters["default"], second.jobs.clusters["default"]
+        assert now.core is not None and was.core is not None
+        assert (now.t_last, now.core.next_t, now.idle) == (was.t_last, was.core.next_t, was.idle)
+        for m in msgs[cut:]:
+            second.on_message(m)
+        assert second.jobs is not None and second.jobs.flush("default") == want, cut
 
 
 def test_a_job_waiting_for_days_keeps_the_queue_small() -> None:

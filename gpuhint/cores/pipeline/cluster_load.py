@@ -16,10 +16,13 @@ and QSSF hint of the cluster (the message path forwards them when :attr:`wants_j
 it writes the power advisories, and the slot engine only the ClusterLoad.
 
 Checkpoint format (version 3): ``pickle((3, tracked, engine_blob, jobs))``, ``jobs`` the
-job-aware engine's cluster state (None without it); version 2 lacks it. ``tracked`` pickles
-as the tracker's node columns (``array`` buffers, copied whole: no object per node; the
-used-node counters are rebuilt on load). ``engine_blob`` is the forecaster + policy
-pickled on its own and reused while no slot closed (they change only then). A 10,000-node
+job-aware engine's cluster state as ``(blob, clock)`` (None without it): the pickled
+:class:`~gpuhint.cores.ces_jobs.JobsCluster`, re-encoded only when its ``version`` moved
+(most NodeStatus change nothing there but the clock, saved beside it); version 2 lacks it.
+``tracked`` pickles as the tracker's node columns (``array`` buffers, copied whole: no
+object per node; the used-node counters are rebuilt on load). ``engine_blob`` is the
+forecaster + policy pickled on its own and reused while no slot closed (they change only
+then). A 10,000-node
 cluster's checkpoint is a few hundred kB of memory copies (``bench/bench_ces.py
 --tracker``). Version 1 (per-node objects) is still read and migrated.
 """
@@ -68,6 +71,7 @@ class ClusterLoadProcessor:
         self.jobs = jobs
         self.dirty: set[str] = set()
         self._engine_blobs: dict[str, tuple[object, int, bytes]] = {}
+        self._jobs_blobs: dict[str, tuple[object, int, bytes]] = {}
         self.saves = 0
         self.bytes_saved = 0
 
@@ -92,7 +96,10 @@ class ClusterLoadProcessor:
         if engine_state is not None:
             self.engine.clusters[cluster] = engine_state
         if rest and rest[0] is not None and self.jobs is not None:
-            self.jobs.clusters[cluster] = rest[0]
+            blob, clock = rest[0]
+            jobs = pickles.loads(blob)
+            jobs.t_last = clock
+            self.jobs.clusters[cluster] = jobs
         log.info("restored CES state of cluster %s", cluster)
 
     @property
@@ -138,6 +145,7 @@ class ClusterLoadProcessor:
             self.jobs.clusters.clear()
         self.dirty.clear()
         self._engine_blobs.clear()
+        self._jobs_blobs.clear()
 
     def _engine_blob(self, cluster: str) -> bytes | None:
         """The engine's state of ``cluster`` pickled, re-encoded only after a slot closed."""
@@ -151,9 +159,21 @@ class ClusterLoadProcessor:
         self._engine_blobs[cluster] = (state, state.slot, blob)
         return blob
 
+    def _jobs_blob(self, cluster: str) -> tuple[bytes, float] | None:
+        """The job-aware state of ``cluster`` pickled (re-encoded only when it changed)
+        and its clock."""
+        c = self.jobs.clusters.get(cluster) if self.jobs is not None else None
+        if c is None:
+            return None
+        cached = self._jobs_blobs.get(cluster)
+        if cached is None or cached[0] is not c or cached[1] != c.version:
+            blob = pickle.dumps(c, protocol=pickle.HIGHEST_PROTOCOL)
+            cached = self._jobs_blobs[cluster] = (c, c.version, blob)
+        return cached[2], c.t_last
+
     def checkpoint(self, cluster: str) -> None:
         """Save ``cluster``'s state (see the module's note on the format)."""
-        jobs = self.jobs.clusters.get(cluster) if self.jobs is not None else None
+        jobs = self._jobs_blob(cluster)
         state: Any = (
             STATE_VERSION,
             self.tracker.clusters.get(cluster),

@@ -43,10 +43,13 @@ from typing import Any
 
 import faust
 
-from gpuhint.cores.ces import CesEngine, ClusterLoadTracker
 from gpuhint.cores.pipeline.cadence import SaveCadence
 from gpuhint.cores.pipeline.checkpoint import BatchRoutine, Sink
-from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
+from gpuhint.cores.pipeline.cluster_load import (
+    ClusterLoadProcessor,
+    make_jobs_config,
+    make_processor,
+)
 from gpuhint.cores.pipeline.gc_policy import HeapFreezer
 from gpuhint.cores.pipeline.handler import Message, MessageHandler, WorkerStats
 from gpuhint.cores.pipeline.partitioning import partition_for
@@ -55,7 +58,6 @@ from gpuhint.cores.pipeline.state_table import TableStates
 from gpuhint.cores.qssf import HintEngine
 from gpuhint.cores.sink import BufferedStore, HintStore
 from gpuhint.wire.config import Settings
-from models.power_policy import PowerPolicyConfig
 from models.registry import make_model
 from streams.batching import take_ready
 from streams.faust_assignor import LoadSampler, LoadView
@@ -94,16 +96,18 @@ def _message(event: Any) -> Message:
 def _ces_processor(
     settings: Settings, store: HintStore, ch: Channels, partition_of: dict[str, int]
 ) -> ClusterLoadProcessor:
-    return ClusterLoadProcessor(
-        ClusterLoadTracker(
-            slot_s=settings.ces_slot_s,
-            stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
-        ),
-        CesEngine(
-            store,
-            PowerPolicyConfig(
-                slot_s=settings.ces_slot_s, watts_per_node=settings.ces_watts_per_node
-            ),
+    return make_processor(
+        store,
+        policy=settings.ces_policy,
+        slot_s=settings.ces_slot_s,
+        watts_per_node=settings.ces_watts_per_node,
+        stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
+        jobs_config=make_jobs_config(
+            settings.ces_quantile,
+            settings.ces_boot_s,
+            settings.ces_watts_per_node,
+            settings.ces_slot_s,
+            settings.ces_max_cycles_per_node_day,
         ),
         checkpoints=ch.ces_table,
         on_save=lambda k, blob: ch.ces_table.put(k, blob, partition_of[k]),

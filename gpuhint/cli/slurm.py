@@ -87,7 +87,10 @@ Every --interval seconds: read the cluster's CES advisory from Redis (its active
 is the number of nodes CES wants powered on) and Slurm's nodes (sinfo), and move
 towards it: power_down_asap the idle nodes that are too many (the advisory's named
 nodes first), power_up powered-down ones when the target or the idle buffer needs
-them. Never powers down a node with a running or allocated job, keeps --min-idle idle
+them. Advice that names the nodes it wants off (off_nodes: the worker's job-aware
+policy, GPUHINT_CES_POLICY=jobs) is applied per node: exactly those idle nodes go down,
+and powered-down nodes it does not name come up. Never powers down a node with a
+running or allocated job, keeps --min-idle idle
 nodes powered on, ignores advice older than --max-age. Slurm's refusals are counted and
 reported. Needs SuspendProgram/ResumeProgram and SuspendTime in slurm.conf (docs/slurm.md).
 

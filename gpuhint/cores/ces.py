@@ -89,13 +89,16 @@ class CesEngine:
         config: PowerPolicyConfig | None = None,
         forecaster_factory: ForecasterFactory | None = None,
         emit_messages: bool = True,
+        advise: bool = True,
     ) -> None:
+        """``advise`` False: write only the ClusterLoad (another engine advises power)."""
         self.store = store
         self.config = config or PowerPolicyConfig()
         self.forecaster_factory: ForecasterFactory = forecaster_factory or (
             lambda: LoadForecaster(slot_s=self.config.slot_s)
         )
         self.emit_messages = emit_messages or store is not None
+        self.advise = advise
         self.clusters: dict[str, _Cluster] = {}
         self.stats = CesStats()
 
@@ -139,10 +142,11 @@ class CesEngine:
                 unhealthy_nodes=obs.unhealthy_nodes,
             )
             if self.store is not None:
-                for a in advisories:
-                    self.store.put_advisory(a)
+                if self.advise:
+                    for a in advisories:
+                        self.store.put_advisory(a)
+                    s.advisories_written += len(advisories)
                 self.store.put_load(load)
-                s.advisories_written += len(advisories)
         return CesStep(d, fc, advisories, load)
 
     def energy_kwh(self, nodes: float, seconds: float) -> float:

@@ -241,7 +241,9 @@ class RedisStore(BufferedStore):
                     if a.node is None
                     else self.k.node_advice(a.cluster, a.node)
                 )
-                pipe.set(key, a.model_dump_json(), ex=self.advisory_ttl_s)
+                # unset fields left out: a reader of an older version takes a series
+                # advisory (no ``off_nodes``) as before
+                pipe.set(key, a.model_dump_json(exclude_none=True), ex=self.advisory_ttl_s)
                 self._xadd(
                     pipe,
                     {

@@ -11,6 +11,13 @@ the applier moves Slurm towards it, one pass at a time, within these rules:
   nodes the advisory names go first, then the highest-numbered idle ones;
 * powered-down nodes (``idle~``) come back with ``power_up`` when the target, or the
   idle buffer, needs them; Slurm itself also resumes them when a pending job needs one;
+* an advisory that names the nodes it wants off (``off_nodes``, the job-aware policy,
+  ``GPUHINT_CES_POLICY=jobs``) is applied per node: exactly those nodes are powered down
+  when Slurm shows them idle (never another idle node in their place: CES picked them
+  as the ones that will stay idle longest, and none a queued job is about to get), and
+  a powered-down node it does not name is powered up (CES woke it, or wants it on);
+  the floor below still holds. Without ``off_nodes`` (the series policy) the count
+  ``active_nodes`` is the target, as above;
 * an advisory older than ``max_age_s`` is ignored (then only the buffer rule acts);
 * nodes in ``exclude`` are never touched;
 * a node that does not come back is a **failed resume**: Slurm marked it DOWN while
@@ -30,11 +37,11 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpuhint.wire.contract import PowerAdvisory
+from gpuhint.wire.contract import PowerAction, PowerAdvisory
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +163,52 @@ def plan_power(
     return plan
 
 
+def plan_named(
+    nodes: Iterable[Node],
+    *,
+    off: Collection[str],
+    target_on: int | None = None,
+    min_idle: int = 1,
+    min_on: int = 1,
+    prefer_down: Sequence[str] = (),
+    prefer_up: Sequence[str] = (),
+    exclude: Iterable[str] = (),
+) -> PowerPlan:
+    """Per-node advice: power down the idle nodes named in ``off`` (``prefer_down`` first)
+    while the floor allows, power up every powered-down node not named (``prefer_up``
+    first), and more if the floor needs them.
+
+    >>> ns = [Node("a", "allocated"), Node("b", "idle"), Node("c", "idle"), Node("d", "idle~")]
+    >>> plan_named(ns, off=["b"], min_idle=1).lines
+    ['update nodename=b state=power_down_asap', 'update nodename=d state=power_up']
+    >>> plan_named(ns, off=["b", "c", "d"], min_idle=1).down  # the floor keeps one idle
+    ['b']
+    """
+    skip, wanted_off = set(exclude), set(off)
+    ns = [n for n in nodes if n.name not in skip]
+    on = [n for n in ns if not n.off and n.usable]
+    busy = sum(1 for n in on if n.busy)
+    floor = max(busy + min_idle, min_on)
+    plan = PowerPlan(on=len(on), busy=busy)
+    first = set(prefer_down)
+    named = sorted(
+        (n for n in on if n.idle_on and n.name in wanted_off),
+        key=lambda n: (n.name not in first, _natural(n.name)),
+    )
+    k = max(0, min(len(named), len(on) - floor))
+    plan.down = [n.name for n in named[:k]]
+    plan.held_back = len(named) - k
+    up_first = set(prefer_up)
+    wake = sorted((n for n in ns if n.wakeable), key=lambda n: _natural(n.name))
+    wanted_on = sorted(
+        (n for n in wake if n.name not in wanted_off), key=lambda n: n.name not in up_first
+    )
+    need = max(0, floor - (len(on) - len(plan.down) + len(wanted_on)))
+    plan.up = [n.name for n in wanted_on] + [n.name for n in wake if n.name in wanted_off][:need]
+    plan.target_on = max(floor, len(on) - len(plan.down) + len(plan.up), target_on or 0)
+    return plan
+
+
 def target_from(advice: PowerAdvisory | None, now: float, max_age_s: float) -> int | None:
     """The powered-on node count an advisory asks for, or None (no advice, or too old)."""
     if advice is None or now - advice.time > max_age_s or advice.active_nodes is None:
@@ -265,15 +318,29 @@ class PowerApplier:
         named = tuple(adv.nodes) if adv is not None and target is not None else ()
         nodes = self.slurm.nodes()
         newly = self.watch_resumes(nodes, now)
-        plan = plan_power(
-            nodes,
-            target_on=target,
-            min_idle=self.min_idle,
-            min_on=self.min_on,
-            prefer_down=named,
-            prefer_up=named,
-            exclude=(*self.exclude, *self.failed),
-        )
+        exclude = (*self.exclude, *self.failed)
+        if adv is not None and target is not None and adv.off_nodes is not None:
+            waking = adv.action is PowerAction.WAKE
+            plan = plan_named(
+                nodes,
+                off=adv.off_nodes,
+                target_on=target,
+                min_idle=self.min_idle,
+                min_on=self.min_on,
+                prefer_down=() if waking else named,
+                prefer_up=named if waking else (),
+                exclude=exclude,
+            )
+        else:
+            plan = plan_power(
+                nodes,
+                target_on=target,
+                min_idle=self.min_idle,
+                min_on=self.min_on,
+                prefer_down=named,
+                prefer_up=named,
+                exclude=exclude,
+            )
         errors = [] if self.dry_run else self.slurm.apply(plan.lines)
         self.total_refused += len(errors)
         if not self.dry_run and not errors:

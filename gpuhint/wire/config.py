@@ -212,6 +212,20 @@ class Settings(BaseSettings):
     ces_stale_after_s: float = Field(
         120.0, gt=0, description="a node silent this long counts as powered off"
     )
+    ces_policy: Literal["jobs", "series"] = Field(
+        "jobs",
+        description="worker: power advice from the job events (queue, predicted ends, "
+        "arrivals; per-node) or from the node-count series forecast (docs/ces.md, Online)",
+    )
+    ces_quantile: float = Field(
+        0.98, ge=0, le=1, description="jobs policy: reserve quantile of arrivals (its knob)"
+    )
+    ces_boot_s: float = Field(
+        300.0, ge=0, le=86400, description="jobs policy: a node's boot time (ResumeTimeout)"
+    )
+    ces_max_cycles_per_node_day: int = Field(
+        6, ge=1, le=1440, description="jobs policy: power-downs of one node in any 24 h, at most"
+    )
     node_name: str | None = Field(None, min_length=1, description="agent: node name (hostname)")
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")

@@ -317,6 +317,11 @@ class PowerAdvisory(_Wire):
     forecast_upper_nodes: NonNegFloat | None = None
     horizon_s: Duration | None = None
     est_energy_saved_kwh: NonNegFloat | None = None
+    # Added for the job-aware policy (GPUHINT_CES_POLICY=jobs; None from the series
+    # policy): every node the advice wants powered off now, not only this decision's
+    # change, so an applier that reads the latest advisory after missing one still
+    # knows which nodes to power down (gpuhint slurm apply-power honours it).
+    off_nodes: Annotated[tuple[Name, ...], Field(max_length=MAX_LIST)] | None = None
 
 
 class ClusterLoad(_Wire):

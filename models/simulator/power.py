@@ -140,6 +140,10 @@ class PowerResult:
     horizon_s: float = 0.0
     num_nodes: int = 0
     cycles_per_node: list[int] = field(default_factory=list)
+    log: list[tuple[str, float, int, tuple[int, ...], float]] | None = None
+    """With ``simulate_power(record=True)``: ``("start" | "end", time, job, nodes, start)``
+    in the order the simulator applied them (a start at allocation; ``start`` is when the
+    job runs, after its nodes booted)."""
 
     def energy_kwh(self, pm: PowerModel) -> float:
         j = (
@@ -197,6 +201,10 @@ class PowerSim:
     def head(self) -> int | None:
         """Index of the job at the head of the queue, if any."""
         return self.queue[0][1] if self.queue else None
+
+    def head_gpus(self) -> int | None:
+        """GPUs of the job at the head of the queue, if any."""
+        return self.jobs[self.queue[0][1]].gpus if self.queue else None
 
     def nodes_needed(self, gpus: int) -> int | None:
         """Empty nodes to add for ``gpus`` to fit now (None: not even with every node)."""
@@ -295,6 +303,8 @@ class PowerSim:
             self.jobs_on[node] += 1
         self.peak_busy = max(self.peak_busy, self.n_busy)
         self.res.start[i] = start
+        if self.res.log is not None:
+            self.res.log.append(("start", t, i, tuple(n for n, _ in alloc), start))
         bisect.insort(self.running_pred, (start + self.predicted[i], i))
         return start
 
@@ -302,6 +312,8 @@ class PowerSim:
         self.nodes.release(alloc)
         pe = self.res.start[i] + self.predicted[i]
         del self.running_pred[bisect.bisect_left(self.running_pred, (pe, i))]
+        if self.res.log is not None:
+            self.res.log.append(("end", t, i, tuple(n for n, _ in alloc), self.res.start[i]))
         for node, _ in alloc:
             self.jobs_on[node] -= 1
             if self.jobs_on[node] == 0:
@@ -342,10 +354,12 @@ def simulate_power(
     priorities: Sequence[float] | None = None,
     gpus_per_node: int = 8,
     horizon: tuple[float, float] | None = None,
+    record: bool = False,
 ) -> PowerResult:
     """Run ``jobs`` under ``policy``; ``priorities`` (smaller first) replace FIFO order.
 
-    ``predicted`` durations are what policies see (default: the true ones).
+    ``predicted`` durations are what policies see (default: the true ones); ``record``
+    keeps the job starts and ends in ``log``.
     """
     n = len(jobs)
     cap = num_nodes * gpus_per_node
@@ -363,6 +377,8 @@ def simulate_power(
     sim = PowerSim(jobs, num_nodes, power or PowerModel(), pred, gpus_per_node, horizon)
     sim.policy = policy
     sim.res.horizon_s = max(0.0, horizon[1] - horizon[0])
+    if record:
+        sim.res.log = []
     policy.attach(sim)
     for node in range(num_nodes):
         sim._became_idle(node, sim.t)

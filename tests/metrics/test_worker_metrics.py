@@ -42,6 +42,7 @@ def worker(gpuhint_env, tmp_path: Path) -> Iterator[tuple[str, dict[str, str], P
     env = gpuhint_env(
         GPUHINT_CLUSTER=CLUSTER,
         GPUHINT_CES_SLOT_S=str(SLOT_S),
+        GPUHINT_CES_POLICY="series",  # one cluster advisory per slot (checked below)
         GPUHINT_METRICS_PORT=str(port),
         GPUHINT_METRICS_HOST="127.0.0.1",
     )

@@ -168,3 +168,62 @@ def test_a_node_that_does_not_resume_is_reported_and_another_woken(
             "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
         )
     assert f"node {broken} did not come back" in err
+
+
+def test_per_node_advice_powers_down_the_named_nodes(
+    slurm_conf: str, redis_url: str, unique_prefix: str
+) -> None:
+    """Advice with ``off_nodes`` (GPUHINT_CES_POLICY=jobs): exactly the named idle nodes go
+    down (the count planner would take the highest-numbered ones), and a node no longer
+    named comes back up."""
+    cli = SlurmCli(slurm_conf)
+    cluster = "c" + unique_prefix
+    env = {
+        **os.environ,
+        "SLURM_CONF": slurm_conf,
+        "GPUHINT_REDIS_URL": redis_url,
+        "GPUHINT_KEY_PREFIX": unique_prefix,
+        "GPUHINT_CLUSTER": cluster,
+    }
+    names = sorted(_states(cli))
+    total = len(names)
+    assert total >= 4
+    store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
+    cmd = [sys.executable, "-m", "gpuhint", "slurm", "apply-power", "--min-idle", "1"]
+
+    def advise(off: list[str]) -> None:
+        store.put_advisory(
+            PowerAdvisory(cluster=cluster, time=time.time(), action=PowerAction.POWER_DOWN,
+                          count=len(off), nodes=tuple(off), reason="test",
+                          active_nodes=total - len(off), off_nodes=tuple(off))
+        )  # fmt: skip
+        store.flush()
+
+    def one_pass() -> dict[str, object]:
+        run = subprocess.run(
+            [*cmd, "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 0, run.stderr
+        return dict(json.loads(run.stdout))
+
+    try:
+        off = names[:2]  # the lowest-numbered: never the count planner's choice
+        advise(off)
+        doc = one_pass()
+        assert doc["powered_down"] == off and doc["powered_up"] == [] and doc["refused"] == 0
+        _until("the named nodes idle~", lambda: all(_states(cli)[n] == "idle~" for n in off), 90)
+        assert all(not _states(cli)[n].endswith("~") for n in names[2:])
+        advise(off[1:])  # the first one is wanted on again
+        doc = one_pass()
+        assert doc["powered_up"] == off[:1] and doc["powered_down"] == []
+        _until("the node back up", lambda: _states(cli)[off[0]] == "idle", 120)
+        assert _states(cli)[off[1]] == "idle~"
+    finally:
+        down = [n for n, s in _states(cli).items() if s[-1:] in "~%!#"]
+        if down:
+            cli.run(
+                ["scontrol", "update", f"nodename={','.join(down)}", "state=power_up"], check=False
+            )
+        _until(
+            "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
+        )

@@ -105,3 +105,30 @@ def test_a_node_not_up_after_the_resume_timeout_is_replaced_and_forgiven_later()
 def test_down_powered_off_nodes_are_never_woken_by_the_plan() -> None:
     plan = plan_power(_nodes("allocated", "down~", "idle~"), target_on=3, min_idle=1)
     assert plan.up == ["n3"]
+
+
+def test_per_node_advice_powers_down_exactly_the_named_idle_nodes() -> None:
+    from gpuhint.slurm.power import plan_named
+
+    nodes = _nodes("allocated", "idle", "idle", "idle", "idle~", "idle~")
+    # the count planner would take the highest-numbered idle nodes (n4, n3)
+    assert plan_power(nodes, target_on=2, min_idle=1).down == ["n4", "n3"]
+    plan = plan_named(nodes, off=["n2", "n5", "n6"], min_idle=1)
+    assert plan.down == ["n2"] and plan.up == []  # n5, n6 stay off; nothing else goes
+    plan = plan_named(nodes, off=["n2", "n3", "n4", "n6"], min_idle=1)
+    assert plan.down == ["n2", "n3"] and plan.held_back == 1  # the floor keeps one idle
+    assert plan.up == ["n5"]  # powered down but not named: CES wants it on
+    busy_named = plan_named(_nodes("allocated", "idle"), off=["n1", "n2"], min_idle=0)
+    assert busy_named.down == ["n2"]  # a named node with a job is never touched
+
+
+def test_applier_uses_the_named_nodes_when_the_advisory_has_them() -> None:
+    adv = PowerAdvisory(time=0.0, action=PowerAction.POWER_DOWN, count=1, nodes=("n2",),
+                        reason="t", active_nodes=2, off_nodes=("n2", "n3"))  # fmt: skip
+    slurm = _AcceptingSlurm(_nodes("allocated", "idle", "idle", "idle", "idle~"))
+    r = PowerApplier(slurm, _Advice(adv), "c", min_idle=1).run_pass(now=10.0)
+    assert r.powered_down == ["n2", "n3"] and r.powered_up == ["n5"]
+    count_only = adv.model_copy(update={"off_nodes": None})
+    slurm = _AcceptingSlurm(_nodes("allocated", "idle", "idle", "idle", "idle~"))
+    r = PowerApplier(slurm, _Advice(count_only), "c", min_idle=1).run_pass(now=10.0)
+    assert r.powered_down == ["n2", "n4"]  # the named one first, then the count's choice

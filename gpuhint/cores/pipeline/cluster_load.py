@@ -10,7 +10,13 @@ batch that touched it (before the batch's offsets may be committed: nothing ackn
 is lost on a rebalance), so a restarted or rebalanced worker resumes where the last one
 stopped.
 
-Checkpoint format (version 2): ``pickle((2, tracked, engine_blob))``. ``tracked`` pickles
+With the job-aware policy (``GPUHINT_CES_POLICY=jobs``, :mod:`gpuhint.cores.ces_jobs`)
+the processor also feeds a :class:`~gpuhint.cores.ces_jobs.JobsCesEngine` every job event
+and QSSF hint of the cluster (the message path forwards them when :attr:`wants_jobs`);
+it writes the power advisories, and the slot engine only the ClusterLoad.
+
+Checkpoint format (version 3): ``pickle((3, tracked, engine_blob, jobs))``, ``jobs`` the
+job-aware engine's cluster state (None without it); version 2 lacks it. ``tracked`` pickles
 as the tracker's node columns (``array`` buffers, copied whole: no object per node; the
 used-node counters are rebuilt on load). ``engine_blob`` is the forecaster + policy
 pickled on its own and reused while no slot closed (they change only then). A 10,000-node
@@ -26,13 +32,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuhint.cores.ces import CesEngine, ClusterLoadTracker, SlotObservation
+from gpuhint.cores.ces_jobs import JobsCesConfig, JobsCesEngine
+from gpuhint.cores.sink import HintStore
 from gpuhint.wire import pickles
-from gpuhint.wire.contract import JobEvent, NodeStatus
+from gpuhint.wire.contract import JobEvent, NodeStatus, PriorityHint
+from models.power_jobs import JobAwareConfig
+from models.power_policy import PowerPolicyConfig
+from models.simulator.power import PowerModel
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 2
-_READABLE = (1, 2)
+STATE_VERSION = 3
+_READABLE = (1, 2, 3)
+POLICIES = ("jobs", "series")
+"""``GPUHINT_CES_POLICY``: who writes the power advisories (docs/ces.md, "Online")."""
 
 
 class ClusterLoadProcessor:
@@ -44,6 +57,7 @@ class ClusterLoadProcessor:
         engine: CesEngine,
         checkpoints: Mapping[str, bytes] | None = None,
         on_save: Callable[[str, bytes], None] | None = None,
+        jobs: JobsCesEngine | None = None,
     ) -> None:
         """``checkpoints`` is read at restore; saves go to ``on_save``, else are assigned
         into ``checkpoints`` (then a ``MutableMapping``)."""
@@ -51,6 +65,7 @@ class ClusterLoadProcessor:
         self.engine = engine
         self.checkpoints: Mapping[str, bytes] = checkpoints if checkpoints is not None else {}
         self.on_save = on_save
+        self.jobs = jobs
         self.dirty: set[str] = set()
         self._engine_blobs: dict[str, tuple[object, int, bytes]] = {}
         self.saves = 0
@@ -63,7 +78,7 @@ class ClusterLoadProcessor:
         if not raw:
             return
         try:
-            version, tracked, engine_state = pickles.loads(raw)
+            version, tracked, engine_state, *rest = pickles.loads(raw)
             if version not in _READABLE:
                 log.warning("ignoring CES checkpoint of %s: version %s", cluster, version)
                 return
@@ -76,11 +91,23 @@ class ClusterLoadProcessor:
             self.tracker.clusters[cluster] = tracked
         if engine_state is not None:
             self.engine.clusters[cluster] = engine_state
+        if rest and rest[0] is not None and self.jobs is not None:
+            self.jobs.clusters[cluster] = rest[0]
         log.info("restored CES state of cluster %s", cluster)
 
-    def on_message(self, msg: NodeStatus | JobEvent) -> list[SlotObservation]:
+    @property
+    def wants_jobs(self) -> bool:
+        """Whether every job event and QSSF hint must reach :meth:`on_message`."""
+        return self.jobs is not None
+
+    def on_message(self, msg: NodeStatus | JobEvent | PriorityHint) -> list[SlotObservation]:
         """Apply one message; return the slots it closed (each already sent to the engine)."""
         self._restore(msg.cluster)
+        if self.jobs is not None:
+            self.jobs.on_message(msg)
+            self.dirty.add(msg.cluster)
+        if isinstance(msg, PriorityHint):
+            return []
         if isinstance(msg, NodeStatus):
             closed = self.tracker.on_node_status(msg)
         else:
@@ -107,6 +134,8 @@ class ClusterLoadProcessor:
         """
         self.tracker.clusters.clear()
         self.engine.clusters.clear()
+        if self.jobs is not None:
+            self.jobs.clusters.clear()
         self.dirty.clear()
         self._engine_blobs.clear()
 
@@ -124,7 +153,13 @@ class ClusterLoadProcessor:
 
     def checkpoint(self, cluster: str) -> None:
         """Save ``cluster``'s state (see the module's note on the format)."""
-        state: Any = (STATE_VERSION, self.tracker.clusters.get(cluster), self._engine_blob(cluster))
+        jobs = self.jobs.clusters.get(cluster) if self.jobs is not None else None
+        state: Any = (
+            STATE_VERSION,
+            self.tracker.clusters.get(cluster),
+            self._engine_blob(cluster),
+            jobs,
+        )
         blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         self.saves += 1
         self.bytes_saved += len(blob)
@@ -132,3 +167,49 @@ class ClusterLoadProcessor:
             self.on_save(cluster, blob)
         else:
             self.checkpoints[cluster] = blob  # type: ignore[index]
+
+
+def make_jobs_config(
+    quantile: float = 0.98,
+    boot_s: float = 300.0,
+    watts_per_node: float = 700.0,
+    slot_s: int = 600,
+    max_cycles_per_day: int = 6,
+) -> JobsCesConfig:
+    """The job-aware engine's configuration from the worker's settings (a cluster
+    advisory at least once per CES slot)."""
+    return JobsCesConfig(
+        JobAwareConfig(quantile=quantile, max_cycles_per_day=max_cycles_per_day),
+        PowerModel(boot_s=boot_s),
+        watts_per_node=watts_per_node,
+        heartbeat_s=float(slot_s),
+    )
+
+
+def make_processor(
+    store: HintStore | None,
+    *,
+    policy: str = "jobs",
+    slot_s: int = 600,
+    watts_per_node: float = 700.0,
+    stale_after_s: float | None = None,
+    checkpoints: Mapping[str, bytes] | None = None,
+    on_save: Callable[[str, bytes], None] | None = None,
+    jobs_config: JobsCesConfig | None = None,
+) -> ClusterLoadProcessor:
+    """The worker's CES side for ``policy`` (:data:`POLICIES`): ``series``, the slot engine
+    writes advisories; ``jobs``, the job-aware engine does (the slot engine still writes
+    the ClusterLoad)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown CES policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    engine = CesEngine(
+        store,
+        PowerPolicyConfig(slot_s=slot_s, watts_per_node=watts_per_node),
+        advise=policy == "series",
+    )
+    jobs = None
+    if policy == "jobs":
+        cfg = jobs_config or make_jobs_config(watts_per_node=watts_per_node, slot_s=slot_s)
+        jobs = JobsCesEngine(store, cfg)
+    tracker = ClusterLoadTracker(slot_s=slot_s, stale_after_s=stale_after_s)
+    return ClusterLoadProcessor(tracker, engine, checkpoints, on_save, jobs=jobs)

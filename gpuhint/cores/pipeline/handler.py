@@ -36,6 +36,7 @@ from gpuhint.wire.contract import (
     PriorityHint,
     decode_job_event,
     decode_message,
+    encode_message,
 )
 from gpuhint.wire.topics import Topics, cluster_key, job_key
 
@@ -139,8 +140,14 @@ class MessageHandler:
             return self._dead(msg, f"processing error: {type(exc).__name__}: {exc}")
         self.stats.processed += 1
         forwards: tuple[Forward, ...] = ()
-        if self.ces is not None and ev.nodes and ev.phase is not JobPhase.SUBMITTED:
-            forwards = (Forward(self.topics.cluster_telemetry, cluster_key(ev.cluster), msg.value),)
+        ces = self.ces
+        if ces is not None and (
+            ces.wants_jobs or (ev.nodes and ev.phase is not JobPhase.SUBMITTED)
+        ):
+            to, key = self.topics.cluster_telemetry, cluster_key(ev.cluster)
+            forwards = (Forward(to, key, msg.value),)
+            if ces.wants_jobs and hint is not None and ev.phase is JobPhase.SUBMITTED:
+                forwards += (Forward(to, key, encode_message(hint)),)  # its predicted duration
         return Outcome(hint=hint, state_key=state_key(ev.cluster, ev.vc), forwards=forwards)
 
     def node_status(self, msg: Message) -> Outcome:
@@ -165,7 +172,7 @@ class MessageHandler:
             if not msg.value:
                 raise InvalidMessage("empty message")
             m = decode_message(msg.value, self.limits)
-            if not isinstance(m, NodeStatus | JobEvent):
+            if not isinstance(m, NodeStatus | JobEvent | PriorityHint):
                 raise InvalidMessage(f"unexpected kind {m.kind!r}")
         except InvalidMessage as exc:
             return self._dead(msg, exc.reason)

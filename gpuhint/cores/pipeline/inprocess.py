@@ -28,6 +28,7 @@ from functools import partial
 from typing import Literal
 
 from gpuhint.cores.pipeline.checkpoint import BatchRoutine, Sink
+from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
 from gpuhint.cores.pipeline.handler import Message, MessageHandler, Outcome
 from gpuhint.cores.pipeline.partitioning import partition_for
 from gpuhint.cores.pipeline.state_table import TableStates
@@ -104,6 +105,12 @@ class LogEdge:
     async def emit(self, outcome: Outcome) -> None:
         if outcome.dead_letter is not None:
             self.pipeline.dead_letters.append(outcome.dead_letter)
+        for fwd in outcome.forwards:  # the CES side, at once (one telemetry partition)
+            assert self.worker is not None
+            log = self.pipeline.telemetry
+            msg = Message(fwd.topic, 0, len(log), fwd.key, fwd.value)
+            log.append(msg)
+            self.worker.handler.handle(msg)
 
     async def committed(self, partition: int) -> int | None:
         return self.pipeline.committed[partition]
@@ -126,7 +133,13 @@ class InProcessPipeline:
         batch_max: int = 50,
         topics: Topics | None = None,
         save_every: int = 1,
+        ces: Callable[[InMemoryStore], ClusterLoadProcessor] | None = None,
     ) -> None:
+        """``ces``: builds each worker's CES side over its store (None: no CES); the
+        forwarded telemetry is applied as it is produced, in ``telemetry``."""
+        self.ces_factory = ces
+        self.telemetry: list[Message] = []
+        self.ces: list[ClusterLoadProcessor] = []
         self.model_factory = partial(make_model, model) if isinstance(model, str) else model
         self.n_partitions = partitions
         self.batch_max = batch_max
@@ -158,7 +171,10 @@ class InProcessPipeline:
         store = _ForwardingStore(self.redis)
         states = TableStates(self.table)
         engine = HintEngine(self.model_factory, store, states=states, clock=lambda: 0.0)
-        handler = MessageHandler(engine, self.topics)
+        ces = self.ces_factory(store) if self.ces_factory is not None else None
+        if ces is not None:
+            self.ces.append(ces)
+        handler = MessageHandler(engine, self.topics, ces=ces)
         edge = LogEdge(self)
 
         def owned() -> list[str]:

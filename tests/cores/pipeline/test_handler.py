@@ -78,3 +78,22 @@ def test_dispatch_by_topic() -> None:
     h = handler()
     assert h.handle(msg(encode_message(job()), key=job_key("c", "a"))).hint is not None
     assert "unexpected topic" in (h.handle(msg(b"x", topic="other")).reason or "")
+
+
+def test_the_job_aware_ces_gets_every_job_event_and_the_submit_hint() -> None:
+    from gpuhint.cores.pipeline.cluster_load import make_processor
+    from gpuhint.wire.contract import PriorityHint, decode_message
+
+    store = InMemoryStore()
+    h = MessageHandler(HintEngine(HistoryEstimator, store), T, make_processor(store, policy="jobs"))
+    out = h.job_event(msg(encode_message(job(num_gpus=8))))
+    assert [f.key for f in out.forwards] == [cluster_key("c")] * 2
+    ev, hint = (decode_message(f.value) for f in out.forwards)
+    assert isinstance(ev, JobEvent) and isinstance(hint, PriorityHint)
+    assert out.hint is not None and hint.predicted_duration_s == out.hint.predicted_duration_s
+    for f in out.forwards:  # the telemetry path takes both
+        assert h.telemetry(Message(f.topic, 0, 0, f.key, f.value)).dead_letter is None
+    assert h.ces is not None and h.ces.jobs is not None
+    assert h.ces.jobs.cluster("c").head_gpus() == 8
+    finished = encode_message(job("finished", time=5, state="CANCELLED"))
+    assert len(h.job_event(msg(finished)).forwards) == 1  # no placement, still forwarded

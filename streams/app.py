@@ -47,8 +47,7 @@ from gpuhint.cores.pipeline.cadence import SaveCadence
 from gpuhint.cores.pipeline.checkpoint import BatchRoutine, Sink
 from gpuhint.cores.pipeline.cluster_load import (
     ClusterLoadProcessor,
-    make_jobs_config,
-    make_processor,
+    processor_from_settings,
 )
 from gpuhint.cores.pipeline.gc_policy import HeapFreezer
 from gpuhint.cores.pipeline.handler import Message, MessageHandler, WorkerStats
@@ -96,19 +95,9 @@ def _message(event: Any) -> Message:
 def _ces_processor(
     settings: Settings, store: HintStore, ch: Channels, partition_of: dict[str, int]
 ) -> ClusterLoadProcessor:
-    return make_processor(
+    return processor_from_settings(
+        settings,
         store,
-        policy=settings.ces_policy,
-        slot_s=settings.ces_slot_s,
-        watts_per_node=settings.ces_watts_per_node,
-        stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
-        jobs_config=make_jobs_config(
-            settings.ces_quantile,
-            settings.ces_boot_s,
-            settings.ces_watts_per_node,
-            settings.ces_slot_s,
-            settings.ces_max_cycles_per_node_day,
-        ),
         checkpoints=ch.ces_table,
         on_save=lambda k, blob: ch.ces_table.put(k, blob, partition_of[k]),
     )

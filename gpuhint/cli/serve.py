@@ -21,13 +21,19 @@ SiteFactor every --apply-interval seconds, as `gpuhint slurm apply-priorities` d
 State (each VC's model and queue, the job-event log and the Slurm watermark) is kept
 in one SQLite file under GPUHINT_STATE_DIR (default .gpuhint-state): a restart, or a
 SIGKILL, neither loses an event nor learns one twice; the hints are the same as the
-Kafka pipeline's for the same events. No CES: power advice needs the node agents'
-telemetry, which goes through Kafka (docs/slurm.md says when to move to the workers).
+Kafka pipeline's for the same events.
+
+CES (power advice) runs too, unless GPUHINT_CES_ENABLED=false or --nodes none: every
+poll reads each node's state from `sinfo --json` (--nodes) into the worker's CES side
+(GPUHINT_CES_POLICY, docs/ces.md), whose power advisories go to Redis; with
+--apply-power this process also powers idle nodes down and up as `gpuhint slurm
+apply-power` does (its settings: GPUHINT_SLURM_MIN_IDLE, ..., docs/slurm.md).
 
 examples:
   gpuhint serve --cluster prod --redis-url redis://localhost:6379/0
   gpuhint serve --cluster prod --dry-run --once        one poll and pass, print scontrol lines
   gpuhint serve --cluster prod --slurm squeue --no-apply    hints only (another applier)
+  gpuhint serve --cluster prod --apply-power               ... and power nodes down/up
 """
 
 
@@ -53,6 +59,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         choices=["account", "partition"],
         default="account",
         help="a job's VC: its account (default) or its partition",
+    )
+    p.add_argument(
+        "--nodes",
+        default="sinfo",
+        metavar="SOURCE",
+        help="node states for CES from: sinfo (default; sinfo --json), cmd:COMMAND, a FILE, "
+        "or none (no CES)",
+    )
+    p.add_argument(
+        "--apply-power",
+        action="store_true",
+        help="also power nodes down/up from the CES advice (as gpuhint slurm apply-power)",
     )
     p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
     p.add_argument("--poll", type=float, default=10.0, metavar="S", help="poll every S (10)")
@@ -93,20 +111,28 @@ def run(args: argparse.Namespace) -> int:
         local = LocalLog(path, topic=settings.topics.job_events)
     except (LocalLogError, OSError) as exc:
         raise UserError(str(exc)) from None
-    one = _one_process(settings, local, store)
+    ces = settings.ces_enabled and args.nodes != "none"
+    if args.apply_power and not ces:
+        raise UserError("--apply-power needs CES (GPUHINT_CES_ENABLED and --nodes)")
+    one = _one_process(settings, local, store, ces)
     feed = _feed(args, settings, ss)
     restore_feed(feed, one)
     passes = [] if args.no_apply else [_priority_pass(args, settings, ss, cli)]
+    if args.apply_power:
+        passes.append(_power_pass(args, settings, ss, cli))
     stop, restore = _stopper()
-    server = Server(one, feed, passes, poll_s=args.poll, stop=stop)
+    nodes = _node_feed(args, settings, feed) if ces else None
+    server = Server(one, feed, passes, poll_s=args.poll, stop=stop, nodes=nodes)
     log.info(
-        "serve %s: slurm %s, redis %s, state %s, model %s%s",
+        "serve %s: slurm %s, redis %s, state %s, model %s, CES %s%s%s",
         settings.cluster,
         args.slurm,
         _redacted(settings),
         path,
         settings.model,
-        "" if passes else ", no SiteFactor (--no-apply)",
+        f"{settings.ces_policy} from {args.nodes}" if ces else "off",
+        "" if not args.no_apply else ", no SiteFactor (--no-apply)",
+        ", applying power" if args.apply_power else "",
     )
     try:
         server.run(once=args.once)
@@ -148,7 +174,10 @@ def _redacted(settings: Any) -> str:
     return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}"
 
 
-def _one_process(settings: Any, local: Any, store: Any) -> Any:
+def _one_process(settings: Any, local: Any, store: Any, ces: bool) -> Any:
+    from functools import partial
+
+    from gpuhint.cores.pipeline.cluster_load import processor_from_settings
     from gpuhint.serve.runner import OneProcess
 
     return OneProcess(
@@ -161,6 +190,7 @@ def _one_process(settings: Any, local: Any, store: Any) -> Any:
         max_record_bytes=settings.state_max_record_bytes,
         max_live=settings.state_max_live_vcs,
         wait_bound=settings.qssf_wait_bound,
+        ces=partial(processor_from_settings, settings) if ces else None,
     )
 
 
@@ -183,3 +213,34 @@ def _priority_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any) -
         _report_priorities(applier.run_pass(), args)
 
     return Pass("SiteFactor", one_pass, ss.interval_s)
+
+
+def _node_feed(args: argparse.Namespace, settings: Any, feed: Any) -> Any:
+    from gpuhint.cli.agent import _check_source
+    from gpuhint.slurm.nodes import SlurmNodeFeed, slurm_node_source
+
+    source = slurm_node_source(args.nodes)
+    _check_source("nodes", source)
+    return SlurmNodeFeed(source, cluster=settings.cluster, running_on=feed.tracker.running_on)
+
+
+def _power_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any) -> Any:
+    from gpuhint.cli.slurm import _client, _power_applier
+    from gpuhint.serve.server import Pass
+
+    applier = _power_applier(settings, ss, cli, _client(settings), args.dry_run)
+
+    def one_pass() -> None:
+        import time
+
+        r = applier.run_pass(time.time())
+        if r.powered_down or r.powered_up or r.resume_failed:
+            log.info(
+                "power pass: target %d on, down %s, up %s, failed resumes %s",
+                r.target_on,
+                ",".join(r.powered_down) or "-",
+                ",".join(r.powered_up) or "-",
+                ",".join(r.resume_failed) or "-",
+            )
+
+    return Pass("power", one_pass, ss.power_interval_s)

@@ -318,12 +318,29 @@ def _report_priorities(result: Any, args: argparse.Namespace) -> None:
     )
 
 
+def _power_applier(settings: Any, ss: Any, cli: Any, client: Any, dry_run: bool) -> Any:
+    """The power applier of ``apply-power`` and ``gpuhint serve --apply-power``."""
+    from gpuhint.cores.job_tracker import expand_hostlist
+    from gpuhint.slurm.commands import SlurmNodes
+    from gpuhint.slurm.power import PowerApplier
+
+    return PowerApplier(
+        SlurmNodes(cli),
+        client,
+        settings.cluster,
+        min_idle=ss.min_idle,
+        min_on=ss.min_on,
+        max_age_s=ss.advice_max_age_s,
+        exclude=expand_hostlist(ss.exclude_nodes),
+        dry_run=dry_run,
+        resume_timeout_s=ss.resume_timeout_s,
+    )
+
+
 def run_power(args: argparse.Namespace) -> int:
     import redis
 
-    from gpuhint.cores.job_tracker import expand_hostlist
-    from gpuhint.slurm.commands import SlurmCli, SlurmCommandError, SlurmNodes
-    from gpuhint.slurm.power import PowerApplier
+    from gpuhint.slurm.commands import SlurmCli, SlurmCommandError
 
     settings, ss = _settings(
         args,
@@ -337,17 +354,7 @@ def run_power(args: argparse.Namespace) -> int:
     cli = SlurmCli(ss.conf)
     _check_slurm(cli)
     client = _client(settings)
-    applier = PowerApplier(
-        SlurmNodes(cli),
-        client,
-        settings.cluster,
-        min_idle=ss.min_idle,
-        min_on=ss.min_on,
-        max_age_s=ss.advice_max_age_s,
-        exclude=expand_hostlist(ss.exclude_nodes),
-        dry_run=args.dry_run,
-        resume_timeout_s=ss.resume_timeout_s,
-    )
+    applier = _power_applier(settings, ss, cli, client, args.dry_run)
     metrics = _metrics(settings)
     record = _recorder(client, settings, "slurm-power", ss.power_interval_s, args.dry_run)
     stop, restore = _stopper()

@@ -33,6 +33,7 @@ SCHEMA_VERSION = "1"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (offset INTEGER PRIMARY KEY, key BLOB, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS ces_state (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dead_letters (offset INTEGER, record BLOB NOT NULL);
 """
@@ -43,29 +44,33 @@ class LocalLogError(RuntimeError):
 
 
 class _StateTable(MutableMapping[str, bytes]):
-    """The ``state`` table as the mapping :class:`TableStates` saves into (uncommitted)."""
+    """A state table (``state``: the VC states :class:`TableStates` saves; ``ces_state``:
+    the CES checkpoints) as a mapping; writes wait for :meth:`LocalLog.commit`."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, table: str = "state") -> None:
         self.db = db
+        self.table = table
 
     def __getitem__(self, key: str) -> bytes:
-        row = self.db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        row = self.db.execute(f"SELECT value FROM {self.table} WHERE key = ?", (key,)).fetchone()
         if row is None:
             raise KeyError(key)
         return bytes(row[0])
 
     def __setitem__(self, key: str, value: bytes) -> None:
-        self.db.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (key, value))
+        self.db.execute(
+            f"INSERT OR REPLACE INTO {self.table} (key, value) VALUES (?, ?)", (key, value)
+        )
 
     def __delitem__(self, key: str) -> None:
-        if self.db.execute("DELETE FROM state WHERE key = ?", (key,)).rowcount == 0:
+        if self.db.execute(f"DELETE FROM {self.table} WHERE key = ?", (key,)).rowcount == 0:
             raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter([r[0] for r in self.db.execute("SELECT key FROM state ORDER BY key")])
+        return iter([r[0] for r in self.db.execute(f"SELECT key FROM {self.table} ORDER BY key")])
 
     def __len__(self) -> int:
-        return int(self.db.execute("SELECT COUNT(*) FROM state").fetchone()[0])
+        return int(self.db.execute(f"SELECT COUNT(*) FROM {self.table}").fetchone()[0])
 
 
 class LocalLog:
@@ -98,6 +103,7 @@ class LocalLog:
                 f"{self.path}: data of schema {version}, this gpuhint reads {SCHEMA_VERSION}"
             )
         self.states = _StateTable(self.db)
+        self.ces_states = _StateTable(self.db, "ces_state")
 
     # -- the log -------------------------------------------------------------------------
     def append(

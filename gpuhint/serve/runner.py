@@ -26,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from functools import partial
 
 from gpuhint.cores.pipeline.checkpoint import BatchRoutine, Sink
+from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
 from gpuhint.cores.pipeline.handler import Message, MessageHandler, Outcome
 from gpuhint.cores.pipeline.state_table import (
     DEFAULT_MAX_LIVE,
@@ -39,8 +40,8 @@ from gpuhint.cores.pipeline.state_table import (
 from gpuhint.cores.qssf import HintEngine
 from gpuhint.cores.sink import BufferedStore
 from gpuhint.serve.local_log import LocalLog
-from gpuhint.wire.contract import JobEvent, encode_message
-from gpuhint.wire.topics import Topics, job_key
+from gpuhint.wire.contract import JobEvent, NodeStatus, encode_message
+from gpuhint.wire.topics import Topics, job_key, node_key
 from models.base import DurationModel
 from models.registry import DEFAULT_MODEL, make_model
 from models.wait_bound import DEFAULT_WAIT_BOUND
@@ -55,10 +56,11 @@ class LocalEdge:
     """The batch routine's edge over the local log: reads move ``position``, commits are
     the routine's own (:meth:`OneProcess.commit`), dead letters are kept in the log."""
 
-    def __init__(self, log_: LocalLog) -> None:
+    def __init__(self, log_: LocalLog, handler: MessageHandler) -> None:
         self.log = log_
+        self.handler = handler
         self.position = log_.committed()
-        self.forwards_dropped = 0
+        self.forwarded = 0
 
     def message(self, event: Message) -> Message:
         return event
@@ -70,11 +72,17 @@ class LocalEdge:
         pass
 
     async def emit(self, outcome: Outcome) -> None:
+        self.apply(outcome)
+
+    def apply(self, outcome: Outcome) -> None:
+        """Keep a dead letter; hand what the message path forwards to the CES side at once
+        (one process: no telemetry topic in between)."""
         if outcome.dead_letter is not None:
             self.log.dead_letter(-1, outcome.dead_letter)
             log.warning("dead letter: %s", outcome.reason)
-        # placements forwarded to the CES path: one-process mode runs no CES (docs/slurm.md)
-        self.forwards_dropped += len(outcome.forwards)
+        for fwd in outcome.forwards:
+            self.forwarded += 1
+            self.apply(self.handler.handle(Message(fwd.topic, PARTITION, -1, fwd.key, fwd.value)))
 
     async def committed(self, partition: int) -> int | None:
         return self.log.committed()
@@ -87,7 +95,12 @@ class LocalEdge:
 
 
 class OneProcess:
-    """The hint path of one cluster in one process, durable on local disk.
+    """The hint path (and, with ``ces``, the CES side) of one cluster in one process,
+    durable on local disk.
+
+    ``ces(store, checkpoints)`` builds the CES side (the worker's
+    :func:`~gpuhint.cores.pipeline.cluster_load.make_processor`); its checkpoints live in
+    the local log and are committed with the offsets.
 
     ``save_interval_s`` is the state-save cadence (0: every batch, as the tests use);
     ``probe(step)`` is the routine's crash hook (tests raise there to kill the process).
@@ -107,6 +120,8 @@ class OneProcess:
         clock: Callable[[], float] | None = None,
         probe: Callable[[str], None] | None = None,
         wait_bound: float = DEFAULT_WAIT_BOUND,
+        ces: Callable[[BufferedStore, MutableMapping[str, bytes]], ClusterLoadProcessor]
+        | None = None,
     ) -> None:
         self.log = log_
         self.store = store
@@ -116,8 +131,10 @@ class OneProcess:
         self.engine = HintEngine(
             factory, store, states=self.states, clock=clock or time.time, wait_bound=wait_bound
         )
-        self.handler = MessageHandler(self.engine, topics or Topics())
-        self.edge = LocalEdge(log_)
+        self.topics = topics or Topics()
+        self.ces = ces(store, log_.ces_states) if ces is not None else None
+        self.handler = MessageHandler(self.engine, self.topics, ces=self.ces)
+        self.edge = LocalEdge(log_, self.handler)
         self.sink = Sink(store, lambda: self.engine.rebuild(list(self.states)))
         self.routine: BatchRoutine[Message] = BatchRoutine(
             self.handler,
@@ -159,8 +176,26 @@ class OneProcess:
         self.commit()
         return handled
 
+    def observe_nodes(self, statuses: Iterable[NodeStatus]) -> int:
+        """Node status (e.g. from ``sinfo``) into the CES side, its advice flushed to the
+        store and its checkpoint committed; how many (0 without CES)."""
+        if self.ces is None:
+            return 0
+        n = 0
+        for ns in statuses:
+            key = node_key(ns.cluster, ns.node)
+            msg = Message(self.topics.node_status, PARTITION, -1, key, encode_message(ns))
+            self.edge.apply(self.handler.handle(msg))
+            n += 1
+        asyncio.run(self.sink.flush())
+        self.commit()
+        return n
+
     def commit(self) -> None:
-        """Commit the routine's durable offset with the state saved so far."""
+        """Commit the routine's durable offset with the state saved so far (and the CES
+        checkpoints, in the same transaction)."""
+        if self.ces is not None:
+            self.ces.checkpoint_dirty()
         offset = self.routine.committable(PARTITION)
         if offset is None:
             offset = self.log.committed()

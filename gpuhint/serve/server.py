@@ -3,8 +3,9 @@
 Each tick: the feed is polled; its new job events are appended to the local log *with*
 the feed's watermark, in one transaction (a restart neither misses a transition nor
 publishes one twice); the log is drained through the worker's batch routine
-(:class:`~gpuhint.serve.runner.OneProcess`); then every applier whose interval is due
-runs one pass. A failing pass is logged once per outage and retried; the hints stay.
+(:class:`~gpuhint.serve.runner.OneProcess`); with CES, every node's status (``sinfo``)
+goes to its CES side; then every applier whose interval is due runs one pass. A failing
+pass is logged once per outage and retried; the hints stay.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from gpuhint.serve.runner import OneProcess
 from gpuhint.slurm.feed import SlurmFeed, restore_tracker, tracker_doc
+from gpuhint.slurm.nodes import SlurmNodeFeed
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class Server:
     feed: SlurmFeed
     passes: Sequence[Pass] = ()
     poll_s: float = 10.0
+    nodes: SlurmNodeFeed | None = None
     clock: Callable[[], float] = time.time
     stop: threading.Event = field(default_factory=threading.Event)
     ticks: int = 0
@@ -95,6 +98,8 @@ class Server:
             meta[WATERMARK_META] = json.dumps(doc, separators=(",", ":"))
         self.one.ingest(new, meta=meta)
         handled = self.one.drain()
+        if self.nodes is not None:
+            self.one.observe_nodes(self.nodes.poll(now))
         self.events += len(new)
         self.ticks += 1
         for p in self.passes:

@@ -84,6 +84,9 @@ def test_serve_alone_hints_and_applies_and_resumes(
         }
         doc = json.loads(runs[-1].stdout.splitlines()[-1])
         assert doc["pending_hinted"] >= len(waiting)
+        # CES from sinfo: the cluster's power advice is in Redis, over every Slurm node
+        advice = client.cluster_advice(cluster)
+        assert advice is not None and advice.active_nodes <= len(cli.nodes()), advice
 
         db = tmp_path / "state" / f"serve-{cluster}.sqlite"
         logged = sqlite3.connect(db).execute("SELECT COUNT(*) FROM events").fetchone()[0]

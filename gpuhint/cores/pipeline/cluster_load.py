@@ -38,6 +38,7 @@ from gpuhint.cores.ces import CesEngine, ClusterLoadTracker, SlotObservation
 from gpuhint.cores.ces_jobs import JobsCesConfig, JobsCesEngine
 from gpuhint.cores.sink import HintStore
 from gpuhint.wire import pickles
+from gpuhint.wire.config import Settings
 from gpuhint.wire.contract import JobEvent, NodeStatus, PriorityHint
 from models.power_jobs import JobAwareConfig
 from models.power_policy import PowerPolicyConfig
@@ -233,3 +234,28 @@ def make_processor(
         jobs = JobsCesEngine(store, cfg)
     tracker = ClusterLoadTracker(slot_s=slot_s, stale_after_s=stale_after_s)
     return ClusterLoadProcessor(tracker, engine, checkpoints, on_save, jobs=jobs)
+
+
+def processor_from_settings(
+    settings: Settings,
+    store: HintStore | None,
+    checkpoints: Mapping[str, bytes] | None = None,
+    on_save: Callable[[str, bytes], None] | None = None,
+) -> ClusterLoadProcessor:
+    """The CES side as ``GPUHINT_CES_*`` configure it: the worker and ``gpuhint serve``."""
+    return make_processor(
+        store,
+        policy=settings.ces_policy,
+        slot_s=settings.ces_slot_s,
+        watts_per_node=settings.ces_watts_per_node,
+        stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
+        jobs_config=make_jobs_config(
+            settings.ces_quantile,
+            settings.ces_boot_s,
+            settings.ces_watts_per_node,
+            settings.ces_slot_s,
+            settings.ces_max_cycles_per_node_day,
+        ),
+        checkpoints=checkpoints,
+        on_save=on_save,
+    )

@@ -18,7 +18,7 @@ from typing import Any
 from gpuhint.cores.pipeline.state_table import decode_state
 from gpuhint.cores.sink import InMemoryStore
 from gpuhint.wire.config import load_settings
-from gpuhint.wire.contract import JobEvent, NodeStatus, encode_message
+from gpuhint.wire.contract import JobEvent, JobPhase, NodeStatus, decode_message, encode_message
 from gpuhint.wire.topics import cluster_key, job_key, node_key
 from streams.app import Worker, build_app
 
@@ -149,8 +149,14 @@ def test_job_agent_forwards_placements_and_removes_started_hints(tmp_path: Path)
             await agent.put(encode_message(started), key=job_key("c", "v"))
             await _settle(lambda: w.cadence.held == 2)
         assert store.queue("c", "v") == [] and store.get_hint("c", "j1") is None
-        fw = producer.sent_to("cluster-telemetry")
-        assert [(r[1], r[2]) for r in fw] == [(cluster_key("c"), encode_message(started))]
+        fw = [(r[1], decode_message(r[2] or b"")) for r in producer.sent_to("cluster-telemetry")]
+        # the default CES policy (jobs) sees every job event and the submit hint, in order
+        assert [(k, m.kind, getattr(m, "phase", None)) for k, m in fw] == [
+            (cluster_key("c"), "job", JobPhase.SUBMITTED),
+            (cluster_key("c"), "priority_hint", None),
+            (cluster_key("c"), "job", JobPhase.STARTED),
+        ]
+        assert fw[2][1] == started
 
     _run(tmp_path, scenario)
 

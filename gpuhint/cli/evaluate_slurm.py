@@ -108,7 +108,7 @@ def _say(msg: str) -> None:
 
 @contextlib.contextmanager
 def _services(args: argparse.Namespace, nodes: int, sched: str) -> Iterator[Any]:
-    from gpuhint.lab.local.services import ServiceError
+    from gpuhint.lab.local.services import ServiceError, kafka_and_redis
     from gpuhint.lab.local.slurm import LocalSlurm
     from gpuhint.lab.slurm_loop import Services
     from gpuhint.slurm.commands import SlurmCli
@@ -126,28 +126,10 @@ def _services(args: argparse.Namespace, nodes: int, sched: str) -> Iterator[Any]
                 if args.nodes is not None and args.nodes != found:
                     raise UserError(f"--nodes {args.nodes}, but {conf} has {found} nodes")
                 nodes = found
-            bootstrap, url = kafka_and_redis(stack, args)
+            bootstrap, url = kafka_and_redis(stack, args.bootstrap, args.redis_url, _say)
         except ServiceError as exc:
             raise UserError(f"could not start the services: {exc}") from None
         yield Services(conf, bootstrap, url, nodes)
-
-
-def kafka_and_redis(stack: contextlib.ExitStack, args: argparse.Namespace) -> tuple[str, str]:
-    """--bootstrap and --redis-url, else a private Kafka and Redis kept open by ``stack``."""
-    from gpuhint.lab.local.services import LocalKafka, LocalRedis
-
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        _say("starting a private Kafka")
-        k = stack.enter_context(LocalKafka())
-        k.start()
-        bootstrap = k.bootstrap
-    url = args.redis_url
-    if url is None:
-        r = stack.enter_context(LocalRedis())
-        r.start()
-        url = r.url
-    return bootstrap, url
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,12 +22,11 @@ def _say(msg: str) -> None:
 
 @contextlib.contextmanager
 def _kafka_redis(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    from gpuhint.cli.evaluate_slurm import kafka_and_redis
-    from gpuhint.lab.local.services import ServiceError
+    from gpuhint.lab.local.services import ServiceError, kafka_and_redis
 
     with contextlib.ExitStack() as stack:
         try:
-            pair = kafka_and_redis(stack, args)
+            pair = kafka_and_redis(stack, args.bootstrap, args.redis_url, _say)
         except ServiceError as exc:
             raise UserError(f"could not start the services: {exc}") from None
         yield pair

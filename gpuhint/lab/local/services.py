@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpuhint.lab.local.process import (
@@ -451,3 +451,23 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def kafka_and_redis(
+    stack: contextlib.ExitStack,
+    bootstrap: str | None,
+    redis_url: str | None,
+    say: Callable[[str], None] = lambda _m: None,
+) -> tuple[str, str]:
+    """``bootstrap`` and ``redis_url``, else a private Kafka and Redis that ``stack`` keeps
+    running (raises :class:`ServiceError` when one cannot start)."""
+    if bootstrap is None:
+        say("starting a private Kafka")
+        k = stack.enter_context(LocalKafka())
+        k.start()
+        bootstrap = k.bootstrap
+    if redis_url is None:
+        r = stack.enter_context(LocalRedis())
+        r.start()
+        redis_url = r.url
+    return bootstrap, redis_url

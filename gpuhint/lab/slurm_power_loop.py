@@ -9,8 +9,9 @@ compressed ``speed`` times like the jobs:
    wakes them for jobs by itself;
 2. **gpuhint**: Slurm never suspends on its own (``SuspendTime`` 30 days); the agent's
    Slurm job feed and ``--slurm-nodes`` node feed -> Kafka -> ``gpuhint worker`` (its CES
-   engine, slots of 600 s / speed) -> Redis -> ``gpuhint slurm apply-power`` powers nodes
-   down and up; Slurm still wakes a node a job is given.
+   engine) -> Redis -> ``gpuhint slurm apply-power`` powers nodes
+   down and up; Slurm still wakes a node a job is given. The feeds stamp events in
+   trace time (:class:`TraceClock`), so CES runs on the trace's time scale.
 
 Both keep Slurm's own job order (no SiteFactor): only power differs. A sampler reads
 ``sinfo`` every 0.5 s and integrates the node-seconds each node is off (``~``) or
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhint.lab.slurm_loop import (
+    FeedThread,
     LoopError,
     LoopJob,
     Progress,
@@ -41,6 +43,7 @@ from gpuhint.lab.slurm_loop import (
     run_slurm_only,
 )
 from gpuhint.slurm.commands import SlurmCli
+from gpuhint.wire.contract import JobEvent
 from models.simulator.metrics import percentile
 
 NEVER_S = 30 * 86400
@@ -57,6 +60,27 @@ class PowerSetup:
 
     def wall(self, trace_s: float) -> float:
         return trace_s / self.speed
+
+
+@dataclass(frozen=True)
+class TraceClock:
+    """Wall time -> trace time: ``t0 + (t - t0) * speed``. The feeds stamp every event
+    and node status in trace time, so the worker's CES decides on the trace's time scale
+    (its warm-up, ticks, boot time and cycle limits are in seconds of the trace)."""
+
+    t0: float
+    speed: float
+
+    def __call__(self, t: float) -> float:
+        return self.t0 + (t - self.t0) * self.speed
+
+    def job(self, ev: JobEvent) -> JobEvent:
+        start = None if ev.start_time is None else self(ev.start_time)
+        dur = None if ev.duration_s is None else ev.duration_s * self.speed
+        return ev.model_copy(
+            update={"time": self(ev.time), "submit_time": self(ev.submit_time),
+                    "start_time": start, "duration_s": dur}
+        )  # fmt: skip
 
 
 class OffMeter(threading.Thread):
@@ -246,8 +270,9 @@ def _gpuhint_services(
         power = [*gh, "slurm", "apply-power", "--interval", "1", "--resume-timeout",
                  f"{resume_timeout:g}"]  # fmt: skip
         procs.append(subprocess.Popen(power, env=env, stdout=logs[1], stderr=subprocess.STDOUT))
-        feeds = [_feed(svc.slurm_conf, cluster, producer, topics, ids)]
-        feeds.append(_NodeThread(svc.slurm_conf, cluster, producer, topics))
+        clock = TraceClock(time.time(), setup.speed)
+        feeds = [_job_feed(svc.slurm_conf, cluster, producer, topics, ids, clock)]
+        feeds.append(_NodeThread(svc.slurm_conf, cluster, producer, topics, clock))
         for f in feeds:
             f.start()
         yield ids
@@ -273,15 +298,40 @@ def _power_env(
     return {
         **_worker_env(svc, prefix, cluster, model, workdir),
         "GPUHINT_CES_ENABLED": "true",
-        "GPUHINT_CES_SLOT_S": str(max(1, round(setup.wall(600)))),
+        "GPUHINT_CES_BOOT_S": f"{setup.boot_s:g}",  # trace seconds: the feeds' clock
+        # events run ahead of the wall clock by up to (speed - 1) x the run's length
+        "GPUHINT_MAX_FUTURE_S": f"{86400.0 * setup.speed:.0f}",
     }
+
+
+def _job_feed(
+    conf: str,
+    cluster: str,
+    producer: Any,
+    topics: Any,
+    ids: dict[str, LoopJob],
+    clock: TraceClock,
+) -> FeedThread:
+    """The loop's job feed (:func:`~gpuhint.lab.slurm_loop._feed`), in trace time."""
+    feed = _feed(conf, cluster, producer, topics, ids)
+    relabel = feed.relabel
+
+    def scaled(ev: JobEvent) -> JobEvent | None:
+        out = relabel(ev)
+        return None if out is None else clock.job(out)
+
+    feed.relabel = scaled
+    return feed
 
 
 class _NodeThread(threading.Thread):
     """``--slurm-nodes``: every node's NodeStatus, published each second."""
 
-    def __init__(self, conf: str, cluster: str, producer: Any, topics: Any) -> None:
+    def __init__(
+        self, conf: str, cluster: str, producer: Any, topics: Any, clock: TraceClock
+    ) -> None:
         super().__init__(daemon=True, name="slurm-nodes")
+        self.clock = clock
         from gpuhint.slurm.nodes import SINFO_CMD, SlurmNodeFeed
 
         self.feed = SlurmNodeFeed(("env", f"SLURM_CONF={conf}", *SINFO_CMD), cluster=cluster)
@@ -296,7 +346,7 @@ class _NodeThread(threading.Thread):
 
         try:
             while not self.stop.is_set():
-                for ns in self.feed.poll(time.time()):
+                for ns in self.feed.poll(self.clock(time.time())):
                     key = node_key(ns.cluster, ns.node)
                     self.producer.send(self.topics.node_status, key=key, value=encode_message(ns))
                 self.producer.flush(10)

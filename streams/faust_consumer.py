@@ -173,8 +173,9 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
                 continue
             if did and tp in assigned:
                 self._sent[tp] = (offset, now)
-            else:  # not on the broker: asked again at the next commit
+            else:  # not on the broker: sent again at the next commit
                 self._sent.pop(tp, None)
+                log.info("commit of %s at %d not taken; sending it again", tp, offset)
         return did
 
     def _new_offset(self, tp: Any) -> int | None:

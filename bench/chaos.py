@@ -24,12 +24,14 @@ targets (all counts zero, dead_letters == bad_messages_sent).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="parent of the run's temporary folder (worker logs; removed at the end)",
     )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's folder (worker logs, broker data) and print its path",
+    )
     p.add_argument("--spread-vcs", type=int, default=1, help="spread each VC over N keys")
     p.add_argument("--seeds", default="1-3", help="kill_storm seeds: 1-10 or 1,4,7")
     p.add_argument("--workers", default="1,2", help="kill_storm worker counts: 1,2")
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, ScenarioResult] = {}
     t0 = time.time()
     expected = None
-    with tempfile.TemporaryDirectory(prefix="gpuhint-chaos-", dir=args.workdir) as tmp:
+    with _run_dir(args.workdir, args.keep) as tmp:
         for name in [n for n in names if n in loads]:
             evs = big_vc_events(args.big_vc) if name == "big_vc" else many_vcs_events(args.many_vcs)
             with Chaos(Path(tmp) / name, evs, "chaos", model=args.model) as c:
@@ -167,6 +174,18 @@ def main(argv: list[str] | None = None) -> int:
             flag = "ok  " if r.ok else "FAIL"
             print(f"{flag} {n:26s} {json.dumps(r.as_json())}")
     return 0 if out["all_ok"] else 1
+
+
+@contextlib.contextmanager
+def _run_dir(parent: Path | None, keep: bool) -> Iterator[str]:
+    """The run's temporary folder; with ``keep`` it stays (its path on stderr)."""
+    if not keep:
+        with tempfile.TemporaryDirectory(prefix="gpuhint-chaos-", dir=parent) as tmp:
+            yield tmp
+        return
+    tmp = tempfile.mkdtemp(prefix="gpuhint-chaos-", dir=parent)
+    print(f"[chaos] run folder kept: {tmp}", file=sys.stderr, flush=True)
+    yield tmp
 
 
 if __name__ == "__main__":

@@ -199,13 +199,8 @@ def _job_agent(
         when the app stops, before that wait.)"""
         while True:
             await asyncio.sleep(tick_s)
-            await routine.reseek_stalled()
-            if not routine.cadence.held:
-                continue
-            if app.rebalancing or app.should_stop:
-                await routine.save_all()
-            else:  # paced: a few VCs a tick, batches run between (no burst of encodes)
-                await routine.save_due(tick_s)
+            # paced: a few VCs a tick, batches run between (no burst of encodes)
+            await routine.tick(tick_s, urgent=app.rebalancing or app.should_stop)
 
 
 def _load_sampler(app: faust.App, settings: Settings, ch: Channels) -> LoadView:

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator, Mapping
+from time import monotonic
 from types import CoroutineType
 from typing import Any
 
@@ -53,6 +54,7 @@ __all__ = [
     "finish",
     "lean_fetch_supported",
     "run_inline",
+    "seek_if_assigned",
 ]
 
 CHECKED_VERSIONS = ("0.15.2", "0.15.3")
@@ -107,19 +109,74 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
     and a function partition -> offset that is safe to commit (None: nothing yet).
     """
 
+    commit_refresh_s = 10.0
+    """A job-event partition's commit is sent again after this long even when it has not
+    moved: whatever kept an earlier one from the broker, the commit catches up."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sought: dict[Any, int] = {}
         """tp -> the offset a seek back asked for and the fetch loop has not yet delivered
         (the lean loop drops what an earlier fetch still delivers past it)."""
+        self._sent: dict[Any, tuple[int, float]] = {}
+        """Job-event tp -> (the offset last committed to the broker, when)."""
 
     async def seek(self, partition: Any, offset: int) -> None:
         self._sought[partition] = offset
         await super().seek(partition, offset)
 
+    async def _seek(self, partition: Any, offset: int) -> None:
+        # Faust calls aiokafka's seek from this (the worker's) thread while the consumer
+        # runs in its own: the fetcher's records then change under its iteration
+        # (KeyError in Fetcher.fetched_records). Seek in the consumer's thread instead.
+        thread = self._thread
+        done = await thread.call_thread(
+            seek_if_assigned, thread._ensure_consumer(), partition, offset
+        )
+        if not done:
+            log.info("%s: not assigned now, seek to %d skipped", partition, offset)
+
     async def perform_seek(self) -> None:
         self._sought.clear()  # a rebalance: every partition restarts from its commit
+        self._sent.clear()
         await super().perform_seek()
+
+    # -- commits of the job-event topic: what the routine says, until the broker has it --
+    def _is_job_tp(self, tp: Any) -> bool:
+        commits = getattr(self.app, "gpuhint_commits", None)
+        return commits is not None and tp.topic == commits[0]
+
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Iterator[Any]:
+        # Faust commits only partitions with an acknowledgement at or past its own record
+        # of the commit; that record is updated even by a commit that failed, so a
+        # partition whose last events were handled then is never committed again.
+        # Every assigned job-event partition is considered instead.
+        tps = dict.fromkeys(super()._filter_tps_with_pending_acks(topics))
+        for tp in self.assignment():
+            if self._is_job_tp(tp) and (topics is None or tp in topics or tp.topic in topics):
+                tps[tp] = None
+        return iter(tps)
+
+    def _should_commit(self, tp: Any, offset: int) -> bool:
+        if not self._is_job_tp(tp):
+            return bool(faust_consumer.Consumer._should_commit(self, tp, offset))
+        sent = self._sent.get(tp)
+        return sent is None or sent[0] != offset or monotonic() - sent[1] >= self.commit_refresh_s
+
+    async def _commit_offsets(
+        self, offsets: Mapping[Any, int], start_new_transaction: bool = True
+    ) -> bool:
+        did = bool(await super()._commit_offsets(offsets, start_new_transaction))
+        now, assigned = monotonic(), self.assignment()
+        for tp, offset in offsets.items():
+            if not self._is_job_tp(tp):
+                continue
+            if did and tp in assigned:
+                self._sent[tp] = (offset, now)
+            else:  # not on the broker: sent again at the next commit
+                self._sent.pop(tp, None)
+                log.info("commit of %s at %d not taken; sending it again", tp, offset)
+        return did
 
     def _new_offset(self, tp: Any) -> int | None:
         commits = getattr(self.app, "gpuhint_commits", None)
@@ -133,6 +190,16 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
             gaps.clear()
         offset: int | None = commits[1](tp.partition)
         return offset
+
+
+async def seek_if_assigned(consumer: Any, tp: Any, offset: int) -> bool:
+    """Seek ``tp`` of an aiokafka consumer to ``offset`` if it is assigned now (run in the
+    consumer's thread); False when it is not (a rebalance took it: its new owner starts
+    from the commit)."""
+    if tp not in consumer.assignment():
+        return False
+    consumer.seek(tp, offset)
+    return True
 
 
 class CheckpointApp(faust.App):

@@ -200,3 +200,102 @@ def test_the_checkpoint_consumer_commits_what_the_routine_says() -> None:
     # another topic keeps Faust's own logic
     other = _Offsets(committed=3, acked=[3, 4], commits=("elsewhere", committable))
     assert CheckpointConsumer._new_offset(other, other.tp) == 5  # type: ignore[arg-type]
+
+
+def _committing_consumer(committable: dict[int, int], committed: list[Any]) -> Any:
+    """A :class:`CheckpointConsumer` (no broker) holding job-event partition 1; its
+    commits to the broker succeed (``committed`` records them) unless one is refused."""
+    app: Any = CheckpointApp("ckpt-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+    app.gpuhint_commits = ("jobs", committable.get)
+    consumer: Any = app._new_consumer()
+    consumer.refuse = False
+
+    async def commit_to_broker(offsets: Any) -> bool:
+        if consumer.refuse:  # Faust's answer to "the group has already rebalanced"
+            return False
+        committed.append(dict(offsets))
+        return True
+
+    async def flush() -> None:
+        pass
+
+    consumer._commit = commit_to_broker
+    consumer.assignment = lambda: {TP("jobs", 1)}
+    app.producer.flush = flush
+    return consumer
+
+
+def test_a_refused_commit_is_sent_again_though_no_event_comes() -> None:
+    """The two-worker stall of the kill storm: a partition's last events are handled, the
+    one commit that carries them is refused (a rebalance under way), and no event comes
+    after. Faust records the refused offset as committed and then never sends it (it
+    commits only past that record, and only partitions with a newer acknowledgement);
+    the checkpoint consumer sends what the routine says until the broker took it."""
+    tp, committed = TP("jobs", 1), []
+    consumer = _committing_consumer({1: 11_820}, committed)
+    consumer._committed_offset[tp] = 11_069  # the group's commit when the partition came
+    consumer.refuse = True
+    assert asyncio.run(consumer.force_commit()) is False
+    assert consumer._committed_offset[tp] == 11_820  # Faust's record: as if on the broker
+    assert faust_consumer.Consumer._should_commit(consumer, tp, 11_820) is False
+    assert not consumer._acked.get(tp)  # and nothing acknowledged to commit
+    consumer.refuse = False
+    assert asyncio.run(consumer.force_commit()) is True
+    assert committed == [{tp: 11_820}]
+    assert asyncio.run(consumer.force_commit()) is False  # on the broker: not sent again
+    consumer.commit_refresh_s = 0.0
+    assert asyncio.run(consumer.force_commit()) is True  # ... until the refresh is due
+    assert committed == [{tp: 11_820}, {tp: 11_820}]
+
+
+def test_a_job_partition_with_nothing_to_commit_sends_nothing() -> None:
+    committed: list[Any] = []
+    consumer = _committing_consumer({}, committed)  # the routine has handled nothing
+    assert asyncio.run(consumer.force_commit()) is False and committed == []
+
+
+class _FakeAiokafka:
+    def __init__(self, assigned: set[TP]) -> None:
+        self.assigned = assigned
+        self.seeks: list[tuple[TP, int]] = []
+
+    def assignment(self) -> set[TP]:
+        return self.assigned
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+def test_seek_if_assigned_seeks_only_an_assigned_partition() -> None:
+    fake = _FakeAiokafka({TP("jobs", 1)})
+    assert asyncio.run(lean.seek_if_assigned(fake, TP("jobs", 1), 7)) is True
+    assert asyncio.run(lean.seek_if_assigned(fake, TP("jobs", 2), 9)) is False
+    assert fake.seeks == [(TP("jobs", 1), 7)]
+
+
+def test_a_seek_runs_in_the_consumer_thread() -> None:
+    """aiokafka's seek changes the fetcher's records; called from the worker's thread
+    while the consumer's thread iterates them it raised KeyError in
+    Fetcher.fetched_records. The checkpoint consumer hands the seek to that thread."""
+    fake = _FakeAiokafka({TP("jobs", 1)})
+    calls: list[Any] = []
+
+    class Thread:
+        def _ensure_consumer(self) -> _FakeAiokafka:
+            return fake
+
+        def seek(self, tp: TP, offset: int) -> None:  # Faust's direct call: must not be used
+            raise AssertionError("seek called outside the consumer's thread")
+
+        async def call_thread(self, fun: Any, *args: Any) -> Any:
+            calls.append(fun)
+            return await fun(*args)
+
+    app: Any = CheckpointApp("seek-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+    consumer: Any = app._new_consumer()
+    consumer._thread = Thread()
+    asyncio.run(consumer.seek(TP("jobs", 1), 42))
+    asyncio.run(consumer.seek(TP("jobs", 3), 5))  # revoked meanwhile: skipped, no error
+    assert calls == [lean.seek_if_assigned] * 2
+    assert fake.seeks == [(TP("jobs", 1), 42)]
+    assert consumer._read_offset[TP("jobs", 1)] == 42

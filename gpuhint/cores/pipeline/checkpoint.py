@@ -359,6 +359,20 @@ class BatchRoutine(Generic[E]):
             if keys:
                 self.probe("saved")
 
+    async def tick(self, tick_s: float, urgent: bool = False) -> None:
+        """What the worker's timer runs every ``tick_s``, whether events come or not: ask
+        again for seeks not answered (:meth:`reseek_stalled`), then save the VCs whose
+        cadence is due, a few a tick (every VC with held events when ``urgent``: a
+        rebalance or a stop). So held events are released, and the commit moves, after
+        the last event too."""
+        await self.reseek_stalled()
+        if not self.cadence.held:
+            return
+        if urgent:
+            await self.save_all()
+        else:
+            await self.save_due(tick_s)
+
     async def save_all(self) -> None:
         """Save every VC with held events now (a rebalance or a stop)."""
         await self.save(self.cadence.keys())

@@ -114,6 +114,61 @@ def test_forget_drops_held_events_and_offsets() -> None:
     assert routine.committable(0) is None and not edge.acked
 
 
+def test_the_tick_releases_held_events_after_the_last_event() -> None:
+    """No event comes after the last batch: the timer's tick alone saves the VCs when
+    their cadence is due, and the commit reaches the end of the partition."""
+    now = [0.0]
+    edge = ListEdge(committed={0: 0})
+    routine, _ = _routine(edge, interval_s=1.0, now=now)
+    asyncio.run(routine.run_batch([_msg(0, vc="a"), _msg(1, vc="b")]))
+    now[0] = 0.9
+    asyncio.run(routine.tick(0.05))
+    assert routine.committable(0) == 0 and not edge.acked  # not due yet
+    now[0] = 1.0
+    for _ in range(2):  # paced: at least one due VC a tick
+        asyncio.run(routine.tick(0.05))
+    assert routine.committable(0) == 2 and len(edge.acked) == 2
+
+
+def test_an_urgent_tick_saves_every_held_vc_at_once() -> None:
+    edge = ListEdge(committed={0: 0})
+    routine, _ = _routine(edge, interval_s=60.0, now=[0.0])
+    asyncio.run(routine.run_batch([_msg(0, vc="a"), _msg(1, vc="b"), _msg(2, vc="c")]))
+    asyncio.run(routine.tick(0.05, urgent=True))  # a rebalance or a stop
+    assert routine.committable(0) == 3 and not routine.cadence.held
+
+
+def test_a_save_overtaken_by_a_rebalance_leaves_no_offset_open() -> None:
+    """A rebalance drops the live state while a VC's snapshot is being sealed: that save
+    writes nothing and acknowledges nothing; the partition, assigned here again, is
+    redelivered from its commit and its commit reaches the end."""
+    edge = ListEdge(committed={0: 0})
+    routine, _ = _routine(edge, interval_s=60.0, now=[0.0])
+
+    async def scenario() -> None:
+        sealing, go_on = asyncio.Event(), asyncio.Event()
+
+        async def offload(fn: object, *args: object) -> object:
+            if getattr(fn, "__name__", "") == "seal_all":
+                sealing.set()
+                await go_on.wait()
+            return fn(*args)  # type: ignore[operator]
+
+        routine.offload = offload
+        await routine.run_batch([_msg(0), _msg(1)])
+        save = asyncio.create_task(routine.save_all())
+        await sealing.wait()
+        assert routine.forget() == 0  # the two events were taken by the save
+        go_on.set()
+        await save
+        assert not edge.acked and routine.committable(0) is None
+        await routine.run_batch([_msg(0), _msg(1), _msg(2)])  # from the commit again
+        await routine.tick(0.05, urgent=True)
+        assert routine.committable(0) == 3 and len(edge.acked) == 3
+
+    asyncio.run(scenario())
+
+
 # -- the kill storm, in process: the same routine, killed anywhere ---------------------
 
 

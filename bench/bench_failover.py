@@ -49,18 +49,10 @@ PARTITIONS = 4
 
 @contextlib.contextmanager
 def services(bootstrap: str | None, redis_url: str | None) -> Iterator[tuple[str, str]]:
-    from gpuhint.lab.local.services import LocalKafka, LocalRedis
+    from gpuhint.lab.local.services import kafka_and_redis
 
     with contextlib.ExitStack() as stack:
-        if bootstrap is None:
-            kafka = stack.enter_context(LocalKafka())
-            kafka.start()
-            bootstrap = kafka.bootstrap
-        if redis_url is None:
-            rds = stack.enter_context(LocalRedis())
-            rds.start()
-            redis_url = rds.url
-        yield bootstrap, redis_url
+        yield kafka_and_redis(stack, bootstrap, redis_url)
 
 
 class Feeder(threading.Thread):

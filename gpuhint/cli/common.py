@@ -234,3 +234,16 @@ def redis_store(settings: Settings) -> Any:
     except redis.RedisError as exc:
         raise UserError(f"cannot reach Redis ({type(exc).__name__}: {exc})") from None
     return store
+
+
+def applier_metrics(kind: str, settings: Any) -> Any:
+    """The applier's /metrics server (``kind``: slurm or kueue); a port in use is one line."""
+    from gpuhint.metrics.applier import start_applier_metrics
+
+    try:
+        return start_applier_metrics(kind, settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
+            f"{exc.strerror or exc}"
+        ) from None

@@ -15,6 +15,7 @@ from gpuhint.cli.common import (
     UserError,
     add_config_args,
     add_fallback_args,
+    applier_metrics,
     section_settings,
     settings_from,
 )
@@ -293,15 +294,7 @@ def _serve_passes(
 
 
 def _metrics(settings: Any) -> Any:
-    from gpuhint.metrics.applier import start_applier_metrics
-
-    try:
-        return start_applier_metrics("kueue", settings.metrics_host, settings.metrics_port)
-    except OSError as exc:
-        raise UserError(
-            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
-            f"{exc.strerror or exc}"
-        ) from None
+    return applier_metrics("kueue", settings)
 
 
 def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:

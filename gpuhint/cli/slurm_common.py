@@ -13,7 +13,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_config_args, section_settings, settings_from
+from gpuhint.cli.common import (
+    UserError,
+    add_config_args,
+    applier_metrics,
+    section_settings,
+    settings_from,
+)
 
 log = logging.getLogger("gpuhint.slurm")
 
@@ -78,15 +84,7 @@ def _client(settings: Any) -> Any:
 
 
 def _metrics(settings: Any) -> Any:
-    from gpuhint.metrics.applier import start_applier_metrics
-
-    try:
-        return start_applier_metrics("slurm", settings.metrics_host, settings.metrics_port)
-    except OSError as exc:
-        raise UserError(
-            f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
-            f"{exc.strerror or exc}"
-        ) from None
+    return applier_metrics("slurm", settings)
 
 
 def _check_slurm(cli: Any) -> None:

@@ -157,6 +157,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     # every job-event partition commits what the routine says is durable
     app.gpuhint_commits = (ch.job_topic, routine.committable)  # type: ignore[attr-defined]
     app.gpuhint_ces = ces  # type: ignore[attr-defined]
+    app.gpuhint_redeliver = partial(_redeliver_dropped, app, ch.job_topic, routine)  # type: ignore[attr-defined]
 
     def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         # a rebalance: re-read each VC's and cluster's newest state from the tables.
@@ -177,6 +178,31 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     worker = Worker(app, handler.stats, engine, handler, states, sink, routine)
     app.timer(interval=60.0, name="report")(partial(_report, worker, load_view))
     return worker
+
+
+async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRoutine[Any]) -> None:
+    """Faust resumed flow and cleared its stream queues: seek each assigned job-event
+    partition the consumer fetched past back to where the routine must be delivered
+    from (:meth:`BatchRoutine.redelivery_offset`)."""
+    consumer: Any = app.consumer
+    thread = getattr(consumer, "_thread", None)
+    started = getattr(thread, "_started", None)
+    if started is None or not started.is_set():
+        return  # no consumer running yet: nothing was fetched
+    try:
+        for tp in sorted(consumer.assignment()):
+            if tp.topic != job_topic:
+                continue
+            offset = await routine.redelivery_offset(tp.partition)
+            if offset is not None and await consumer.seek_back(tp, offset):
+                log.info(
+                    "partition %d: events queued when flow resumed were dropped; "
+                    "delivered again from offset %d",
+                    tp.partition,
+                    offset,
+                )
+    except Exception as exc:  # a rebalance under way: its own seek follows
+        log.warning("re-delivery after flow resumed not sought (%r)", exc)
 
 
 def _job_agent(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from time import monotonic
 from types import CoroutineType
 from typing import Any
@@ -41,6 +41,8 @@ from typing import Any
 import faust
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode.utils.objects import cached_property
+from mode.utils.queues import FlowControlEvent
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ __all__ = [
     "finish",
     "lean_fetch_supported",
     "run_inline",
+    "seek_back_if_ahead",
     "seek_if_assigned",
 ]
 
@@ -136,6 +139,21 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
         if not done:
             log.info("%s: not assigned now, seek to %d skipped", partition, offset)
 
+    async def seek_back(self, partition: Any, offset: int) -> bool:
+        """Seek ``partition`` back to ``offset`` if the consumer has fetched past it
+        (in the consumer's thread); False when it has not, or the partition is not
+        assigned now. For events fetched, then dropped before the agent took them."""
+        thread = self._thread
+        return bool(
+            await thread.call_thread(
+                seek_back_if_ahead,
+                thread._ensure_consumer(),
+                partition,
+                offset,
+                self._sought.__setitem__,
+            )
+        )
+
     async def perform_seek(self) -> None:
         self._sought.clear()  # a rebalance: every partition restarts from its commit
         self._sent.clear()
@@ -202,10 +220,61 @@ async def seek_if_assigned(consumer: Any, tp: Any, offset: int) -> bool:
     return True
 
 
+async def seek_back_if_ahead(
+    consumer: Any, tp: Any, offset: int, mark: Callable[[Any, int], None]
+) -> bool:
+    """Seek ``tp`` of an aiokafka consumer back to ``offset`` if it is assigned and its
+    position is past it (run in the consumer's thread); ``mark(tp, offset)`` first, so
+    the fetch loop drops what an earlier fetch still delivers past it. A position at
+    ``offset`` is left alone: nothing was fetched past it (and at the log's end the
+    offset may not exist yet)."""
+    if tp not in consumer.assignment():
+        return False
+    if await consumer.position(tp) <= offset:
+        return False
+    mark(tp, offset)
+    consumer.seek(tp, offset)
+    return True
+
+
+class ResumeNotifyingFlowControl(FlowControlEvent):
+    """Faust's flow control, which clears every stream queue each time flow resumes,
+    calling ``on_resume`` after each clear: events fetched and queued for an agent
+    are gone, and the consumer's position is past them."""
+
+    def __init__(self, *, on_resume: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_resume = on_resume
+
+    def resume(self) -> None:
+        super().resume()
+        self._on_resume()
+
+
 class CheckpointApp(faust.App):
-    """A Faust app whose consumer is :attr:`consumer_class` (:class:`CheckpointConsumer`)."""
+    """A Faust app whose consumer is :attr:`consumer_class` (:class:`CheckpointConsumer`).
+
+    Each time Faust resumes flow (during and after every rebalance, at start) it clears
+    the stream queues. Faust then relies on its seek to the committed offsets; a
+    partition with no commit yet is not sought, so what was queued was lost and the
+    partition stalled behind it. ``app.gpuhint_redeliver`` (set by
+    :func:`streams.app.build_app`) runs after each resume and seeks the job-event
+    partitions back to what the worker has not handled."""
 
     consumer_class: type[faust_aiokafka.Consumer] = CheckpointConsumer
+
+    @cached_property
+    def flow_control(self) -> FlowControlEvent:
+        return ResumeNotifyingFlowControl(loop=self.loop, on_resume=self._flow_resumed)
+
+    def _flow_resumed(self) -> None:
+        redeliver = getattr(self, "gpuhint_redeliver", None)
+        if redeliver is None:
+            return
+        task = asyncio.ensure_future(redeliver())
+        pending: set[asyncio.Future[Any]] = self.__dict__.setdefault("_gpuhint_redeliveries", set())
+        pending.add(task)  # a reference until done (the loop keeps only a weak one)
+        task.add_done_callback(pending.discard)
 
     def _new_consumer(self) -> Any:
         transport = self.transport

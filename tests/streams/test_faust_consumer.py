@@ -11,6 +11,7 @@ import faust
 import pytest
 from faust.transport import consumer as faust_consumer
 from faust.types import TP
+from mode.utils.queues import FlowControlQueue
 
 from streams import faust_consumer as lean
 from streams.faust_consumer import (
@@ -299,3 +300,46 @@ def test_a_seek_runs_in_the_consumer_thread() -> None:
     assert calls == [lean.seek_if_assigned] * 2
     assert fake.seeks == [(TP("jobs", 1), 42)]
     assert consumer._read_offset[TP("jobs", 1)] == 42
+
+
+class _PositionedAiokafka(_FakeAiokafka):
+    def __init__(self, assigned: set[TP], positions: dict[TP, int]) -> None:
+        super().__init__(assigned)
+        self.positions = positions
+
+    async def position(self, tp: TP) -> int:
+        return self.positions[tp]
+
+
+def test_seek_back_only_when_the_consumer_fetched_past_the_offset() -> None:
+    tp = TP("jobs", 1)
+    fake = _PositionedAiokafka({tp}, {tp: 147})
+    marks: dict[TP, int] = {}
+    assert asyncio.run(lean.seek_back_if_ahead(fake, tp, 2, marks.__setitem__)) is True
+    assert fake.seeks == [(tp, 2)] and marks == {tp: 2}  # the fetch loop drops 3..146
+    fake.positions[tp] = 2
+    assert asyncio.run(lean.seek_back_if_ahead(fake, tp, 2, marks.__setitem__)) is False
+    assert asyncio.run(lean.seek_back_if_ahead(fake, TP("jobs", 2), 0, marks.__setitem__)) is False
+    assert fake.seeks == [(tp, 2)]
+
+
+def test_each_flow_resume_runs_the_redelivery_after_faust_clears_its_queues() -> None:
+    """Faust clears every stream queue each time flow resumes; the checkpoint app then
+    runs ``gpuhint_redeliver`` (the worker seeks back what was dropped)."""
+
+    async def scenario() -> tuple[int, list[int]]:
+        app: Any = CheckpointApp("resume-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+        queue = FlowControlQueue(maxsize=10, flow_control=app.flow_control, clear_on_resume=True)
+        queue.put_nowait(1)
+        seen: list[int] = []
+
+        async def redeliver() -> None:
+            seen.append(queue.qsize())  # runs after the clear
+
+        app.gpuhint_redeliver = redeliver
+        app.flow_control.resume()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return queue.qsize(), seen
+
+    assert asyncio.run(scenario()) == (0, [0])

@@ -276,6 +276,23 @@ class BatchRoutine(Generic[E]):
         self.stats.discarded += 1
         return Admission.DISCARD
 
+    async def redelivery_offset(self, partition: int) -> int | None:
+        """Where ``partition`` must be delivered from again when the driver dropped the
+        events it had queued but not yet handed over (Faust clears its stream queues
+        each time flow resumes): the offset a seek back waits for, else the next
+        expected one, else the group's commit, else the log's first (None: the log is
+        empty). An event delivered twice is skipped (:attr:`Admission.SEEN`); one never
+        delivered again would leave its partition stalled behind it."""
+        p = self.partitions.get(partition)
+        if p is not None:
+            offset = p.seeking if p.seeking is not None else p.next_offset
+            if offset is not None:
+                return offset
+        committed = await self.edge.committed(partition)
+        if committed is not None:
+            return committed
+        return await self.edge.first_offset(partition, 0)
+
     async def reseek_stalled(self, after_s: float = 2.0) -> int:
         """Seek again every partition whose seek back has not been answered for
         ``after_s`` (a fetch already under way when it was asked can deliver past it,

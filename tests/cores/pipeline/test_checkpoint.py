@@ -259,3 +259,34 @@ def test_more_unsaved_vcs_than_the_live_bound_are_saved_at_once() -> None:
     assert len(routine.cadence.keys()) == 10  # the 40 oldest saved, their events released
     assert [m.offset for m in edge.acked] == list(range(40))
     assert routine.committable(0) == 40
+
+
+def test_redelivery_offset_is_where_the_routine_must_be_delivered_from() -> None:
+    """After the driver dropped queued events (Faust clears its stream queues when flow
+    resumes), a partition is delivered again from what the routine has not handled:
+    its seek target, its next offset, else the commit, else the log's first offset."""
+    edge = ListEdge(committed={1: 40}, log={0: [5, 6, 7], 1: [40, 41], 2: [3, 4], 3: []})
+    routine, _ = _routine(edge, interval_s=30.0)
+    asyncio.run(routine.run_batch([_msg(5), _msg(6)]))  # partition 0: 5 and 6 handled
+    assert asyncio.run(routine.redelivery_offset(0)) == 7
+    assert asyncio.run(routine.redelivery_offset(1)) == 40  # nothing handled: its commit
+    assert asyncio.run(routine.redelivery_offset(2)) == 3  # no commit: the log's first
+    assert asyncio.run(routine.redelivery_offset(3)) is None  # an empty log
+    routine.partitions[0].seeking = 2  # a seek back under way: its target
+    assert asyncio.run(routine.redelivery_offset(0)) == 2
+
+
+def test_events_dropped_before_the_routine_took_them_are_not_lost() -> None:
+    """The stall of issue 21's CI run: a fresh group (no commit) got its backlog
+    queued, Faust cleared the queue when flow resumed, and the partition waited for
+    offsets that never came again. Re-delivering from :meth:`redelivery_offset`
+    handles every event once, as an uninterrupted run."""
+    edge = ListEdge(committed={}, log={0: list(range(10))})
+    routine, _ = _routine(edge)
+    msgs = [_msg(o, job=f"j{o}") for o in range(10)]
+    asyncio.run(routine.run_batch(msgs[:2]))  # 2..9 were queued, then dropped
+    start = asyncio.run(routine.redelivery_offset(0))
+    assert start == 2
+    asyncio.run(routine.run_batch(msgs[start:]))
+    assert routine.committable(0) == 10 and routine.stats.seen == 0
+    assert len(edge.acked) == 10

@@ -53,7 +53,7 @@ from gpuhint.cores.pipeline.gc_policy import HeapFreezer
 from gpuhint.cores.pipeline.handler import Message, MessageHandler, WorkerStats
 from gpuhint.cores.pipeline.partitioning import partition_for
 from gpuhint.cores.pipeline.placement import RebalanceProbe
-from gpuhint.cores.pipeline.state_table import TableStates
+from gpuhint.cores.pipeline.state_table import TableStates, owner_key
 from gpuhint.cores.qssf import HintEngine
 from gpuhint.cores.sink import BufferedStore, HintStore
 from gpuhint.wire.config import Settings
@@ -99,7 +99,8 @@ def _ces_processor(
         settings,
         store,
         checkpoints=ch.ces_table,
-        on_save=lambda k, blob: ch.ces_table.put(k, blob, partition_of[k]),
+        on_save=lambda k, blob: ch.ces_table.put(k, blob, partition_of[owner_key(k)]),
+        on_delete=lambda k: ch.ces_table.delete(k, partition_of[owner_key(k)]),
     )
 
 

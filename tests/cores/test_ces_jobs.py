@@ -261,7 +261,13 @@ def test_a_job_on_an_off_node_boots_it_and_queued_jobs_wake_nodes() -> None:
     assert woke[-1] == (721.0, ("c",), ())
 
 
-def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run() -> None:
+@pytest.mark.parametrize("max_record_bytes", [512 * 1024, 2048])
+def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run(
+    max_record_bytes: int,
+) -> None:
+    """Also with checkpoints longer than a record (2 kB here; a queue of 25,000 jobs
+    once made one of 1 MB, which Kafka refused and the worker crashed): they are
+    written in parts, each at most ``max_record_bytes``, and restored joined."""
     jobs, pred = _trace(DATA / "itp_cluster01_400.csv", 3)
     cfg, pm = JobAwareConfig(quantile=0.9, warmup_s=0), PowerModel(boot_s=300.0)
     nodes = cluster_nodes(jobs, 0.5)
@@ -300,7 +306,13 @@ def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run() -> None
                 quiet.append(len(msgs))  # ticks fell due before it: a cut right after it
 
     def fresh(table: dict[str, bytes]):  # type: ignore[no-untyped-def]
-        return make_processor(None, policy="jobs", jobs_config=jcfg, checkpoints=table)
+        return make_processor(
+            None,
+            policy="jobs",
+            jobs_config=jcfg,
+            checkpoints=table,
+            max_record_bytes=max_record_bytes,
+        )
 
     whole = fresh({})
     for m in msgs:
@@ -315,6 +327,8 @@ def test_a_restart_from_the_checkpoint_decides_as_an_uninterrupted_run() -> None
         for m in msgs[:cut]:
             first.on_message(m)
             first.checkpoint_dirty()  # every message, as a worker with one-message batches
+        assert max(map(len, table.values())) <= max_record_bytes
+        assert (len(table) > 1) == (max_record_bytes < 4096), sorted(table)  # parts
         second = fresh(table)  # a new worker: restores the cluster at its first message
         second._restore("default")
         assert first.jobs is not None and second.jobs is not None

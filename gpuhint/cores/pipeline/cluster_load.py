@@ -36,6 +36,7 @@ from typing import Any
 
 from gpuhint.cores.ces import CesEngine, ClusterLoadTracker, SlotObservation
 from gpuhint.cores.ces_jobs import JobsCesConfig, JobsCesEngine
+from gpuhint.cores.pipeline.state_table import DEFAULT_MAX_RECORD_BYTES, SplitRecords
 from gpuhint.cores.sink import HintStore
 from gpuhint.wire import pickles
 from gpuhint.wire.config import Settings
@@ -62,13 +63,24 @@ class ClusterLoadProcessor:
         checkpoints: Mapping[str, bytes] | None = None,
         on_save: Callable[[str, bytes], None] | None = None,
         jobs: JobsCesEngine | None = None,
+        *,
+        on_delete: Callable[[str], None] | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
-        """``checkpoints`` is read at restore; saves go to ``on_save``, else are assigned
-        into ``checkpoints`` (then a ``MutableMapping``)."""
+        """``checkpoints`` is read at restore; saves go to ``on_save`` (deletes of
+        superseded parts to ``on_delete``), else into ``checkpoints`` (then a
+        ``MutableMapping``). A checkpoint longer than ``max_record_bytes`` (a job-aware
+        cluster with a long queue) is written in parts (:class:`SplitRecords`)."""
         self.tracker = tracker
         self.engine = engine
         self.checkpoints: Mapping[str, bytes] = checkpoints if checkpoints is not None else {}
         self.on_save = on_save
+        self.records = SplitRecords(
+            self.checkpoints,
+            on_save or self._assign,
+            on_delete or self._pop,
+            max_record_bytes,
+        )
         self.jobs = jobs
         self.dirty: set[str] = set()
         self._engine_blobs: dict[str, tuple[object, int, bytes]] = {}
@@ -79,10 +91,10 @@ class ClusterLoadProcessor:
     def _restore(self, cluster: str) -> None:
         if cluster in self.tracker.clusters:
             return
-        raw = self.checkpoints.get(cluster)
-        if not raw:
-            return
         try:
+            raw = self.records.read(cluster)
+            if not raw:
+                return
             version, tracked, engine_state, *rest = pickles.loads(raw)
             if version not in _READABLE:
                 log.warning("ignoring CES checkpoint of %s: version %s", cluster, version)
@@ -184,10 +196,13 @@ class ClusterLoadProcessor:
         blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         self.saves += 1
         self.bytes_saved += len(blob)
-        if self.on_save is not None:
-            self.on_save(cluster, blob)
-        else:
-            self.checkpoints[cluster] = blob  # type: ignore[index]
+        self.records.write(cluster, blob)
+
+    def _assign(self, key: str, blob: bytes) -> None:
+        self.checkpoints[key] = blob  # type: ignore[index]
+
+    def _pop(self, key: str) -> None:
+        self.checkpoints.pop(key, None)  # type: ignore[attr-defined]
 
 
 def make_jobs_config(
@@ -217,6 +232,8 @@ def make_processor(
     checkpoints: Mapping[str, bytes] | None = None,
     on_save: Callable[[str, bytes], None] | None = None,
     jobs_config: JobsCesConfig | None = None,
+    on_delete: Callable[[str], None] | None = None,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> ClusterLoadProcessor:
     """The worker's CES side for ``policy`` (:data:`POLICIES`): ``series``, the slot engine
     writes advisories; ``jobs``, the job-aware engine does (the slot engine still writes
@@ -233,7 +250,15 @@ def make_processor(
         cfg = jobs_config or make_jobs_config(watts_per_node=watts_per_node, slot_s=slot_s)
         jobs = JobsCesEngine(store, cfg)
     tracker = ClusterLoadTracker(slot_s=slot_s, stale_after_s=stale_after_s)
-    return ClusterLoadProcessor(tracker, engine, checkpoints, on_save, jobs=jobs)
+    return ClusterLoadProcessor(
+        tracker,
+        engine,
+        checkpoints,
+        on_save,
+        jobs=jobs,
+        on_delete=on_delete,
+        max_record_bytes=max_record_bytes,
+    )
 
 
 def processor_from_settings(
@@ -241,6 +266,7 @@ def processor_from_settings(
     store: HintStore | None,
     checkpoints: Mapping[str, bytes] | None = None,
     on_save: Callable[[str, bytes], None] | None = None,
+    on_delete: Callable[[str], None] | None = None,
 ) -> ClusterLoadProcessor:
     """The CES side as ``GPUHINT_CES_*`` configure it: the worker and ``gpuhint serve``."""
     return make_processor(
@@ -258,4 +284,6 @@ def processor_from_settings(
         ),
         checkpoints=checkpoints,
         on_save=on_save,
+        on_delete=on_delete,
+        max_record_bytes=settings.state_max_record_bytes,
     )

@@ -45,7 +45,7 @@ import logging
 import pickle
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -147,6 +147,107 @@ class SplitHeader:
         return cls(*_SPLIT.unpack_from(blob, len(SPLIT_MAGIC)))
 
 
+class SplitRecords:
+    """Records of at most ``max_record_bytes`` over a table of bytes: a longer one is
+    written as parts and a header (module docstring), read back joined. ``put`` and
+    ``delete`` write to the table (a changelog-backed one routes a part key to its
+    owner's partition, :func:`owner_key`). Used for VC states and CES checkpoints.
+
+    >>> table = {}
+    >>> rec = SplitRecords(table, table.__setitem__, table.__delitem__, max_record_bytes=64)
+    >>> rec.write("venus", b"x" * 150)
+    3
+    >>> sorted(table), rec.read("venus") == b"x" * 150
+    (['venus', 'venus:part:1:0', 'venus:part:1:1', 'venus:part:1:2'], True)
+    >>> rec.write("venus", b"short"), sorted(table), rec.read("venus")
+    (0, ['venus'], b'short')
+    """
+
+    def __init__(
+        self,
+        backing: Mapping[str, bytes],
+        put: Callable[[str, bytes], None],
+        delete: Callable[[str], None],
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        if max_record_bytes < 64:
+            raise ValueError(f"max_record_bytes={max_record_bytes}: at least 64")
+        self.backing = backing
+        self.put = put
+        self.delete = delete
+        self.max_record_bytes = max_record_bytes
+
+    def read(self, key: str) -> bytes | None:
+        """The record of ``key`` (joined), None when absent; :class:`StateCodecError`
+        when a split one is broken."""
+        blob = self.backing.get(key)
+        return None if blob is None else self.join(key, blob)
+
+    def join(self, key: str, blob: bytes) -> bytes:
+        """The record of ``key`` whose stored bytes are ``blob`` (joined, if a header)."""
+        header = SplitHeader.decode(blob)
+        if header is None:
+            return blob
+        chunks = []
+        for i in range(header.parts):
+            try:
+                chunks.append(self.backing[part_key(key, header.generation, i)])
+            except KeyError:
+                raise StateCodecError(
+                    f"split record generation {header.generation}: "
+                    f"part {i} of {header.parts} missing"
+                ) from None
+        joined = b"".join(chunks)
+        if len(joined) != header.length or zlib.crc32(joined) != header.crc32:
+            raise StateCodecError(
+                f"split record generation {header.generation}: {len(joined)} bytes joined "
+                f"of {header.length}, or a bad checksum"
+            )
+        return joined
+
+    def old_header(self, key: str) -> SplitHeader | None:
+        try:
+            return SplitHeader.decode(self.backing[key])
+        except (KeyError, StateCodecError):
+            return None
+
+    def write(self, key: str, blob: bytes) -> int:
+        """Write ``key``'s record: whole, or parts then a header; then delete the parts
+        no header names any more (the superseded generation's, and those a crash may
+        have left: the generation before it, an unfinished attempt at the next).
+        Returns the number of parts (0: written whole)."""
+        old = self.old_header(key)
+        attempt = 1 if old is None else old.generation + 1
+        if len(blob) <= self.max_record_bytes:
+            self.put(key, blob)
+            written = 0
+        else:
+            step = self.max_record_bytes
+            written = -(-len(blob) // step)
+            for i in range(written):
+                self.put(part_key(key, attempt, i), blob[i * step : (i + 1) * step])
+            self.put(key, SplitHeader(attempt, written, len(blob), zlib.crc32(blob)).encode())
+        if old is not None:
+            self.delete_parts(key, old.generation, range(old.parts))
+            if old.generation > 1:
+                self.delete_run(key, old.generation - 1, 0)
+        self.delete_run(key, attempt, written)
+        return written
+
+    def delete_parts(self, key: str, generation: int, indexes: Iterable[int]) -> None:
+        for i in indexes:
+            pk = part_key(key, generation, i)
+            if pk in self.backing:
+                self.delete(pk)
+
+    def delete_run(self, key: str, generation: int, start: int) -> None:
+        """Delete parts ``start``, ``start + 1``, ... of ``generation`` while there are."""
+        i = start
+        while part_key(key, generation, i) in self.backing:
+            self.delete(part_key(key, generation, i))
+            i += 1
+
+
 class TableStates(MutableMapping[str, VcState]):
     """Live VcState objects over a table of bytes; dirty keys saved in one go.
 
@@ -177,6 +278,7 @@ class TableStates(MutableMapping[str, VcState]):
         self.compress = compress
         self.max_record_bytes = max_record_bytes
         self.max_live = max_live
+        self.records = SplitRecords(backing, self._put, self._delete, max_record_bytes)
         self._cache: dict[str, VcState] = {}
         """key -> live state, least recently used first."""
         self._dirty: set[str] = set()
@@ -258,7 +360,7 @@ class TableStates(MutableMapping[str, VcState]):
         except StateCodecError:
             header = None
         if header is not None:
-            self._delete_parts(key, header.generation, range(header.parts))
+            self.records.delete_parts(key, header.generation, range(header.parts))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys())
@@ -311,34 +413,9 @@ class TableStates(MutableMapping[str, VcState]):
         self._ops = 0
         self._scan_due = max(1, (scanned - len(victims)) // 8)
 
-    # -- split records ---------------------------------------------------------------------
+    # -- records (split when long) -----------------------------------------------------------
     def _join(self, key: str, blob: bytes) -> bytes:
-        """The sealed state of ``key`` whose record is ``blob`` (joined, if a header)."""
-        header = SplitHeader.decode(blob)
-        if header is None:
-            return blob
-        chunks = []
-        for i in range(header.parts):
-            try:
-                chunks.append(self.backing[part_key(key, header.generation, i)])
-            except KeyError:
-                raise StateCodecError(
-                    f"split record generation {header.generation}: "
-                    f"part {i} of {header.parts} missing"
-                ) from None
-        joined = b"".join(chunks)
-        if len(joined) != header.length or zlib.crc32(joined) != header.crc32:
-            raise StateCodecError(
-                f"split record generation {header.generation}: {len(joined)} bytes joined "
-                f"of {header.length}, or a bad checksum"
-            )
-        return joined
-
-    def _old_header(self, key: str) -> SplitHeader | None:
-        try:
-            return SplitHeader.decode(self.backing[key])
-        except (KeyError, StateCodecError):
-            return None
+        return self.records.join(key, blob)
 
     def _put(self, key: str, blob: bytes) -> None:
         if self.on_save is not None:
@@ -355,40 +432,9 @@ class TableStates(MutableMapping[str, VcState]):
             self.backing.pop(key, None)
         self.deletes += 1
 
-    def _delete_parts(self, key: str, generation: int, indexes: Iterable[int]) -> None:
-        for i in indexes:
-            pk = part_key(key, generation, i)
-            if pk in self.backing:
-                self._delete(pk)
-
-    def _delete_run(self, key: str, generation: int, start: int) -> None:
-        """Delete parts ``start``, ``start + 1``, ... of ``generation`` while there are."""
-        i = start
-        while part_key(key, generation, i) in self.backing:
-            self._delete(part_key(key, generation, i))
-            i += 1
-
     def _write(self, key: str, blob: bytes) -> None:
-        """Write ``key``'s sealed state: whole, or parts then a header; then delete the
-        parts no header names any more (the superseded generation's, and those a crash
-        may have left: the generation before it, an unfinished attempt at the next)."""
-        old = self._old_header(key)
-        attempt = 1 if old is None else old.generation + 1
-        if len(blob) <= self.max_record_bytes:
-            self._put(key, blob)
-            written = 0
-        else:
-            step = self.max_record_bytes
-            written = -(-len(blob) // step)
-            for i in range(written):
-                self._put(part_key(key, attempt, i), blob[i * step : (i + 1) * step])
-            self._put(key, SplitHeader(attempt, written, len(blob), zlib.crc32(blob)).encode())
+        if self.records.write(key, blob):
             self.split_saves += 1
-        if old is not None:
-            self._delete_parts(key, old.generation, range(old.parts))
-            if old.generation > 1:
-                self._delete_run(key, old.generation - 1, 0)
-        self._delete_run(key, attempt, written)
 
     # -- saves -----------------------------------------------------------------------------
     def save_dirty(self) -> int:

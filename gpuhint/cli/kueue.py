@@ -63,7 +63,8 @@ examples:
   gpuhint kueue apply-priorities --cluster k8s --once --json        one pass, a JSON report
   gpuhint kueue apply-priorities --cluster k8s                      the daemon (every 5 s)
 turn it off: stop the daemon, then `gpuhint kueue apply-priorities --clear` removes
-gpuhint's class from every waiting Job (they fall back to Kueue's default priority).
+gpuhint's class from every waiting Job (they fall back to Kueue's default priority)
+and its expected-start annotations from every waiting Workload.
 """
 
 log = logging.getLogger("gpuhint.kueue")
@@ -91,7 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     a.add_argument(
         "--clear",
         action="store_true",
-        help="remove gpuhint's classes from every waiting Job and exit (turning it off)",
+        help="remove gpuhint's classes and expected-start annotations from every waiting "
+        "Job and exit (turning it off)",
     )
     a.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
     a.add_argument("--context", help="kubeconfig context")
@@ -336,14 +338,16 @@ def _report(report: Any, args: argparse.Namespace, metrics: Any = None) -> None:
 
 
 def _clear(backend: Any, ladder: Any, args: argparse.Namespace) -> int:
-    """Remove gpuhint's class label from every waiting Job (admitted ones are left)."""
+    """Remove gpuhint's class label from every waiting Job and its expected-start
+    annotations from every waiting Workload (admitted ones are left)."""
+    from gpuhint.kueue.applier import clear_all
+
     backend.sync()
-    n = 0
-    for v in backend.views():
-        if v.pending and v.job_name and ladder.owns(v.job_class):
-            if not args.dry_run:
-                backend.unlabel(v.namespace, v.job_name)
-            n += 1
+    done = clear_all(backend, ladder, dry_run=args.dry_run)
     verb = "would clear" if args.dry_run else "cleared"
-    print(f"{verb} gpuhint's class on {n} waiting Job(s)", file=sys.stderr)
+    print(
+        f"{verb} gpuhint's class on {done.classes} waiting Job(s) and the expected-start "
+        f"annotations of {done.notes} waiting Workload(s)",
+        file=sys.stderr,
+    )
     return 0

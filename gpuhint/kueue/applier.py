@@ -52,6 +52,34 @@ class KueueBackend(Protocol):
     ) -> bool: ...
     def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]: ...
     def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool: ...
+    def unlabel(self, namespace: str, job: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """What :func:`clear_all` removed (or would, on a dry run)."""
+
+    classes: int
+    """Waiting Jobs whose gpuhint class label went (Kueue's default priority again)."""
+    notes: int
+    """Waiting Workloads whose expected-start annotations went."""
+
+
+def clear_all(backend: KueueBackend, ladder: ClassLadder, dry_run: bool = False) -> Cleared:
+    """Turn gpuhint off on a cluster: remove its class from every waiting Job and its
+    expected-start annotations from every waiting Workload (admitted ones are left)."""
+    views = backend.views()
+    classes = 0
+    for v in views:
+        if v.pending and v.job_name and ladder.owns(v.job_class):
+            if not dry_run:
+                backend.unlabel(v.namespace, v.job_name)
+            classes += 1
+    notes = plan_notes(views, {})  # no forecast: every annotated Workload is cleared
+    if not dry_run:
+        for a in notes.patches:
+            backend.annotate(a.namespace, a.workload, a.notes)
+    return Cleared(classes, notes.cleared)
 
 
 class TokenBucket:

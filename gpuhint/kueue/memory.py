@@ -74,6 +74,15 @@ class InMemoryKueue:
         )
         return True
 
+    def unlabel(self, namespace: str, job: str) -> bool:
+        """Remove the class of a suspended Job: Kueue's default priority (0) again."""
+        j = self.jobs.get(f"{namespace}/{job}")
+        if j is None or not j.suspended:
+            return False
+        self.patches += 1
+        j.view = replace(j.view, job_class=None, priority=0)
+        return True
+
     def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool:
         """Like the API server's merge patch of a Workload's annotations (None: remove)."""
         from gpuhint.kueue.start_note import ANNOTATIONS

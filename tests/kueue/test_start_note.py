@@ -6,7 +6,7 @@ import calendar
 import time
 from datetime import datetime
 
-from gpuhint.kueue.applier import Applier
+from gpuhint.kueue.applier import Applier, Cleared, clear_all
 from gpuhint.kueue.hints import MemoryHints
 from gpuhint.kueue.memory import InMemoryKueue
 from gpuhint.kueue.objects import workload_ref
@@ -134,3 +134,27 @@ def test_no_rbac_to_patch_workloads_turns_the_annotations_off_once() -> None:
     r = a.run_pass()
     assert (r.errors, k.annotations, a.start_note) == (1, 1, False)
     assert a.run_pass().errors == 0 and k.annotations == 1  # relabels go on, no more tries
+
+
+def test_clear_removes_classes_and_annotations_of_waiting_workloads_only() -> None:
+    """Turning gpuhint off (``apply-priorities --clear``) leaves no class and no
+    expected-start note on a waiting Workload; admitted ones are not touched."""
+    k = InMemoryKueue()
+    for i in range(3):
+        k.add_job("ns", f"j{i}", job_id=f"id{i}")
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}") for i in range(3)})
+    hints.starts = {f"id{i}": tuple(_start(5 * i)) for i in range(3)}  # type: ignore[misc]
+    a = Applier(k, hints, "c", rate=0, start_note=True)
+    a.run_pass()
+    k.admit("ns", "j2")
+    ladder = a.ladder
+    assert all(ladder.owns(j.view.job_class) for j in k.jobs.values())
+    dry = clear_all(k, ladder, dry_run=True)
+    assert dry == Cleared(classes=2, notes=2) and k.jobs["ns/j0"].view.notes[0] is not None
+    assert clear_all(k, ladder) == Cleared(classes=2, notes=2)
+    for name in ("j0", "j1"):
+        view = k.jobs[f"ns/{name}"].view
+        assert view.job_class is None and view.notes == (None, None, None)
+    j2 = k.jobs["ns/j2"].view  # admitted: left as it is
+    assert ladder.owns(j2.job_class) and j2.notes[0] is not None
+    assert clear_all(k, ladder) == Cleared(classes=0, notes=0)

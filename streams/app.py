@@ -196,6 +196,7 @@ async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRouti
                 continue
             offset = await routine.redelivery_offset(tp.partition)
             if offset is not None and await consumer.seek_back(tp, offset):
+                routine.stats.flow_reseeks += 1
                 log.info(
                     "partition %d: events queued when flow resumed were dropped; "
                     "delivered again from offset %d",

@@ -107,6 +107,16 @@ class JobsCluster:
         only when it moved (:mod:`gpuhint.cores.pipeline.cluster_load`)."""
 
     # -- the view ------------------------------------------------------------------
+    def node_counts(self) -> dict[str, int]:
+        """Nodes by power state: ``off``, ``booting``, ``on``."""
+        off = sum(1 for s in self.state if s == OFF)
+        booting = sum(1 for s in self.state if s == BOOT)
+        return {
+            "off": off,
+            "booting": booting,
+            "on": len(self.state) - off - booting,
+        }
+
     def head_gpus(self) -> int | None:
         order, queue = self.order, self.queue
         while order and queue.get(order[0][2], (0, -1))[1] != order[0][1]:
@@ -189,6 +199,17 @@ class JobsCluster:
         return off[:count]
 
 
+@dataclass
+class JobsCesStats:
+    """What the job-aware engine decided since this process started (the worker's
+    metrics; not checkpointed)."""
+
+    decisions: int = 0
+    """Decisions that changed a node's power state."""
+    nodes_woken: int = 0
+    nodes_powered_down: int = 0
+
+
 class JobsCesEngine:
     """Per-cluster :class:`JobsCluster` + :class:`JobAwareCore`; writes advisories."""
 
@@ -197,6 +218,7 @@ class JobsCesEngine:
         self.cfg = cfg or JobsCesConfig()
         self.clusters: dict[str, JobsCluster] = {}
         self.advisories_written = 0
+        self.stats = JobsCesStats()
 
     def cluster(self, name: str) -> JobsCluster:
         c = self.clusters.get(name)
@@ -272,6 +294,10 @@ class JobsCesEngine:
         for i in choice.down:
             c.power_down(i, t)
         down = [c.names[i] for i in choice.down]
+        if woke or down:
+            self.stats.decisions += 1
+            self.stats.nodes_woken += len(woke)
+            self.stats.nodes_powered_down += len(down)
         if (woke or down) and self.cfg.keep_decisions:
             c.decisions.append((t, tuple(woke), tuple(down)))
             del c.decisions[: -self.cfg.keep_decisions]

@@ -47,6 +47,41 @@ class KafkaErrorLog(logging.Handler):
         return self
 
 
+def _ces_jobs(jobs: Any) -> Iterator[Metric]:
+    """The job-aware CES engine's decisions and, per cluster it holds, its node states."""
+    st = jobs.stats
+    yield _counter(
+        "gpuhint_ces_jobs_decisions",
+        "Job-aware CES decisions that changed a node's power state.",
+        st.decisions,
+    )
+    n = CounterMetricFamily(
+        "gpuhint_ces_jobs_nodes_changed",
+        "Nodes the job-aware CES decided to power down or wake.",
+        labels=["action"],
+    )
+    n.add_metric(["power_down"], float(st.nodes_powered_down))
+    n.add_metric(["wake"], float(st.nodes_woken))
+    yield n
+    g = GaugeMetricFamily(
+        "gpuhint_ces_jobs_nodes",
+        "Nodes of each cluster this worker holds, by power state as the job-aware CES "
+        "sees it (off, booting, on).",
+        labels=["cluster", "state"],
+    )
+    w = GaugeMetricFamily(
+        "gpuhint_ces_jobs_waiting",
+        "Jobs waiting in the job-aware CES queue of each cluster this worker holds.",
+        labels=["cluster"],
+    )
+    for cluster, c in sorted(list(jobs.clusters.items())):  # a copy: the worker mutates it
+        for state, count in c.node_counts().items():
+            g.add_metric([cluster, state], float(count))
+        w.add_metric([cluster], float(len(c.queue)))
+    yield g
+    yield w
+
+
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
@@ -110,6 +145,17 @@ class WorkerCollector(Collector):
             "(they come again).",
             r.discarded,
         )
+        yield _counter(
+            "gpuhint_events_delivered_again",
+            "Job events delivered again within one assignment (after a seek back): skipped.",
+            r.seen,
+        )
+        yield _counter(
+            "gpuhint_partitions_sought_after_flow_resumed",
+            "Job-event partitions sought back because Faust dropped queued events when "
+            "flow resumed (a rebalance, the start).",
+            r.flow_reseeks,
+        )
         err = SummaryMetricFamily(
             "gpuhint_prediction_abs_log_error",
             "|log(predicted duration) - log(actual)| of each scored finished job; "
@@ -159,6 +205,9 @@ class WorkerCollector(Collector):
         ch.add_metric(["power_down"], float(s.power_downs))
         ch.add_metric(["wake"], float(s.wakes))
         yield ch
+        jobs = getattr(ces, "jobs", None)
+        if jobs is not None:
+            yield from _ces_jobs(jobs)
 
     def _store(self) -> Iterator[Metric]:
         st = self.store

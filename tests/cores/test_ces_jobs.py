@@ -259,6 +259,14 @@ def test_a_job_on_an_off_node_boots_it_and_queued_jobs_wake_nodes() -> None:
     assert c.state[c.index["c"]] == OFF
     woke = [d for d in eng.flush("default") if d[1]]
     assert woke[-1] == (721.0, ("c",), ())
+    # the metrics' view: every decision and node counted, the states as the engine has them
+    made = eng.flush("default")
+    assert eng.stats.decisions == len(made)
+    assert eng.stats.nodes_woken == sum(len(d[1]) for d in made)
+    assert eng.stats.nodes_powered_down == sum(len(d[2]) for d in made) == 3
+    counts = c.node_counts()
+    assert sum(counts.values()) == 3 and counts["booting"] == c.n_boot >= 1
+    assert counts["off"] == sum(1 for s in c.state if s == OFF)
 
 
 @pytest.mark.parametrize("max_record_bytes", [512 * 1024, 2048])

@@ -268,8 +268,6 @@ class TableStates(MutableMapping[str, VcState]):
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         max_live: int = DEFAULT_MAX_LIVE,
     ) -> None:
-        if max_record_bytes < 64:
-            raise ValueError(f"max_record_bytes={max_record_bytes}: at least 64")
         if max_live < 1:
             raise ValueError(f"max_live={max_live}: at least 1")
         self.backing = backing

@@ -60,6 +60,7 @@ from gpuhint.wire.config import Settings
 from models.registry import make_model
 from streams.batching import take_ready
 from streams.faust_assignor import LoadSampler, LoadView
+from streams.faust_consumer import running_thread
 from streams.faust_io import Channels, FaustEdge, make_faust_app
 
 log = logging.getLogger(__name__)
@@ -186,9 +187,7 @@ async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRouti
     partition the consumer fetched past back to where the routine must be delivered
     from (:meth:`BatchRoutine.redelivery_offset`)."""
     consumer: Any = app.consumer
-    thread = getattr(consumer, "_thread", None)
-    started = getattr(thread, "_started", None)
-    if started is None or not started.is_set():
+    if running_thread(consumer) is None:
         return  # no consumer running yet: nothing was fetched
     try:
         for tp in sorted(consumer.assignment()):

@@ -56,6 +56,7 @@ __all__ = [
     "finish",
     "lean_fetch_supported",
     "run_inline",
+    "running_thread",
     "seek_back_if_ahead",
     "seek_if_assigned",
 ]
@@ -208,6 +209,14 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
             gaps.clear()
         offset: int | None = commits[1](tp.partition)
         return offset
+
+
+def running_thread(consumer: Any) -> Any | None:
+    """The consumer's thread (where aiokafka calls must run) once it has started, else
+    None (not started yet, or no thread: an agent test)."""
+    thread = getattr(consumer, "_thread", None)
+    started = getattr(thread, "_started", None)
+    return thread if started is not None and started.is_set() else None
 
 
 async def seek_if_assigned(consumer: Any, tp: Any, offset: int) -> bool:

@@ -18,7 +18,7 @@ from faust.types import TP
 from gpuhint.cores.pipeline.handler import Message, Outcome
 from gpuhint.wire.config import Settings
 from streams.faust_assignor import assignor_class
-from streams.faust_consumer import app_class
+from streams.faust_consumer import app_class, running_thread
 from streams.kafka_io import faust_credentials, kafka_client_config
 
 log = logging.getLogger(__name__)
@@ -115,9 +115,8 @@ class FaustEdge:
     async def committed(self, partition: int) -> int | None:
         """The group's commit for ``partition``, asked of the broker (Faust's own record
         of it may predate this assignment); None when it cannot be read."""
-        thread = getattr(self.app.consumer, "_thread", None)
-        started = getattr(thread, "_started", None)
-        if thread is None or started is None or not started.is_set():
+        thread = running_thread(self.app.consumer)
+        if thread is None:
             return None  # no running consumer (an agent test): take what comes
         tp = TP(self.topic, partition)
 

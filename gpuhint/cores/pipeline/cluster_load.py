@@ -74,7 +74,6 @@ class ClusterLoadProcessor:
         self.tracker = tracker
         self.engine = engine
         self.checkpoints: Mapping[str, bytes] = checkpoints if checkpoints is not None else {}
-        self.on_save = on_save
         self.records = SplitRecords(
             self.checkpoints,
             on_save or self._assign,

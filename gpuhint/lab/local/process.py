@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -22,10 +23,50 @@ class ServiceError(RuntimeError):
     """A service could not be started; the message says why and what to install."""
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10_000
+_handed_out: set[int] = set()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (Linux's default if unreadable)."""
+    try:
+        low, high = (int(x) for x in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 32_768, 60_999
+    return low, high
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A loopback port that is free now, outside the kernel's ephemeral range.
+
+    A port the kernel handed out by ``bind(0)`` is an ephemeral one: until the server binds
+    it, any outgoing connection (a client, another test's broker) may take it, and the
+    server then fails with "Address already in use". Below the ephemeral range no outgoing
+    connection lands, and this process never hands the same port out twice.
+
+    >>> 0 < free_port() < 65_536
+    True
+    """
+    low, _ = ephemeral_range()
+    candidates = list(range(_LOWEST_PORT, low))
+    random.shuffle(candidates)
+    for port in candidates[:200]:
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a narrow range: the kernel's
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:

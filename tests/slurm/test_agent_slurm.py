@@ -26,6 +26,20 @@ def _state(cli: SlurmCli, job_id: str) -> str:
     return cli.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False).strip()
 
 
+def _explain(cli: SlurmCli, job_id: str) -> str:
+    """What Slurm's accounting and the node's slurmd log say of one job (for a failure)."""
+    fields = "JobID,State,ExitCode,DerivedExitCode,Reason,Submit,Start,End,NodeList"
+    sacct = cli.run(["sacct", "-X", "-P", "-j", job_id, "-o", fields], check=False)
+    log_dir = Path(os.environ["SLURM_CONF"]).parent.parent / "log"
+    lines = [
+        f"{log.name}: {line}"
+        for log in sorted(log_dir.glob("slurm*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if f"JobId={job_id} " in line or f"job {job_id} " in line.lower() or f"[{job_id}." in line
+    ]
+    return f"sacct:\n{sacct}\nlogs:\n" + "\n".join(lines[-40:])
+
+
 def _until(what: str, cond: Callable[[], bool], timeout: float, step: float = 0.3) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -91,12 +105,17 @@ def test_lifecycles_survive_a_restart(
         want = [JobPhase.SUBMITTED, JobPhase.STARTED, JobPhase.FINISHED]
         assert phases(job) == want, f"{label} ({job}): {phases(job)}"
     final = {ids[e.job_id]: e for e in events if e.phase is JobPhase.FINISHED}
-    assert final["ok"].state is JobState.COMPLETED
-    assert final["fail"].state is JobState.FAILED
-    assert final["cancel"].state is JobState.CANCELLED
-    assert final["timeout"].state is JobState.TIMEOUT
-    assert final["requeue"].state is JobState.COMPLETED
-    assert {final[f"arr{i}"].state for i in range(3)} == {JobState.COMPLETED}
+    want_state = {
+        "ok": JobState.COMPLETED,
+        "fail": JobState.FAILED,
+        "cancel": JobState.CANCELLED,
+        "timeout": JobState.TIMEOUT,
+        "requeue": JobState.COMPLETED,
+        **{f"arr{i}": JobState.COMPLETED for i in range(3)},
+    }
+    for label, wanted in want_state.items():
+        job = final[label].job_id
+        assert final[label].state is wanted, f"{label}: {final[label]}\n{_explain(cli, job)}"
     ok = final["ok"]
     assert (ok.user, ok.vc, ok.partition, ok.name) == ("root", "research", "gpu", "ok")
     assert ok.num_gpus == 2 and ok.time_limit_s == 300.0 and ok.nodes

@@ -48,16 +48,19 @@ def free_port() -> int:
     >>> 0 < free_port() < 65_536
     True
     """
+    return free_ports(1)
+
+
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports, chosen as :func:`free_port` does."""
     low, _ = ephemeral_range()
-    candidates = list(range(_LOWEST_PORT, low))
-    random.shuffle(candidates)
-    for port in candidates[:200]:
-        if port not in _handed_out and _bindable(port):
-            _handed_out.add(port)
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a narrow range: the kernel's
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    for _ in range(500):
+        base = random.randint(_LOWEST_PORT, max(_LOWEST_PORT, low - n))
+        block = range(base, base + n)
+        if not _handed_out.intersection(block) and all(_bindable(p) for p in block):
+            _handed_out.update(block)
+            return base
+    raise ServiceError(f"no {n} consecutive free ports on 127.0.0.1 below {low}")
 
 
 def _bindable(port: int) -> bool:

@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,30 +27,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
+from gpuhint.lab.local.process import free_ports
 from gpuhint.lab.local.services import ServiceError, free_port
 from gpuhint.lab.local.slurm_conf import SBIN, gres_conf, power_scripts, slurm_conf, slurmdbd_conf
 
 PACKAGES = ("slurm-wlm", "slurmctld", "slurmd", "slurm-client", "munge")
 DB_PACKAGES = ("slurmdbd", "slurm-wlm-mysql-plugin", "mariadb-server-core", "mariadb-client-core")
-
-
-def _port_range(n: int) -> int:
-    """The first of ``n`` consecutive free loopback ports."""
-    for _ in range(200):
-        base = random.randint(20000, 60000 - n)
-        socks: list[socket.socket] = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise ServiceError(f"no {n} consecutive free ports on 127.0.0.1")
 
 
 def ensure_packages(accounting: bool = True) -> None:
@@ -178,7 +158,7 @@ class LocalSlurm:
             if not link.is_symlink():
                 link.symlink_to("/dev/null")
         self.ctld_port = free_port()
-        self.node_port = _port_range(self.nodes)
+        self.node_port = free_ports(self.nodes)
         self.dbd_port = free_port()
         self.db_port = free_port()
         try:

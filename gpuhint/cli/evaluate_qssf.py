@@ -56,6 +56,9 @@ policies:
   fifo+easy     (traces with requested time limits) FIFO with EASY backfill on the
                 requested limits, as Slurm's backfill: the head job gets a reservation,
                 later jobs start early only if they end by it or use spare GPUs
+  qssf+easy     (with --backfill, or traces with time limits) QSSF's hints at submit
+                with EASY backfill, gpuhint's p90 duration as each job's run time: what
+                gpuhint adds to a site's backfill, with no time limits needed
 
 the table:
   avg JCT       average job completion time (finish - submit), all GPU jobs

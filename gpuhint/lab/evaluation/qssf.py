@@ -120,7 +120,7 @@ def evaluate_qssf(
     check_fit([jobs[k] for k in gpu_idx], sizes, sizing)
     given_prio, given_info = _given(jobs, given_priorities, given_times_gpus)
 
-    runs = _Runs(jobs, by_vc, sizes, model, bound)
+    runs = _Runs(jobs, by_vc, sizes, model, bound, open_preds=preds)
     runs.sources = {
         "oracle": [j.num_gpus * j.duration for j in jobs],
         "online": preds.priority if preds is not None else [],
@@ -253,6 +253,8 @@ class _Runs:
     start_runs: list[tuple[list[float], list[float], StartRecorder]] = field(default_factory=list)
     overdue: int = 0
     sim_jobs: dict[str, list[SimJob]] = field(default_factory=dict)
+    open_preds: OnlinePredictions | None = None
+    """The open loop's hints (trace order); None in the closed loop."""
 
     def __post_init__(self) -> None:
         self.sim_jobs = {vc: [sim_job(self.jobs[k]) for k in ks] for vc, ks in self.by_vc.items()}
@@ -271,12 +273,12 @@ class _Runs:
             ranker: ClosedLoopRanker | None = None
             if spec.priority == "loop":
                 ranker = ClosedLoopRanker([jobs[k] for k in ks], self.model, wait_bound=self.bound)
-            elif spec.priority is not None:
+            elif spec.priority is not None and not spec.easy:
                 src = self.sources[spec.priority]
                 prios = [src[k] for k in ks]
             if spec.easy:
-                lims = [jobs[k].time_limit_s or None for k in ks]
-                out = simulate_easy(sj, self.sizes[vc], [j.submit for j in sj], lims)
+                keys, lims = self._easy_inputs(spec, vc, ks)
+                out = simulate_easy(sj, self.sizes[vc], keys, lims)
             else:
                 out = simulate_vc(
                     sj,
@@ -299,3 +301,29 @@ class _Runs:
                 wait.append(o.start - job.submit)
         secs = time.perf_counter() - t0
         return PolicyResult(spec, summarize(gpus, jct, queue), jct, secs, wait=wait)
+
+    def _easy_inputs(
+        self, spec: PolicySpec, vc: str, ks: list[int]
+    ) -> tuple[list[float], list[float | None]]:
+        """EASY's queue keys and run times for one VC: submit order and the requested
+        limits, or gpuhint's hints at submit and their p90 durations (``run_times="hint"``:
+        the closed-loop QSSF run's, so that policy must run first; else the open loop's)."""
+        if spec.run_times != "hint":
+            keys = [j.submit for j in self.sim_jobs[vc]]
+            return keys, [self.jobs[k].time_limit_s or None for k in ks]
+        if vc in self.loop_preds:
+            _, p = self.loop_preds[vc]
+            pos = list(range(len(ks)))
+        elif self.open_preds is not None:
+            p, pos = self.open_preds, ks
+        else:
+            raise RuntimeError(f"{spec.name}: no hints yet (run the qssf policy first)")
+        prio = p.submit_priority or p.priority
+        run = p.p90 or p.predicted_duration
+        keys = [_finite_or(prio[i], math.inf) for i in pos]
+        lims = [None if not math.isfinite(run[i]) else run[i] for i in pos]
+        return keys, lims
+
+
+def _finite_or(x: float, default: float) -> float:
+    return x if math.isfinite(x) else default

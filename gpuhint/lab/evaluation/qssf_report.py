@@ -23,9 +23,10 @@ class PolicySpec:
     name: str
     kind: PolicyKind
     describe: str
-    priority: str | None = None  # "oracle" | "online" | "given" | "loop" | "limit"
+    priority: str | None = None  # "oracle" | "online" | "given" | "loop" | "limit" | "hint"
     backfill: bool = False
-    easy: bool = False  # EASY backfill with the requested time limits (models.simulator.easy)
+    easy: bool = False  # EASY backfill (models.simulator.easy) ...
+    run_times: str = "limit"  # ... on the requested time limits, or "hint": gpuhint's p90
 
 
 @dataclass
@@ -218,6 +219,17 @@ def policy_specs(
             for s in list(specs)
             if s.kind != "srtf" and not s.easy
         ]
+    if limits or backfill:  # what gpuhint adds to a site's backfill
+        specs.append(
+            PolicySpec(
+                "qssf+easy",
+                "qssf",
+                "QSSF's hints at submit with EASY backfill on gpuhint's p90 durations",
+                "hint",
+                easy=True,
+                run_times="hint",
+            )
+        )
     return specs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -362,7 +363,7 @@ def test_time_limits_add_sjf_limit_and_easy_backfill() -> None:
         )  # fmt: skip
     rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 4})
     pol = rep.policies
-    assert {"sjf-limit", "fifo+easy"} <= set(pol)
+    assert {"sjf-limit", "fifo+easy", "qssf+easy"} <= set(pol)
     # EASY backfill with limits beats plain FIFO here; ranking by requested service too
     assert pol["fifo+easy"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
     assert pol["sjf-limit"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
@@ -370,3 +371,28 @@ def test_time_limits_add_sjf_limit_and_easy_backfill() -> None:
     no_limits = [TraceJob(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in jobs[:50]]
     plain = evaluate_qssf(no_limits, model="history_mix", vc_nodes={"default": 4})
     assert "sjf-limit" not in plain.policies and "fifo+easy" not in plain.policies
+    assert "qssf+easy" not in plain.policies
+
+
+@pytest.mark.parametrize("loop", ["closed", "open"])
+def test_qssf_with_easy_backfill_on_its_own_p90_durations(loop: Literal["closed", "open"]) -> None:
+    """No time limits needed: the hints order the queue and their p90 is each job's run
+    time for the reservation; it runs with --backfill (and wherever limits exist)."""
+    rnd = __import__("random").Random(5)
+    jobs = []
+    t = 0.0
+    for k in range(300):
+        t += rnd.expovariate(1 / 60)
+        user = k % 5
+        d = [30.0, 300.0, 3000.0, 600.0, 60.0][user] * rnd.uniform(0.8, 1.25)
+        gpus = [1, 4, 8, 16, 2][user]
+        jobs.append(TraceJob(f"j{k}", t, d, gpus, user=f"u{user}"))
+    rep = evaluate_qssf(
+        jobs, model="history_mix", vc_nodes={"default": 4}, backfill=True, loop=loop
+    )
+    pol = rep.policies
+    easy = pol["qssf+easy"]
+    assert easy.spec.easy and easy.spec.run_times == "hint"
+    assert easy.tails is not None and len(easy.jct) == len(jobs)
+    # repetitive users: the hints rank and size jobs well enough to beat FIFO's backfill
+    assert easy.summary.avg_jct_s < pol["fifo+backfill"].summary.avg_jct_s

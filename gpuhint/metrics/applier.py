@@ -214,6 +214,11 @@ class ApplierMetrics:
         for why, n in sorted(report.skipped.items()):
             self.refusal(str(why).replace("-", "_"), n)
         self.error("api", report.errors)
+        if report.expected_start:
+            self._observe_starts(
+                report.dry_run,
+                {"start_set": report.starts_annotated, "start_cleared": report.starts_cleared},
+            )
         self.fallback(
             fresh=report.hints_fresh,
             age_s=report.hint_age_s,
@@ -235,6 +240,15 @@ class ApplierMetrics:
         self.refusal("held", result.skipped_held)
         self.refusal("rate_limited", result.deferred)
         self.refusal("slurm_refused", result.refused)
+        if result.start_comment:
+            c = result.comments
+            self._observe_starts(
+                dry_run,
+                {"start_set": c["comments_set"], "start_cleared": c["comments_cleared"]},
+            )
+            self.refusal("user_comment_kept", c["comments_user_kept"])
+            self.refusal("start_rate_limited", c["comments_deferred"])
+            self.refusal("start_refused", c["comments_refused"])
         self.fallback(
             fresh=result.hints_fresh,
             age_s=result.hint_age_s,
@@ -245,6 +259,15 @@ class ApplierMetrics:
             neutral_set=0 if dry_run else result.neutral_set,
         )
         self.pass_done(result.seconds, result.pending_hinted, result.updated)
+
+    def _observe_starts(self, dry_run: bool, changes: dict[str, int]) -> None:
+        """Expected starts written where users look (Slurm: the job's Comment; Kueue: the
+        Workload's annotations): ``start_set`` / ``start_cleared`` actions."""
+        for action, n in changes.items():
+            if dry_run:
+                self.refusal("dry_run", n)
+            else:
+                self.action(action, n)
 
     def observe_slurm_power(self, result: Any, seconds: float, dry_run: bool) -> None:
         """A ``gpuhint.slurm.power.PowerResult`` and how long its pass took."""

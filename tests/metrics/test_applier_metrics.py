@@ -90,3 +90,37 @@ def test_pass_results_of_both_appliers_map_to_metrics() -> None:
     assert s.value("gpuhint_applier_refusals_total", reason="held_back") == 1
     assert s.value("gpuhint_applier_pass_seconds_count") == 2
     assert s.value("gpuhint_applier_pending_jobs") == 10  # a power pass leaves it alone
+
+
+def test_expected_starts_written_where_users_look_are_counted() -> None:
+    from gpuhint.kueue.applier import PassReport
+    from gpuhint.slurm.priority import PassResult
+
+    s = ApplierMetrics("slurm")
+    comments = {
+        "comments_set": 5, "comments_cleared": 2, "comments_unchanged": 7,
+        "comments_user_kept": 1, "comments_deferred": 3, "comments_refused": 1,
+    }  # fmt: skip
+    result = PassResult(
+        pending_hinted=10, updated=0, unchanged=10, skipped_pinned=0, skipped_held=0,
+        deferred=0, refused=0, start_comment=True, comments=comments,
+    )  # fmt: skip
+    s.observe_slurm_priorities(result, dry_run=False)
+    assert s.value("gpuhint_applier_actions_total", action="start_set") == 5
+    assert s.value("gpuhint_applier_actions_total", action="start_cleared") == 2
+    assert s.value("gpuhint_applier_refusals_total", reason="user_comment_kept") == 1
+    assert s.value("gpuhint_applier_refusals_total", reason="start_rate_limited") == 3
+    assert s.value("gpuhint_applier_refusals_total", reason="start_refused") == 1
+    s.observe_slurm_priorities(result, dry_run=True)  # planned, not written
+    assert s.value("gpuhint_applier_actions_total", action="start_set") == 5
+    assert s.value("gpuhint_applier_refusals_total", reason="dry_run") == 7
+    off = ApplierMetrics("slurm")  # comments off: nothing counted
+    off.observe_slurm_priorities(PassResult(1, 0, 1, 0, 0, 0, 0), dry_run=False)
+    assert off.value("gpuhint_applier_refusals_total", reason="user_comment_kept") == 0
+
+    k = ApplierMetrics("kueue")
+    k.observe_kueue_pass(
+        PassReport(pending=4, expected_start=True, starts_annotated=3, starts_cleared=1)
+    )
+    assert k.value("gpuhint_applier_actions_total", action="start_set") == 3
+    assert k.value("gpuhint_applier_actions_total", action="start_cleared") == 1

@@ -252,6 +252,41 @@ PANELS: tuple[Panel, ...] = (
         "Nodes off x GPUHINT_CES_WATTS_PER_NODE x slot, summed.",
     ),
     Panel(
+        "Job-aware CES: nodes and queue",
+        "short",
+        (
+            Level(
+                "gpuhint_ces_jobs_nodes",
+                by=("cluster", "state"),
+                legend="{{cluster}} nodes {{state}}",
+                filters=("cluster",),
+            ),
+            Level(
+                "gpuhint_ces_jobs_waiting",
+                by=("cluster",),
+                legend="{{cluster}} jobs waiting",
+                filters=("cluster",),
+            ),
+        ),
+        "With GPUHINT_CES_POLICY=jobs: each cluster's nodes by power state (off, booting, "
+        "on) as the job-aware CES sees them, and the jobs in its queue. Booting nodes "
+        "while jobs wait are the delay an operator pays for the energy saved.",
+    ),
+    Panel(
+        "Job-aware CES: nodes changed (per hour)",
+        "short",
+        (
+            Rate(
+                "gpuhint_ces_jobs_nodes_changed_total",
+                by=("action",),
+                legend="{{action}}",
+                scale=3600,
+            ),
+        ),
+        "Nodes the job-aware CES decided to power down or wake: how often nodes cycle.",
+        stack=True,
+    ),
+    Panel(
         "Dead letters (per min)",
         "short",
         (Rate("gpuhint_dead_letters_total", by=("reason",), legend="{{reason}}", scale=60),),

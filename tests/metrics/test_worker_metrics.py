@@ -115,6 +115,36 @@ def _applier_metrics() -> Iterator[str]:
         srv.stop()
 
 
+@contextlib.contextmanager
+def _ces_jobs_metrics() -> Iterator[str]:
+    """The job-aware CES's metrics as a worker with ``GPUHINT_CES_POLICY=jobs`` serves them
+    (this test's worker runs the series policy, for its advisory-per-slot check)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.registry import Collector
+
+    from gpuhint.cores.ces_jobs import JobsCesConfig, JobsCesEngine
+    from gpuhint.metrics.server import MetricsServer
+    from gpuhint.metrics.worker import _ces_jobs
+    from models.power_jobs import JobAwareConfig
+
+    eng = JobsCesEngine(None, JobsCesConfig(JobAwareConfig(warmup_s=0)))
+    for node in ("a", "b"):
+        eng.on_message(NodeStatus(cluster=CLUSTER, node=node, time=0, num_gpus=8))
+    eng.flush(CLUSTER)  # no demand: both off, one decision
+
+    class Engine(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            return _ces_jobs(eng)
+
+    registry = CollectorRegistry()
+    registry.register(Engine())
+    srv = MetricsServer(registry, host="127.0.0.1", port=0).start()
+    try:
+        yield f"127.0.0.1:{srv.port}"
+    finally:
+        srv.stop()
+
+
 def test_scrape_a_running_worker(
     kafka_bootstrap: str,
     redis_url: str,
@@ -130,9 +160,10 @@ def test_scrape_a_running_worker(
     worker_target = base.removeprefix("http://")
     with contextlib.ExitStack() as stack:
         applier_target = stack.enter_context(_applier_metrics())
+        ces_target = stack.enter_context(_ces_jobs_metrics())
         try:
             prometheus = LocalPrometheus(
-                [worker_target, f"127.0.0.1:{agent_port}", applier_target]
+                [worker_target, f"127.0.0.1:{agent_port}", applier_target, ces_target]
             ).start()
         except ServiceError as exc:
             pytest.fail(f"Prometheus could not be started: {exc}", pytrace=False)

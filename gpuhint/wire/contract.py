@@ -13,9 +13,7 @@ True
 from __future__ import annotations
 
 import json
-import re
 import time as _time
-import typing
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
@@ -29,6 +27,15 @@ from pydantic import (
     ValidationInfo,
     field_validator,
     model_validator,
+)
+
+from gpuhint.wire.strict_json import (
+    InvalidMessage,
+    check_depth,
+    count_keys,
+    json_type,
+    parse_strict,
+    short,
 )
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -82,14 +89,6 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-class InvalidMessage(ValueError):
-    """A message that cannot be decoded; ``reason`` says why in one line."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 def _limits(info: ValidationInfo) -> Limits | None:
     ctx = info.context
     return ctx.get("limits") if isinstance(ctx, dict) else None
@@ -108,7 +107,7 @@ class _Wire(BaseModel):
         if type(v) is not int:
             raise ValueError(
                 f"schema_version must be the integer {SCHEMA_VERSION}, "
-                f"not {_short(v)} ({_json_type(v)})"
+                f"not {short(v)} ({json_type(v)})"
             )
         return v
 
@@ -375,24 +374,6 @@ def encode_message(msg: BaseModel) -> bytes:
     return msg.model_dump_json(exclude_none=True).encode()
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+"', re.DOTALL)
-_BRACKET = re.compile(rb"[\[\]{}]")
-
-
-def _check_depth(raw: bytes, max_depth: int) -> None:
-    """Reject JSON nested deeper than ``max_depth`` without parsing it."""
-    if raw.count(b"[") + raw.count(b"{") <= max_depth:
-        return  # the common case: cannot be deeper
-    depth = 0
-    for m in _BRACKET.finditer(_STRING.sub(b'""', raw)):
-        if m.group() in (b"[", b"{"):
-            depth += 1
-            if depth > max_depth:
-                raise InvalidMessage(f"JSON nested deeper than {max_depth} levels")
-        else:
-            depth -= 1
-
-
 def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Message:
     """Parse and validate one message; raise :class:`InvalidMessage` with a one-line reason.
 
@@ -407,7 +388,7 @@ def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_L
             data = raw.encode() if isinstance(raw, str) else bytes(raw)
         if len(data) > limits.max_bytes:
             raise InvalidMessage(f"message of {len(data)} bytes exceeds {limits.max_bytes}")
-        _check_depth(data, limits.max_depth)
+        check_depth(data, limits.max_depth)
         # the common case, a valid message: one parse. Anything else takes the checks
         # below, which say what is wrong (and agree with this on what is valid).
         try:
@@ -418,26 +399,24 @@ def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_L
             # the parser keeps the last of duplicate keys; every key is followed by a
             # ':', so as many ':' as keys validated means there is none (the usual case)
             if "schema_version" in msg.model_fields_set and (
-                data.count(b":") == _n_keys(msg) or _parse(data) is not None
+                data.count(b":") == count_keys(msg) or parse_strict(data) is not None
             ):
                 return msg
-        obj = _parse(data)
+        obj = parse_strict(data)
         if not isinstance(obj, dict):
             raise InvalidMessage(f"expected a JSON object, got {type(obj).__name__}")
         version = obj.get("schema_version")
         if type(version) is not int and version == SCHEMA_VERSION:  # 1.0, true
             raise InvalidMessage(
-                f"unsupported schema_version {json.dumps(version)} ({_json_type(version)}): "
+                f"unsupported schema_version {json.dumps(version)} ({json_type(version)}): "
                 f"it must be the integer {SCHEMA_VERSION}"
             )
         if version != SCHEMA_VERSION:
             raise InvalidMessage(
-                f"unsupported schema_version {_short(version)} (this build reads {SCHEMA_VERSION})"
+                f"unsupported schema_version {short(version)} (this build reads {SCHEMA_VERSION})"
             )
         if obj.get("kind") not in KINDS:
-            raise InvalidMessage(
-                f"unknown kind {_short(obj.get('kind'))} (expected one of {KINDS})"
-            )
+            raise InvalidMessage(f"unknown kind {short(obj.get('kind'))} (expected one of {KINDS})")
         try:
             return _MESSAGE.validate_json(data, strict=True, context={"limits": limits})
         except ValidationError as exc:
@@ -448,74 +427,7 @@ def decode_message(raw: bytes | str | dict[str, Any], limits: Limits = DEFAULT_L
     except InvalidMessage:
         raise
     except Exception as exc:  # RecursionError, MemoryError, a bug: never escape as such
-        raise InvalidMessage(f"undecodable: {type(exc).__name__}: {_short(str(exc))}") from None
-
-
-def _parse(data: bytes) -> Any:
-    """``json.loads`` that refuses NaN/Infinity and duplicate keys (at any depth)."""
-    try:
-        return json.loads(data, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidMessage(f"not JSON: {exc}") from None
-
-
-def _no_constant(name: str) -> None:
-    raise InvalidMessage(f"not JSON: {name} is not a number")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise InvalidMessage(f"duplicate key {_short(key)} (a key may appear once)")
-            seen.add(key)
-    return obj
-
-
-_PART_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
-
-
-def _part_fields(cls: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of ``cls`` that hold nested :class:`_Part` objects (cached)."""
-    names = _PART_FIELDS.get(cls)
-    if names is None:
-
-        def holds_part(tp: Any) -> bool:
-            if isinstance(tp, type) and issubclass(tp, BaseModel):
-                return True
-            return any(holds_part(arg) for arg in typing.get_args(tp))
-
-        names = tuple(n for n, f in cls.model_fields.items() if holds_part(f.annotation))
-        _PART_FIELDS[cls] = names
-    return names
-
-
-def _n_keys(model: BaseModel) -> int:
-    """How many distinct keys the JSON that validated into ``model`` had, nesting included."""
-    n = len(model.model_fields_set)
-    for name in _part_fields(type(model)):
-        value = getattr(model, name)
-        for part in value if isinstance(value, tuple) else (value,):
-            if isinstance(part, BaseModel):
-                n += _n_keys(part)
-    return n
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, float):
-        return "a float"
-    return {str: "a string", type(None): "null", list: "an array", dict: "an object"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _short(value: object, n: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= n else text[: n - 3] + "..."
+        raise InvalidMessage(f"undecodable: {type(exc).__name__}: {short(str(exc))}") from None
 
 
 def decode_job_event(

@@ -323,73 +323,10 @@ class LeanConsumer(CheckpointConsumer):
         )
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - e2e
-        # Faust's loop (faust/transport/consumer.py, Consumer._drain_messages) with one
-        # change, marked below.
-        callback = self.callback
-        getmany = self.getmany
-        consumer_should_stop = self._stopped.is_set
-        fetcher_should_stop = fetcher._stopped.is_set
-        get_read_offset = self._read_offset.__getitem__
-        set_read_offset = self._read_offset.__setitem__
-        flag_consumer_fetching = faust_consumer.CONSUMER_FETCHING
-        set_flag = self.diag.set_flag
-        unset_flag = self.diag.unset_flag
-        commit_every = self._commit_every
-        acks_enabled_for = self.app.topics.acks_enabled_for
-        flow_suspended = self.suspend_flow.is_set
-
-        yield_every = 100
-        num_since_yield = 0
-        sleep = asyncio.sleep
-
+        # Faust's loop (faust/transport/consumer.py, Consumer._drain_messages), split in
+        # parts, with one change (:meth:`_deliver`) and the seek-back filter.
         try:
-            while not (consumer_should_stop() or fetcher_should_stop()):
-                set_flag(flag_consumer_fetching)
-                ait = getmany(timeout=1.0)
-                await self.sleep(0)
-                if not self.should_stop:
-                    async for tp, message in ait:
-                        num_since_yield += 1
-                        if num_since_yield > yield_every:
-                            await sleep(0)
-                            num_since_yield = 0
-
-                        offset = message.offset
-                        sought = self._sought.get(tp)
-                        if sought is not None:
-                            if offset != sought:
-                                # fetched before a seek back: it comes again after it
-                                continue
-                            del self._sought[tp]
-                        r_offset = get_read_offset(tp)
-                        if r_offset is None or offset >= r_offset:
-                            gap = offset - (r_offset or 0)
-                            if gap > 1 and r_offset and acks_enabled_for(message.topic):
-                                await self._add_gap(tp, r_offset + 1, offset)
-                            if commit_every is not None and self._n_acked >= commit_every:
-                                self._n_acked = 0
-                                await self.commit()
-                            # -- the change: Faust awaits wait_first(callback(message),
-                            # suspend_flow.wait()) for every message. Here a message of a
-                            # paused partition first waits for its buffer to drain, a
-                            # stopped flow drops the message as that wait would, and the
-                            # callback runs inline unless it suspends.
-                            # (read each time: a consumer restart rebinds the set)
-                            if tp in self._buffered_partitions and not flow_suspended():
-                                await self._wait_for_buffer_drop()
-                            if not flow_suspended():
-                                coro = callback(message)
-                                if type(coro) is not CoroutineType:  # not Faust's own
-                                    await self.wait_first(coro, self.suspend_flow.wait())
-                                else:
-                                    done, waiting_on = run_inline(coro)
-                                    if not done:
-                                        await self.wait_first(
-                                            finish(coro, waiting_on), self.suspend_flow.wait()
-                                        )
-                            set_read_offset(tp, offset)
-                    unset_flag(flag_consumer_fetching)
-
+            await self._fetch_until_stopped(fetcher)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 self.log.info("Broker stopped consumer, shutting down...")
@@ -404,7 +341,74 @@ class LeanConsumer(CheckpointConsumer):
             self.log.exception("Drain messages raised: %r", exc)
             raise
         finally:
-            unset_flag(flag_consumer_fetching)
+            self.diag.unset_flag(faust_consumer.CONSUMER_FETCHING)
+
+    async def _fetch_until_stopped(self, fetcher: Any) -> None:  # pragma: no cover - e2e
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        fetching = faust_consumer.CONSUMER_FETCHING
+        yield_every = 100
+        num_since_yield = 0
+        while not (consumer_should_stop() or fetcher_should_stop()):
+            self.diag.set_flag(fetching)
+            ait = self.getmany(timeout=1.0)
+            await self.sleep(0)
+            if self.should_stop:
+                continue
+            async for tp, message in ait:
+                num_since_yield += 1
+                if num_since_yield > yield_every:
+                    await asyncio.sleep(0)
+                    num_since_yield = 0
+                if not self._fetched_before_seek(tp, message.offset):
+                    await self._take(tp, message)
+            self.diag.unset_flag(fetching)
+
+    def _fetched_before_seek(self, tp: Any, offset: int) -> bool:
+        """A message fetched before a seek back to ``_sought[tp]``: it comes again after
+        it (the seek's own offset clears the mark)."""
+        sought = self._sought.get(tp)
+        if sought is None:
+            return False
+        if offset != sought:
+            return True
+        del self._sought[tp]
+        return False
+
+    async def _take(self, tp: Any, message: Any) -> None:  # pragma: no cover - e2e
+        """One fetched message, as Faust's loop takes it: skip what was read, note a gap
+        in an acked topic, commit every ``commit_every`` acks, deliver, mark it read."""
+        offset = message.offset
+        r_offset = self._read_offset[tp]
+        if r_offset is not None and offset < r_offset:
+            return
+        gap = offset - (r_offset or 0)
+        if gap > 1 and r_offset and self.app.topics.acks_enabled_for(message.topic):
+            await self._add_gap(tp, r_offset + 1, offset)
+        if self._commit_every is not None and self._n_acked >= self._commit_every:
+            self._n_acked = 0
+            await self.commit()
+        await self._deliver(tp, message)
+        self._read_offset[tp] = offset
+
+    async def _deliver(self, tp: Any, message: Any) -> None:  # pragma: no cover - e2e
+        """The change: Faust awaits ``wait_first(callback(message), suspend_flow.wait())``
+        for every message. Here a message of a paused partition first waits for its
+        buffer to drain, a stopped flow drops the message as that wait would, and the
+        callback runs inline unless it suspends."""
+        flow_suspended = self.suspend_flow.is_set
+        # (read each time: a consumer restart rebinds the set)
+        if tp in self._buffered_partitions and not flow_suspended():
+            await self._wait_for_buffer_drop()
+        if flow_suspended():
+            return
+        coro = self.callback(message)
+        if type(coro) is not CoroutineType:  # not Faust's own
+            await self.wait_first(coro, self.suspend_flow.wait())
+            return
+        done, waiting_on = run_inline(coro)
+        if not done:
+            await self.wait_first(finish(coro, waiting_on), self.suspend_flow.wait())
 
 
 class LeanApp(CheckpointApp):

@@ -3,64 +3,38 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from gpuhint.lab.local.slurm_site import SlurmSite, until
 from gpuhint.redis.client import HintClient
-from gpuhint.slurm.commands import SlurmCli
 from gpuhint.slurm.priority import FactorMap
 
 pytestmark = pytest.mark.integration
 
 
-def _sbatch(cli: SlurmCli, *args: str) -> str:
-    out = cli.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "gpu", *args])
-    return out.strip().split(";")[0]
-
-
-def _site_factors(cli: SlurmCli) -> dict[str, int]:
-    out = cli.run(["sprio", "-h", "-o", "%i|%S"], check=False)
-    return {a: int(b) for a, _, b in (ln.partition("|") for ln in out.split()) if b}
-
-
-def _until(what: str, cond: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def test_serve_alone_hints_and_applies_and_resumes(
     slurm_conf: str, redis_url: str, unique_prefix: str, tmp_path: Path
 ) -> None:
-    cli = SlurmCli(slurm_conf)
-    cluster = "s" + unique_prefix
+    site = SlurmSite(slurm_conf, redis_url, unique_prefix, "s")
+    cli, cluster = site.cli, site.cluster
     env = {
-        **os.environ,
-        "SLURM_CONF": slurm_conf,
-        "GPUHINT_REDIS_URL": redis_url,
-        "GPUHINT_KEY_PREFIX": unique_prefix,
-        "GPUHINT_CLUSTER": cluster,
+        **site.env,
         "GPUHINT_STATE_DIR": str(tmp_path / "state"),
     }
     node = cli.nodes()[0].name
     common = ["-w", node, "-t", "5", "--account", "research"]
-    blocker = _sbatch(cli, *common, "-G", "8", "-J", "blocker", "--wrap", "sleep 300")
-    _until(
+    blocker = site.sbatch(*common, "-G", "8", "-J", "blocker", "--wrap", "sleep 300")
+    until(
         "the blocker to run",
         lambda: "RUNNING" in cli.run(["squeue", "-h", "-j", blocker, "-o", "%T"]),
         60,
     )
-    waiting = {g: _sbatch(cli, *common, "-G", str(g), "--wrap", "sleep 1") for g in (1, 2, 4, 8)}
+    waiting = {g: site.sbatch(*common, "-G", str(g), "--wrap", "sleep 1") for g in (1, 2, 4, 8)}
     serve = [sys.executable, "-m", "gpuhint", "serve", "--once", "--json"]
     try:
         client = HintClient.from_url(redis_url, key_prefix=unique_prefix)
@@ -74,9 +48,9 @@ def test_serve_alone_hints_and_applies_and_resumes(
             hints.update({h.job_id: h for h in client.pending_hints(cluster)})
             return set(waiting.values()) <= set(hints)
 
-        _until("the waiting jobs' hints", hinted, 90)
+        until("the waiting jobs' hints", hinted, 90)
         assert all(hints[j].vc == "research" for j in waiting.values())  # type: ignore[attr-defined]
-        factors = _site_factors(cli)
+        factors = site.site_factors()
         fmap = FactorMap()
         assert {j: factors[j] for j in waiting.values()} == {
             j: fmap.factor(hints[j].priority)  # type: ignore[attr-defined]

@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuhint.lab.local.slurm_site import sbatch, until
 from gpuhint.slurm.commands import SlurmCli
 from gpuhint.slurm.feed import slurm_feed
 from gpuhint.wire.contract import JobEvent, JobPhase, JobState
 
 pytestmark = pytest.mark.integration
-
-
-def _sbatch(cli: SlurmCli, *args: str) -> str:
-    out = cli.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "gpu", *args])
-    return out.strip().split(";")[0]
 
 
 def _state(cli: SlurmCli, job_id: str) -> str:
@@ -40,15 +36,6 @@ def _explain(cli: SlurmCli, job_id: str) -> str:
     return f"sacct:\n{sacct}\nlogs:\n" + "\n".join(lines[-40:])
 
 
-def _until(what: str, cond: Callable[[], bool], timeout: float, step: float = 0.3) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(step)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def test_lifecycles_survive_a_restart(
     slurm_conf: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -56,13 +43,13 @@ def test_lifecycles_survive_a_restart(
     cli = SlurmCli(slurm_conf)
     common = ["--account", "research", "-G", "2"]
     jobs = {
-        "timeout": _sbatch(cli, *common, "-t", "1", "-J", "tmo", "--wrap", "sleep 300"),
-        "ok": _sbatch(cli, *common, "-t", "5", "-J", "ok", "--wrap", "sleep 3"),
-        "fail": _sbatch(cli, *common, "-t", "5", "-J", "fail", "--wrap", "sleep 1; exit 3"),
-        "cancel": _sbatch(cli, *common, "-t", "5", "-J", "cnl", "--wrap", "sleep 300"),
-        "requeue": _sbatch(cli, *common, "-t", "5", "--requeue", "-J", "rq", "--wrap", "sleep 6"),
+        "timeout": sbatch(cli, *common, "-t", "1", "-J", "tmo", "--wrap", "sleep 300"),
+        "ok": sbatch(cli, *common, "-t", "5", "-J", "ok", "--wrap", "sleep 3"),
+        "fail": sbatch(cli, *common, "-t", "5", "-J", "fail", "--wrap", "sleep 1; exit 3"),
+        "cancel": sbatch(cli, *common, "-t", "5", "-J", "cnl", "--wrap", "sleep 300"),
+        "requeue": sbatch(cli, *common, "-t", "5", "--requeue", "-J", "rq", "--wrap", "sleep 6"),
     }
-    array = _sbatch(cli, *common, "-t", "5", "-a", "0-2", "-J", "arr", "--wrap", "sleep 2")
+    array = sbatch(cli, *common, "-t", "5", "-a", "0-2", "-J", "arr", "--wrap", "sleep 2")
     ids = {**{v: k for k, v in jobs.items()}, **{f"{array}_{i}": f"arr{i}" for i in range(3)}}
     state = tmp_path / "slurm-watermark.json"
     events: list[JobEvent] = []
@@ -77,19 +64,19 @@ def test_lifecycles_survive_a_restart(
     def seen(job: str, phase: JobPhase) -> Callable[[], bool]:
         return lambda: (poll(), phase in phases(job))[1]
 
-    _until("the cancel job to start", seen(jobs["cancel"], JobPhase.STARTED), 60)
+    until("the cancel job to start", seen(jobs["cancel"], JobPhase.STARTED), 60)
     cli.run(["scancel", jobs["cancel"]])
-    _until("the requeue job to run", lambda: _state(cli, jobs["requeue"]) == "RUNNING", 60)
+    until("the requeue job to run", lambda: _state(cli, jobs["requeue"]) == "RUNNING", 60)
     poll()
     cli.run(["scontrol", "requeue", jobs["requeue"]])
-    _until("the requeue job to wait", lambda: _state(cli, jobs["requeue"]) == "PENDING", 30)
+    until("the requeue job to wait", lambda: _state(cli, jobs["requeue"]) == "PENDING", 30)
     cli.run(["scontrol", "update", f"jobid={jobs['requeue']}", "StartTime=now"])
     poll()
     # the agent "restarts": a new feed from the same watermark, transitions in between
     del feed
     time.sleep(4)
     feed = slurm_feed("sacct", cluster="test", state_path=state)
-    _until(
+    until(
         "every job to finish",
         lambda: (poll(), all(JobPhase.FINISHED in phases(j) for j in ids))[1],
         150,

@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from gpuhint.lab.local.slurm_site import SlurmSite, until
 from gpuhint.redis.store import RedisStore
 from gpuhint.slurm.commands import SlurmCli
 from gpuhint.wire.contract import PowerAction, PowerAdvisory
 from gpuhint.wire.keys import RedisKeys
 
 pytestmark = pytest.mark.integration
-
-
-def _until(what: str, cond: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _states(cli: SlurmCli) -> dict[str, str]:
@@ -36,15 +26,9 @@ def _states(cli: SlurmCli) -> dict[str, str]:
 def test_nodes_power_down_and_come_back(
     slurm_conf: str, redis_url: str, unique_prefix: str
 ) -> None:
-    cli = SlurmCli(slurm_conf)
-    cluster = "c" + unique_prefix
-    env = {
-        **os.environ,
-        "SLURM_CONF": slurm_conf,
-        "GPUHINT_REDIS_URL": redis_url,
-        "GPUHINT_KEY_PREFIX": unique_prefix,
-        "GPUHINT_CLUSTER": cluster,
-    }
+    site = SlurmSite(slurm_conf, redis_url, unique_prefix, "c")
+    cli, cluster = site.cli, site.cluster
+    env = site.env
     names = sorted(_states(cli))
     total = len(names)
     busy_node = names[0]
@@ -52,7 +36,7 @@ def test_nodes_power_down_and_come_back(
         ["sbatch", "--parsable", "-o", "/dev/null", "-w", busy_node, "-G", "1", "-t", "5",
          "--wrap", "sleep 600"]
     ).strip()  # fmt: skip
-    _until("a running job", lambda: _states(cli)[busy_node].startswith("mix"), 60)
+    until("a running job", lambda: _states(cli)[busy_node].startswith("mix"), 60)
     store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
     store.put_advisory(
         PowerAdvisory(cluster=cluster, time=time.time(), action=PowerAction.POWER_DOWN,
@@ -80,7 +64,7 @@ def test_nodes_power_down_and_come_back(
             and doc["refused"] == 0
             and busy_node not in doc["powered_down"]
         )
-        _until("idle~ nodes", lambda: all(_states(cli)[n] == "idle~" for n in down), 90)
+        until("idle~ nodes", lambda: all(_states(cli)[n] == "idle~" for n in down), 90)
         assert _states(cli)[busy_node].startswith("mix")  # the running job's node stayed on
         # a second pass changes nothing: the idle buffer (1 node) is kept
         again = json.loads(
@@ -95,7 +79,7 @@ def test_nodes_power_down_and_come_back(
             cli.run([*sbatch, "--exclude", busy_node, "--wrap", "sleep 1"]).strip()
             for _ in range(total - 1)
         ]
-        _until(
+        until(
             "the jobs to run on resumed nodes",
             lambda: not cli.run(["squeue", "-h", "-j", ",".join(need), "-o", "%i"]).strip(),
             120,
@@ -108,9 +92,7 @@ def test_nodes_power_down_and_come_back(
             cli.run(
                 ["scontrol", "update", f"nodename={','.join(off)}", "state=power_up"], check=False
             )
-        _until(
-            "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
-        )
+        until("every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120)
 
 
 def test_a_node_that_does_not_resume_is_reported_and_another_woken(
@@ -118,20 +100,14 @@ def test_a_node_that_does_not_resume_is_reported_and_another_woken(
 ) -> None:
     """The launcher's ResumeProgram fails for a node with a ``run/resume-fails-NODE``
     file: the applier must stop counting on it and wake another node in its place."""
-    cli = SlurmCli(slurm_conf)
-    cluster = "c" + unique_prefix
-    env = {
-        **os.environ,
-        "SLURM_CONF": slurm_conf,
-        "GPUHINT_REDIS_URL": redis_url,
-        "GPUHINT_KEY_PREFIX": unique_prefix,
-        "GPUHINT_CLUSTER": cluster,
-    }
+    site = SlurmSite(slurm_conf, redis_url, unique_prefix, "c")
+    cli, cluster = site.cli, site.cluster
+    env = site.env
     names = sorted(_states(cli))
     broken, spare = names[-2], names[-1]
     marker = Path(slurm_conf).resolve().parents[1] / "run" / f"resume-fails-{broken}"
     cli.run(["scontrol", "update", f"nodename={broken},{spare}", "state=power_down_asap"])
-    _until("two idle~ nodes", lambda: all(_states(cli)[n] == "idle~" for n in (broken, spare)), 90)
+    until("two idle~ nodes", lambda: all(_states(cli)[n] == "idle~" for n in (broken, spare)), 90)
     marker.write_text("")
     store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
     store.put_advisory(
@@ -157,16 +133,14 @@ def test_a_node_that_does_not_resume_is_reported_and_another_woken(
         assert passes and passes[0]["powered_up"] == [broken], passes[:2]
         assert any(broken in p["resume_failed"] for p in passes)
         assert spare in passes[-1]["powered_up"], passes[-3:]
-        _until("the spare node up", lambda: _states(cli)[spare] == "idle", 60)
+        until("the spare node up", lambda: _states(cli)[spare] == "idle", 60)
     finally:
         daemon.terminate()
         _, err = daemon.communicate(timeout=30)
         marker.unlink(missing_ok=True)
         cli.run(["scontrol", "update", f"nodename={broken}", "state=power_up"], check=False)
         cli.run(["scontrol", "update", f"nodename={broken}", "state=resume"], check=False)
-        _until(
-            "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
-        )
+        until("every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120)
     assert f"node {broken} did not come back" in err
 
 
@@ -176,15 +150,9 @@ def test_per_node_advice_powers_down_the_named_nodes(
     """Advice with ``off_nodes`` (GPUHINT_CES_POLICY=jobs): exactly the named idle nodes go
     down (the count planner would take the highest-numbered ones), and a node no longer
     named comes back up."""
-    cli = SlurmCli(slurm_conf)
-    cluster = "c" + unique_prefix
-    env = {
-        **os.environ,
-        "SLURM_CONF": slurm_conf,
-        "GPUHINT_REDIS_URL": redis_url,
-        "GPUHINT_KEY_PREFIX": unique_prefix,
-        "GPUHINT_CLUSTER": cluster,
-    }
+    site = SlurmSite(slurm_conf, redis_url, unique_prefix, "c")
+    cli, cluster = site.cli, site.cluster
+    env = site.env
     names = sorted(_states(cli))
     total = len(names)
     assert total >= 4
@@ -211,12 +179,12 @@ def test_per_node_advice_powers_down_the_named_nodes(
         advise(off)
         doc = one_pass()
         assert doc["powered_down"] == off and doc["powered_up"] == [] and doc["refused"] == 0
-        _until("the named nodes idle~", lambda: all(_states(cli)[n] == "idle~" for n in off), 90)
+        until("the named nodes idle~", lambda: all(_states(cli)[n] == "idle~" for n in off), 90)
         assert all(not _states(cli)[n].endswith("~") for n in names[2:])
         advise(off[1:])  # the first one is wanted on again
         doc = one_pass()
         assert doc["powered_up"] == off[:1] and doc["powered_down"] == []
-        _until("the node back up", lambda: _states(cli)[off[0]] == "idle", 120)
+        until("the node back up", lambda: _states(cli)[off[0]] == "idle", 120)
         assert _states(cli)[off[1]] == "idle~"
     finally:
         down = [n for n, s in _states(cli).items() if s[-1:] in "~%!#"]
@@ -224,6 +192,4 @@ def test_per_node_advice_powers_down_the_named_nodes(
             cli.run(
                 ["scontrol", "update", f"nodename={','.join(down)}", "state=power_up"], check=False
             )
-        _until(
-            "every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120
-        )
+        until("every node idle again", lambda: all(s == "idle" for s in _states(cli).values()), 120)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from gpuhint.lab.local.slurm_site import SlurmSite, until
 from gpuhint.redis.applier_status import read_passes
 from gpuhint.redis.store import RedisStore
 from gpuhint.slurm.commands import SlurmCli
@@ -24,11 +23,6 @@ from gpuhint.wire.keys import RedisKeys
 pytestmark = pytest.mark.integration
 
 
-def _sbatch(cli: SlurmCli, *args: str) -> str:
-    out = cli.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "gpu", *args])
-    return out.strip().split(";")[0]
-
-
 def _hint(cluster: str, job_id: str, priority: float) -> PriorityHint:
     return PriorityHint(
         job_id=job_id, cluster=cluster, vc="research", num_gpus=8, submit_time=0.0,
@@ -37,42 +31,22 @@ def _hint(cluster: str, job_id: str, priority: float) -> PriorityHint:
     )  # fmt: skip
 
 
-def _site_factors(cli: SlurmCli) -> dict[str, int]:
-    out = cli.run(["sprio", "-h", "-o", "%i|%S"], check=False)
-    return {a: int(b) for a, _, b in (ln.partition("|") for ln in out.split()) if b}
-
-
-def _until(what: str, cond: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def test_start_order_follows_hints(
     slurm_conf: str, redis_url: str, unique_prefix: str, tmp_path: Path
 ) -> None:
-    cli = SlurmCli(slurm_conf)
-    cluster = "c" + unique_prefix
-    env = {
-        **os.environ,
-        "SLURM_CONF": slurm_conf,
-        "GPUHINT_REDIS_URL": redis_url,
-        "GPUHINT_KEY_PREFIX": unique_prefix,
-        "GPUHINT_CLUSTER": cluster,
-    }
+    site = SlurmSite(slurm_conf, redis_url, unique_prefix, "c")
+    cli, cluster = site.cli, site.cluster
+    env = site.env
     node = cli.nodes()[0].name
     common = ["-w", node, "-G", "8", "-t", "5", "--account", "research"]
-    blocker = _sbatch(cli, *common, "-J", "blocker", "--wrap", "sleep 300")
-    _until(
+    blocker = site.sbatch(*common, "-J", "blocker", "--wrap", "sleep 300")
+    until(
         "the blocker to run",
         lambda: "RUNNING" in cli.run(["squeue", "-h", "-j", blocker, "-o", "%T"]),
         60,
     )
-    jobs = [_sbatch(cli, *common, "-J", f"j{i}", "--wrap", "sleep 2") for i in range(5)]
-    pinned = _sbatch(cli, *common, "-J", "pinned", "--wrap", "sleep 1")
+    jobs = [site.sbatch(*common, "-J", f"j{i}", "--wrap", "sleep 2") for i in range(5)]
+    pinned = site.sbatch(*common, "-J", "pinned", "--wrap", "sleep 1")
     cli.run(["scontrol", "update", f"jobid={pinned}", "Priority=7777"])  # an admin's pin
     # hints: the last submitted is the smallest; the pinned job and the blocker have hints too
     prios = {j: 100.0 * 8 ** (5 - i) for i, j in enumerate(jobs)}
@@ -92,7 +66,7 @@ def test_start_order_follows_hints(
         key=lambda ln: -int(ln.rsplit("=", 1)[1]),
     )
     assert dry.stdout.splitlines() == want_lines
-    assert all(v == 0 for k, v in _site_factors(cli).items() if k in jobs)  # dry: nothing set
+    assert all(v == 0 for k, v in site.site_factors().items() if k in jobs)  # dry: nothing set
     keys = RedisKeys(unique_prefix)
     assert read_passes(store.r, keys, cluster) == {}  # a dry run records no pass
 
@@ -102,7 +76,7 @@ def test_start_order_follows_hints(
     assert once.returncode == 0, once.stderr
     doc = json.loads(once.stdout)
     assert (doc["updated"], doc["skipped_pinned"], doc["refused"]) == (5, 1, 0)
-    factors = _site_factors(cli)
+    factors = site.site_factors()
     assert [factors[j] for j in jobs] == [fmap.factor(prios[j]) for j in jobs]
     assert factors[pinned] == 0  # pinned: never touched
     record = read_passes(store.r, keys, cluster)["slurm-priorities"]  # for `gpuhint status`
@@ -127,14 +101,14 @@ def test_start_order_follows_hints(
         time.sleep(2)
         store.put_hint(_hint(cluster, jobs[0], 10.0))
         store.flush()
-        _until("j0's new factor", lambda: _site_factors(cli).get(jobs[0]) == fmap.factor(10.0), 30)
+        until("j0's new factor", lambda: site.site_factors().get(jobs[0]) == fmap.factor(10.0), 30)
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=30)
     assert daemon.returncode == 0, err
 
     cli.run(["scancel", blocker])
-    _until(
+    until(
         "every job to finish",
         lambda: not cli.run(["squeue", "-h", "-j", ",".join([*jobs, pinned]), "-o", "%i"]).strip(),
         120,
@@ -155,27 +129,21 @@ def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
     """The worker is down: earlier jobs have hints, the new ones none. The new ones must
     not rank below every hinted job (they get the median factor); once the hints are
     older than --stale-after, every pending job has the same factor: Slurm's own order."""
-    cli = SlurmCli(slurm_conf)
-    cluster = "c" + unique_prefix
-    env = {
-        **os.environ,
-        "SLURM_CONF": slurm_conf,
-        "GPUHINT_REDIS_URL": redis_url,
-        "GPUHINT_KEY_PREFIX": unique_prefix,
-        "GPUHINT_CLUSTER": cluster,
-    }
+    site = SlurmSite(slurm_conf, redis_url, unique_prefix, "c")
+    cli, cluster = site.cli, site.cluster
+    env = site.env
     gpuhint = [sys.executable, "-m", "gpuhint", "slurm", "apply-priorities", "--once", "--json"]
     node = cli.nodes()[0].name
     common = ["-w", node, "-G", "8", "-t", "5", "--account", "research"]
-    blocker = _sbatch(cli, *common, "-J", "blocker", "--wrap", "sleep 300")
+    blocker = site.sbatch(*common, "-J", "blocker", "--wrap", "sleep 300")
     mine = [blocker]
     try:
-        _until(
+        until(
             "the blocker to run",
             lambda: "RUNNING" in cli.run(["squeue", "-h", "-j", blocker, "-o", "%T"]),
             60,
         )
-        old = [_sbatch(cli, *common, "-J", f"old{i}", "--wrap", "sleep 1") for i in range(3)]
+        old = [site.sbatch(*common, "-J", f"old{i}", "--wrap", "sleep 1") for i in range(3)]
         mine += old
         prios = dict(zip(old, (8 * 60.0, 8 * 3600.0, 8 * 30 * 86400.0), strict=True))
         store = RedisStore.from_url(redis_url, keys=RedisKeys(unique_prefix))
@@ -183,7 +151,7 @@ def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
             store.put_hint(_hint(cluster, j, p))
         store.flush()
         # the worker dies: jobs submitted now get no hint
-        new = [_sbatch(cli, *common, "-J", f"new{i}", "--wrap", "sleep 1") for i in range(2)]
+        new = [site.sbatch(*common, "-J", f"new{i}", "--wrap", "sleep 1") for i in range(2)]
         mine += new
 
         dead = subprocess.run(
@@ -191,7 +159,7 @@ def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
             env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert dead.returncode != 0 and "pass failed" in dead.stderr  # Redis down:
-        assert all(_site_factors(cli).get(j, 0) == 0 for j in old + new)  # nothing changed
+        assert all(site.site_factors().get(j, 0) == 0 for j in old + new)  # nothing changed
 
         once = subprocess.run(gpuhint, env=env, capture_output=True, text=True, timeout=60)
         assert once.returncode == 0, once.stderr
@@ -201,7 +169,7 @@ def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
         neutral = round(hinted[1] / 1000) * 1000  # the median, to 1% of max_factor
         assert doc["neutral_factor"] == neutral and doc["pending_unhinted"] == 2
         assert doc["hints_fresh"] is True
-        factors = _site_factors(cli)
+        factors = site.site_factors()
         assert [factors[j] for j in old] == [fmap.factor(prios[j]) for j in old]
         assert [factors[j] for j in new] == [neutral, neutral]
         assert min(hinted) < neutral < max(hinted)  # not below every hinted job
@@ -225,7 +193,7 @@ def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
         doc = json.loads(stale.stdout)
         assert doc["hints_fresh"] is False and doc["faded"] == 3, doc
         assert "no fresh hint" in stale.stderr
-        factors = _site_factors(cli)
+        factors = site.site_factors()
         assert {factors[j] for j in old + new} == {neutral}  # one factor: Slurm's own order
 
         # with the default fade (30 min) a hint 15 min past --stale-after is half-way
@@ -234,13 +202,13 @@ def test_gpuhint_down_new_jobs_get_the_neutral_factor_and_stale_hints_fade(
             env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert half.returncode == 0, half.stderr
-        factors = _site_factors(cli)
+        factors = site.site_factors()
         small = fmap.factor(prios[old[0]])
         assert neutral < factors[old[0]] < small, (factors[old[0]], neutral, small)
         assert factors[new[0]] == neutral
     finally:
         cli.run(["scancel", *mine], check=False)
-        _until(
+        until(
             "my jobs to leave the queue",
             lambda: (
                 not cli.run(["squeue", "-h", "-j", ",".join(mine), "-o", "%i"], check=False).strip()
@@ -258,33 +226,25 @@ def _comments(cli: SlurmCli, jobs: list[str]) -> dict[str, str]:
 def test_expected_start_goes_into_the_comment_of_pending_jobs(
     slurm_conf: str, redis_url: str, unique_prefix: str
 ) -> None:
-    cli = SlurmCli(slurm_conf)
-    cluster = "c" + unique_prefix
-    env = {
-        **os.environ,
-        "SLURM_CONF": slurm_conf,
-        "GPUHINT_REDIS_URL": redis_url,
-        "GPUHINT_KEY_PREFIX": unique_prefix,
-        "GPUHINT_CLUSTER": cluster,
-    }
+    site = SlurmSite(slurm_conf, redis_url, unique_prefix, "c")
+    cli, cluster = site.cli, site.cluster
+    env = site.env
     gpuhint = [sys.executable, "-m", "gpuhint", "slurm", "apply-priorities", "--once", "--json"]
     node = cli.nodes()[0].name
     common = ["-w", node, "-G", "8", "-t", "5", "--account", "research"]
     mine: list[str] = []
     try:
-        mine.append(_sbatch(cli, *common, "-J", "blocker", "--wrap", "sleep 300"))
-        _until(
+        mine.append(site.sbatch(*common, "-J", "blocker", "--wrap", "sleep 300"))
+        until(
             "the blocker to run",
             lambda: "RUNNING" in cli.run(["squeue", "-h", "-j", mine[0], "-o", "%T"]),
             60,
         )
-        plain = _sbatch(cli, *common, "-J", "plain", "--wrap", "sleep 1")
+        plain = site.sbatch(*common, "-J", "plain", "--wrap", "sleep 1")
         mine.append(plain)
-        noted = _sbatch(
-            cli, *common, "-J", "noted", "--comment", "my own note", "--wrap", "sleep 1"
-        )
+        noted = site.sbatch(*common, "-J", "noted", "--comment", "my own note", "--wrap", "sleep 1")
         mine.append(noted)
-        old = _sbatch(cli, *common, "-J", "old", "--wrap", "sleep 1")  # no forecast any more
+        old = site.sbatch(*common, "-J", "old", "--wrap", "sleep 1")  # no forecast any more
         mine.append(old)
         stale = "gpuhint:start=2026-01-01T00:00Z,band80=23:50Z..00:20Z,asof=2025-12-31T23:00Z"
         cli.run(["scontrol", "update", f"jobid={old}", f"Comment={stale}"])
@@ -350,7 +310,7 @@ def test_expected_start_goes_into_the_comment_of_pending_jobs(
         assert _comments(cli, [plain])[plain] == want  # opted out: left as it was
     finally:
         cli.run(["scancel", *mine], check=False)
-        _until(
+        until(
             "my jobs to leave the queue",
             lambda: (
                 not cli.run(["squeue", "-h", "-j", ",".join(mine), "-o", "%i"], check=False).strip()

@@ -158,29 +158,64 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
 def run(args: argparse.Namespace) -> int:
     from redis.exceptions import RedisError
 
-    from gpuhint.kueue.applier import Applier
-    from gpuhint.kueue.hints import hint_reader
-    from gpuhint.kueue.kube import KubeError, KubeKueue, api_client
-    from gpuhint.kueue.policy import ClassLadder
+    from gpuhint.kueue.kube import KubeError
 
     common, ks = _settings(args)
-    ladder = ClassLadder(
+    ladder = _ladder(ks)
+    backend = _backend(ks)
+    if args.clear:
+        return _clear(backend, ladder, args)
+    applier, hints = build_applier(args, common, ks, ladder, backend)
+    record = _recorder(hints, common, args, ks)
+    metrics = _metrics(common)
+    try:
+        ensure_classes(applier, args.dry_run)
+        if args.once:
+            backend.sync()
+            one_pass(applier, args, record, metrics)
+            return 0
+        _serve_passes(applier, backend, args, metrics, record, common.cluster, ks)
+    except KubeError as exc:
+        raise UserError(f"Kubernetes API: {exc}") from None
+    except (OSError, RedisError) as exc:  # Redis unreachable and the like
+        raise UserError(f"cannot read hints from Redis: {exc}") from None
+    return 0
+
+
+def _ladder(ks: Any) -> Any:
+    from gpuhint.kueue.policy import ClassLadder
+
+    return ClassLadder(
         classes=ks.classes,
         base=ks.base,
         min_service_s=ks.min_service_s,
         max_service_s=ks.max_service_s,
     )
+
+
+def _backend(ks: Any) -> Any:
+    from gpuhint.kueue.kube import KubeError, KubeKueue, api_client
+
     try:
-        backend = KubeKueue(api_client(ks.kubeconfig, ks.context))
+        return KubeKueue(api_client(ks.kubeconfig, ks.context))
     except KubeError as exc:
         raise UserError(str(exc)) from None
-    if args.clear:
-        return _clear(backend, ladder, args)
+
+
+def build_applier(
+    args: argparse.Namespace, common: Any, ks: Any, ladder: Any, backend: Any
+) -> tuple[Any, Any]:
+    """The Kueue applier of these settings and its hint reader (``gpuhint kueue
+    apply-priorities`` and ``gpuhint serve --kueue``)."""
+    from redis.exceptions import RedisError
+
+    from gpuhint.kueue.applier import Applier
+    from gpuhint.kueue.hints import hint_reader
+
     try:
         hints = hint_reader(common.redis_url.get_secret_value(), common.key_prefix)
     except ValueError as exc:
         raise UserError(f"Redis URL: {exc}") from None
-    record = _recorder(hints, common, args, ks)
     applier = Applier(
         backend,
         hints,
@@ -196,27 +231,26 @@ def run(args: argparse.Namespace) -> int:
         hint_errors=(RedisError, OSError),
         start_note=ks.start_annotations,
     )
-    metrics = _metrics(common)
-    try:
-        created = applier.ensure_classes()
-        if created:
-            log.info(
-                "%s WorkloadPriorityClasses: %s",
-                "would create/fix" if args.dry_run else "created/fixed",
-                ", ".join(created),
-            )
-        if args.once:
-            backend.sync()
-            report = applier.run_pass()
-            record(ok=True, result=report.to_json())
-            _report(report, args, metrics)
-            return 0
-        _serve_passes(applier, backend, args, metrics, record, common.cluster, ks)
-    except KubeError as exc:
-        raise UserError(f"Kubernetes API: {exc}") from None
-    except (OSError, RedisError) as exc:  # Redis unreachable and the like
-        raise UserError(f"cannot read hints from Redis: {exc}") from None
-    return 0
+    return applier, hints
+
+
+def ensure_classes(applier: Any, dry_run: bool) -> None:
+    """Create (or fix) the ladder's WorkloadPriorityClasses; say which."""
+    created = applier.ensure_classes()
+    if created:
+        log.info(
+            "%s WorkloadPriorityClasses: %s",
+            "would create/fix" if dry_run else "created/fixed",
+            ", ".join(created),
+        )
+
+
+def one_pass(applier: Any, args: argparse.Namespace, record: Any, metrics: Any) -> Any:
+    """One pass over the (synced) backend: recorded, counted and reported."""
+    report = applier.run_pass()
+    record(ok=True, result=report.to_json())
+    _report(report, args, metrics)
+    return report
 
 
 def _recorder(hints: Any, common: Any, args: argparse.Namespace, ks: Any) -> Any:
@@ -266,9 +300,7 @@ def _serve_passes(
         failing: str | None = None
         while not stop.is_set():
             try:
-                report = applier.run_pass()
-                record(ok=True, result=report.to_json())
-                _report(report, args, metrics)
+                one_pass(applier, args, record, metrics)
                 if failing:
                     log.info("passes succeed again")
                 failing = None

@@ -1,9 +1,10 @@
-"""``gpuhint serve``: one process for one Slurm cluster, no Kafka."""
+"""``gpuhint serve``: one process for one Slurm (or Kueue) cluster, no Kafka."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,25 @@ poll reads each node's state from `sinfo --json` (--nodes) into the worker's CES
 --apply-power this process also powers idle nodes down and up as `gpuhint slurm
 apply-power` does (its settings: GPUHINT_SLURM_MIN_IDLE, ..., docs/slurm.md).
 
+With --kueue the cluster is a Kubernetes one with Kueue: job events come from its Jobs
+and Workloads (as `gpuhint agent --kubernetes kueue` reads them) and the hints are
+applied as WorkloadPriorityClass labels and expected-start annotations, as `gpuhint
+kueue apply-priorities` does (its settings: GPUHINT_KUEUE_*, docs/kubernetes.md). No
+CES there: this process reads no node states from Kubernetes.
+
 examples:
   gpuhint serve --cluster prod --redis-url redis://localhost:6379/0
   gpuhint serve --cluster prod --dry-run --once        one poll and pass, print scontrol lines
   gpuhint serve --cluster prod --slurm squeue --no-apply    hints only (another applier)
   gpuhint serve --cluster prod --apply-power               ... and power nodes down/up
+  gpuhint serve --cluster k8s --kueue --kubeconfig ~/.kube/config    a Kueue cluster
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     p = sub.add_parser(
         "serve",
-        help="one process for one Slurm cluster: feed, hints, SiteFactor (no Kafka)",
+        help="one process for one Slurm or Kueue cluster: feed, hints, priorities (no Kafka)",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -72,6 +80,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         action="store_true",
         help="also power nodes down/up from the CES advice (as gpuhint slurm apply-power)",
     )
+    p.add_argument(
+        "--kueue",
+        action="store_true",
+        help="a Kubernetes cluster with Kueue instead of Slurm: events from its Jobs and "
+        "Workloads, hints applied as WorkloadPriorityClass labels (no CES)",
+    )
+    p.add_argument(
+        "--kubeconfig", metavar="FILE", help="with --kueue: kubeconfig (else in-cluster)"
+    )
+    p.add_argument("--context", help="with --kueue: kubeconfig context")
     p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
     p.add_argument("--poll", type=float, default=10.0, metavar="S", help="poll every S (10)")
     p.add_argument(
@@ -96,43 +114,42 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.set_defaults(handler=run)
 
 
+@dataclass
+class _Site:
+    """What one scheduler brings to the loop: its feed, its applier passes, its node feed
+    (for CES) and a line for the log."""
+
+    feed: Any
+    passes: list[Any]
+    nodes: Any
+    ces: bool
+    describe: str
+
+
 def run(args: argparse.Namespace) -> int:
-    from gpuhint.cli.slurm import _check_slurm, _stopper
+    from gpuhint.cli.slurm import _stopper
     from gpuhint.serve.local_log import LocalLog, LocalLogError
     from gpuhint.serve.server import Server, restore_feed
-    from gpuhint.slurm.commands import SlurmCli
 
-    settings, ss = _serve_settings(args)
-    cli = SlurmCli(ss.conf)
-    _check_slurm(cli)
+    settings, site = _kueue_site(args) if args.kueue else _slurm_site(args)
     store = redis_store(settings)
     path = Path(settings.state_dir) / f"serve-{settings.cluster}.sqlite"
     try:
         local = LocalLog(path, topic=settings.topics.job_events)
     except (LocalLogError, OSError) as exc:
         raise UserError(str(exc)) from None
-    ces = settings.ces_enabled and args.nodes != "none"
-    if args.apply_power and not ces:
-        raise UserError("--apply-power needs CES (GPUHINT_CES_ENABLED and --nodes)")
-    one = _one_process(settings, local, store, ces)
-    feed = _feed(args, settings, ss)
-    restore_feed(feed, one)
-    passes = [] if args.no_apply else [_priority_pass(args, settings, ss, cli)]
-    if args.apply_power:
-        passes.append(_power_pass(args, settings, ss, cli))
+    one = _one_process(settings, local, store, site.ces)
+    restore_feed(site.feed, one)
     stop, restore = _stopper()
-    nodes = _node_feed(args, settings, feed) if ces else None
-    server = Server(one, feed, passes, poll_s=args.poll, stop=stop, nodes=nodes)
+    server = Server(one, site.feed, site.passes, poll_s=args.poll, stop=stop, nodes=site.nodes)
     log.info(
-        "serve %s: slurm %s, redis %s, state %s, model %s, CES %s%s%s",
+        "serve %s: %s, redis %s, state %s, model %s, CES %s",
         settings.cluster,
-        args.slurm,
+        site.describe,
         _redacted(settings),
         path,
         settings.model,
-        f"{settings.ces_policy} from {args.nodes}" if ces else "off",
-        "" if not args.no_apply else ", no SiteFactor (--no-apply)",
-        ", applying power" if args.apply_power else "",
+        f"{settings.ces_policy} from {args.nodes}" if site.ces else "off",
     )
     try:
         server.run(once=args.once)
@@ -143,9 +160,88 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _slurm_site(args: argparse.Namespace) -> tuple[Any, _Site]:
+    from gpuhint.cli.slurm import _check_slurm
+    from gpuhint.slurm.commands import SlurmCli
+
+    settings, ss = _serve_settings(args)
+    cli = SlurmCli(ss.conf)
+    _check_slurm(cli)
+    ces = settings.ces_enabled and args.nodes != "none"
+    if args.apply_power and not ces:
+        raise UserError("--apply-power needs CES (GPUHINT_CES_ENABLED and --nodes)")
+    feed = _feed(args, settings, ss)
+    passes = [] if args.no_apply else [_priority_pass(args, settings, ss, cli)]
+    if args.apply_power:
+        passes.append(_power_pass(args, settings, ss, cli))
+    nodes = _node_feed(args, settings, feed) if ces else None
+    describe = f"slurm {args.slurm}"
+    describe += ", no SiteFactor (--no-apply)" if args.no_apply else ""
+    describe += ", applying power" if args.apply_power else ""
+    return settings, _Site(feed, passes, nodes, ces, describe)
+
+
+def _kueue_site(args: argparse.Namespace) -> tuple[Any, _Site]:
+    """Kueue's feed and applier pass, with the settings of ``gpuhint kueue
+    apply-priorities`` (the serve flags that mean the same thing carried over)."""
+    from gpuhint.cli import kueue
+    from gpuhint.kueue.kube import KubeError
+
+    if args.apply_power:
+        raise UserError("--apply-power powers Slurm nodes; with --kueue there is no CES")
+    kargs = argparse.Namespace(
+        **{
+            **dict.fromkeys(("classes", "base", "min_service", "max_service"), None),
+            **dict.fromkeys(("rate", "burst", "workers"), None),
+            **vars(args),
+            "interval": args.apply_interval,
+            "start_annotations": args.start_comment,
+        }
+    )
+    common, ks = kueue._settings(kargs)
+    settings = _checked(args, common)
+    try:
+        feed = _kueue_feed(settings.cluster, ks)
+        passes = [] if args.no_apply else [_kueue_pass(kargs, common, ks)]
+    except KubeError as exc:
+        raise UserError(f"Kubernetes API: {exc}") from None
+    describe = "kueue" + (", no priority classes (--no-apply)" if args.no_apply else "")
+    return settings, _Site(feed, passes, None, False, describe)
+
+
+def _kueue_feed(cluster: str, ks: Any) -> Any:
+    from gpuhint.cores.job_tracker import JobTracker
+    from gpuhint.kueue.pods import KueueFeed, KueueSnapshot
+    from gpuhint.wire.contract import JobState
+
+    tracker = JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED)
+    return KueueFeed(tracker, KueueSnapshot(ks.kubeconfig, ks.context))
+
+
+def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any) -> Any:
+    from gpuhint.cli import kueue
+    from gpuhint.serve.server import Pass
+
+    ladder = kueue._ladder(ks)
+    backend = kueue._backend(ks)
+    applier, hints = kueue.build_applier(kargs, common, ks, ladder, backend)
+    record = kueue._recorder(hints, common, kargs, ks)
+    metrics = kueue._metrics(common)
+    kueue.ensure_classes(applier, kargs.dry_run)
+
+    def one_pass() -> None:
+        try:
+            backend.sync()
+            kueue.one_pass(applier, kargs, record, metrics)
+        except Exception as exc:  # recorded for `gpuhint status`; the loop retries
+            record(ok=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+
+    return Pass("Kueue priority class", one_pass, ks.interval_s)
+
+
 def _serve_settings(args: argparse.Namespace) -> tuple[Any, Any]:
     from gpuhint.cli.slurm import _settings
-    from models.registry import DURATION_MODELS
 
     args.metrics_port = getattr(args, "metrics_port", None)
     settings, ss = _settings(
@@ -156,6 +252,13 @@ def _serve_settings(args: argparse.Namespace) -> tuple[Any, Any]:
         fade_s=args.fade,
         start_comment=args.start_comment,
     )
+    return _checked(args, settings), ss
+
+
+def _checked(args: argparse.Namespace, settings: Any) -> Any:
+    """``settings`` with ``--model``; a bad model or ``--poll`` is a user error."""
+    from models.registry import DURATION_MODELS
+
     if args.model:
         settings = settings.model_copy(update={"model": args.model})
     if settings.model not in DURATION_MODELS:
@@ -164,7 +267,7 @@ def _serve_settings(args: argparse.Namespace) -> tuple[Any, Any]:
         )
     if args.poll <= 0:
         raise UserError(f"--poll {args.poll}: must be > 0 seconds")
-    return settings, ss
+    return settings
 
 
 def _redacted(settings: Any) -> str:

@@ -320,6 +320,7 @@ class KueueFeed(SchedulerFeed):
     def __init__(self, tracker: JobTracker, snapshot: KueueSnapshot) -> None:
         super().__init__("kubernetes", "kueue", parse_kueue, tracker)
         self.snapshot = snapshot
+        self.last_poll: float | None = None  # the last poll that read the API server
 
     def poll(self, now: float) -> list[JobEvent]:
         try:
@@ -332,6 +333,7 @@ class KueueFeed(SchedulerFeed):
         if self.failures:
             log.warning("kueue: readable again after %d failure(s)", self.failures)
             self.failures = 0
+        self.last_poll = now
         return self.tracker.update(jobs, now)
 
 

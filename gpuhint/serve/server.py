@@ -16,14 +16,27 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from gpuhint.cores.job_tracker import JobTracker
 from gpuhint.serve.runner import OneProcess
-from gpuhint.slurm.feed import SlurmFeed, restore_tracker, tracker_doc
+from gpuhint.slurm.feed import restore_tracker, tracker_doc
 from gpuhint.slurm.nodes import SlurmNodeFeed
+from gpuhint.wire.contract import JobEvent
 
 log = logging.getLogger(__name__)
 
 WATERMARK_META = "slurm_watermark"
+
+
+class Feed(Protocol):
+    """A scheduler's job-event feed (Slurm's :class:`~gpuhint.slurm.feed.SlurmFeed`,
+    Kueue's :class:`~gpuhint.kueue.pods.KueueFeed`): its tracker is the watermark."""
+
+    tracker: JobTracker
+    last_poll: float | None  # the last poll that read the scheduler (None: none yet)
+
+    def poll(self, now: float) -> list[JobEvent]: ...
 
 
 @dataclass
@@ -61,7 +74,7 @@ class Pass:
         return True
 
 
-def restore_feed(feed: SlurmFeed, one: OneProcess) -> None:
+def restore_feed(feed: Feed, one: OneProcess) -> None:
     """Give the feed the watermark committed with the log (if any)."""
     raw = one.log.meta(WATERMARK_META)
     if raw is not None:
@@ -78,7 +91,7 @@ class Server:
     """Feed -> local log -> batch routine -> store; appliers every ``interval_s``."""
 
     one: OneProcess
-    feed: SlurmFeed
+    feed: Feed
     passes: Sequence[Pass] = ()
     poll_s: float = 10.0
     nodes: SlurmNodeFeed | None = None

@@ -108,7 +108,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         dest="start_comment",
         action="store_false",
         default=None,
-        help="do not write the expected start into pending jobs' Comment",
+        help="do not write the expected start into pending jobs' Comment (--kueue: the "
+        "Workloads' expected-start annotations)",
     )
     add_config_args(p)
     p.set_defaults(handler=run)

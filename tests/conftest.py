@@ -1,11 +1,12 @@
 """Session fixtures for the real services.
 
 Each service is found in this order: an address in an env var
-(``GPUHINT_TEST_KAFKA_BOOTSTRAP``, ``GPUHINT_TEST_REDIS_URL``, ``GPUHINT_TEST_SLURM``),
-testcontainers when a Docker daemon answers (Kafka, Redis), else a local launcher
-(Kafka 4.1 KRaft from Maven Central's jars; Debian's redis-server; Debian's Slurm 22.05
-with slurmdbd). A service that cannot start FAILS the tests that need it, with the
-reason: integration tests are never silently skipped.
+(``GPUHINT_TEST_KAFKA_BOOTSTRAP``, ``GPUHINT_TEST_REDIS_URL``, ``GPUHINT_TEST_SLURM``,
+``GPUHINT_TEST_KUBECONFIG``), testcontainers when a Docker daemon answers (Kafka, Redis),
+else a local launcher (Kafka 4.1 KRaft from Maven Central's jars; Debian's redis-server;
+Debian's Slurm 22.05 with slurmdbd; etcd + kube-apiserver + Kueue built with Go,
+gpuhint/lab/local/k8s.py). A service that cannot start FAILS the tests that need it,
+with the reason: integration tests are never silently skipped.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gpuhint.kueue.kube import KubeApi, api_client
+from gpuhint.lab.local.k8s import KueueEnv, kubernetes_service
 from gpuhint.lab.local.services import ServiceError, kafka_service, redis_service
 from gpuhint.lab.local.slurm import slurm_service
 from gpuhint.lab.local.slurm_tidy import describe, reset
@@ -60,6 +64,34 @@ def slurm_conf() -> Iterator[str]:
     """
     with _started(slurm_service, "Slurm") as address:
         yield address
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[str]:
+    """A real API server with Kueue: its kubeconfig path."""
+    with _started(kubernetes_service, "Kubernetes + Kueue") as path:
+        yield path
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig: str) -> KubeApi:
+    return KubeApi(api_client(kubeconfig))
+
+
+@pytest.fixture
+def kueue_env(kube: KubeApi) -> Iterator[Callable[..., KueueEnv]]:
+    """Makes Kueue test environments (a ClusterQueue, a LocalQueue, Jobs); all are
+    removed after the test."""
+    made: list[KueueEnv] = []
+
+    def make(**kw: Any) -> KueueEnv:
+        env = KueueEnv(kube, **kw)
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.close()
 
 
 @pytest.fixture(autouse=True)

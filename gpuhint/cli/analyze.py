@@ -323,7 +323,6 @@ def sizing_words(vc_sizing: dict[str, str]) -> str:
 
 def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
     """The short terminal summary of an analysis."""
-    from gpuhint.lab.analysis.html_parts import vs_fifo
 
     o, h, d = n["overview"], n["helios_summary"], n["duration"]
     lines = [
@@ -366,7 +365,27 @@ def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
         f"  submissions        busiest hour {s['peak_hour']:02d}:00, quietest "
         f"{s['quietest_hour']:02d}:00 ({s['clock']})"
     )
-    g = n["gpuhint"]
+    lines += _gpuhint_lines(n["gpuhint"])
+    if n["skipped"]:
+        lines.append(
+            "  skipped            " + "; ".join(f"{k}: {v}" for k, v in n["skipped"].items())
+        )
+    for c in n.get("trace_checks") or []:
+        lines.append(f"  {c['severity']}: {c['message']}")
+    lines.append("actions:")
+    for k, a in enumerate(n.get("actions") or [], 1):
+        lines.append(f"  {k}. {a['action']}")
+        lines.append(f"     why:  {a['why']}")
+        lines.append(f"     knob: {a['knob']}")
+    lines.append(f"report: {(out_dir / 'report.html').resolve()}  ({elapsed:.1f} s)")
+    return "\n".join(lines)
+
+
+def _gpuhint_lines(g: dict[str, Any]) -> list[str]:
+    """The summary's lines on what gpuhint would do: QSSF and the two CES estimates."""
+    from gpuhint.lab.analysis.html_parts import vs_fifo
+
+    lines: list[str] = []
     if g["qssf"]:
         q = g["qssf"]
         fq, qo = q["jct_ratio_fifo_over_qssf"], q["jct_ratio_qssf_over_oracle"]
@@ -398,16 +417,4 @@ def summary_text(n: dict[str, Any], out_dir: Path, elapsed: float) -> str:
             f"{t['energy_saved_kwh']:,.0f} kWh, +{_s(t['added_wait_avg_s'])} average wait; "
             f"gpuhint's policy {gh['energy_saved_kwh']:,.0f} kWh, +{_s(gh['added_wait_avg_s'])}"
         )
-    if n["skipped"]:
-        lines.append(
-            "  skipped            " + "; ".join(f"{k}: {v}" for k, v in n["skipped"].items())
-        )
-    for c in n.get("trace_checks") or []:
-        lines.append(f"  {c['severity']}: {c['message']}")
-    lines.append("actions:")
-    for k, a in enumerate(n.get("actions") or [], 1):
-        lines.append(f"  {k}. {a['action']}")
-        lines.append(f"     why:  {a['why']}")
-        lines.append(f"     knob: {a['knob']}")
-    lines.append(f"report: {(out_dir / 'report.html').resolve()}  ({elapsed:.1f} s)")
-    return "\n".join(lines)
+    return lines

@@ -171,6 +171,11 @@ def _as_int(v: float | None, kind: str) -> float | int | None:
 
 def findings(n: Mapping[str, Any]) -> list[str]:
     """The headline facts of a trace in plain sentences, from its numbers."""
+    return _job_findings(n) + _queue_and_user_findings(n)
+
+
+def _job_findings(n: Mapping[str, Any]) -> list[str]:
+    """Durations, GPU demand and end states."""
     out: list[str] = []
     d = n["duration"]["gpu"]
     if d["jobs"]:
@@ -208,6 +213,12 @@ def findings(n: Mapping[str, Any]) -> list[str]:
             f"{fmt(bad_t, 'pct')} of the GPU time (failed alone: {fmt(c['failed'], 'pct')} "
             f"of the jobs, {fmt(t['failed'], 'pct')} of the time)."
         )
+    return out
+
+
+def _queue_and_user_findings(n: Mapping[str, Any]) -> list[str]:
+    """Waiting, users, repetition, submission hours, and what QSSF would do."""
+    out: list[str] = []
     q = n["queue"]
     if q and q["gpu"]["jobs"]:
         out.append(

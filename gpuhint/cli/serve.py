@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,10 +130,19 @@ class _Site:
 
 def run(args: argparse.Namespace) -> int:
     from gpuhint.cli.slurm import _stopper
+
+    stop, restore = _stopper()
+    try:
+        return _serve(args, stop)
+    finally:
+        restore()
+
+
+def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     from gpuhint.serve.local_log import LocalLog, LocalLogError
     from gpuhint.serve.server import Server, restore_feed
 
-    settings, site = _kueue_site(args) if args.kueue else _slurm_site(args)
+    settings, site = _kueue_site(args, stop) if args.kueue else _slurm_site(args)
     store = redis_store(settings)
     path = Path(settings.state_dir) / f"serve-{settings.cluster}.sqlite"
     try:
@@ -141,7 +151,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     one = _one_process(settings, local, store, site.ces)
     restore_feed(site.feed, one)
-    stop, restore = _stopper()
     server = Server(one, site.feed, site.passes, poll_s=args.poll, stop=stop, nodes=site.nodes)
     log.info(
         "serve %s: %s, redis %s, state %s, model %s, CES %s",
@@ -155,7 +164,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         server.run(once=args.once)
     finally:
-        restore()
         store.close()
         local.close()
     return 0
@@ -182,7 +190,7 @@ def _slurm_site(args: argparse.Namespace) -> tuple[Any, _Site]:
     return settings, _Site(feed, passes, nodes, ces, describe)
 
 
-def _kueue_site(args: argparse.Namespace) -> tuple[Any, _Site]:
+def _kueue_site(args: argparse.Namespace, stop: threading.Event) -> tuple[Any, _Site]:
     """Kueue's feed and applier pass, with the settings of ``gpuhint kueue
     apply-priorities`` (the serve flags that mean the same thing carried over)."""
     from gpuhint.cli import kueue
@@ -203,7 +211,7 @@ def _kueue_site(args: argparse.Namespace) -> tuple[Any, _Site]:
     settings = _checked(args, common)
     try:
         feed = _kueue_feed(settings.cluster, ks)
-        passes = [] if args.no_apply else [_kueue_pass(kargs, common, ks)]
+        passes = [] if args.no_apply else [_kueue_pass(kargs, common, ks, stop)]
     except KubeError as exc:
         raise UserError(f"Kubernetes API: {exc}") from None
     describe = "kueue" + (", no priority classes (--no-apply)" if args.no_apply else "")
@@ -219,7 +227,10 @@ def _kueue_feed(cluster: str, ks: Any) -> Any:
     return KueueFeed(tracker, KueueSnapshot(ks.kubeconfig, ks.context))
 
 
-def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any) -> Any:
+def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any, stop: threading.Event) -> Any:
+    """The Kueue applier's pass. Its cache of Jobs and Workloads is listed once per pass
+    with ``--once``, else kept current by watches until ``stop`` (as the applier's own
+    daemon does), so a pass reads no list from the API server."""
     from gpuhint.cli import kueue
     from gpuhint.serve.server import Pass
 
@@ -229,10 +240,13 @@ def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any) -> Any:
     record = kueue._recorder(hints, common, kargs, ks)
     metrics = kueue._metrics(common)
     kueue.ensure_classes(applier, kargs.dry_run)
+    if not kargs.once:
+        backend.watch(stop)
 
     def one_pass() -> None:
         try:
-            backend.sync()
+            if kargs.once:
+                backend.sync()
             kueue.one_pass(applier, kargs, record, metrics)
         except Exception as exc:  # recorded for `gpuhint status`; the loop retries
             record(ok=False, error=f"{type(exc).__name__}: {exc}")

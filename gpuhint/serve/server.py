@@ -27,6 +27,8 @@ from gpuhint.wire.contract import JobEvent
 log = logging.getLogger(__name__)
 
 WATERMARK_META = "slurm_watermark"
+"""The local log's meta key for the feed's tracker; Kueue's feed uses it too (the name
+stays: state files written by earlier versions hold it)."""
 
 
 class Feed(Protocol):

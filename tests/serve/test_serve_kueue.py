@@ -76,3 +76,45 @@ def test_serve_kueue_refuses_apply_power(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "--apply-power" in run.stderr and "--kueue" in run.stderr
+
+
+def test_serve_kueue_daemon_labels_a_new_job_and_stops_on_sigterm(
+    kubeconfig: str,
+    kueue_env: Callable[..., KueueEnv],
+    redis_url: str,
+    unique_prefix: str,
+    tmp_path: Path,
+) -> None:
+    """Without --once the applier's cache is kept by watches: a Job created while serve
+    runs is hinted and labelled within a few passes."""
+    import signal
+    import time
+
+    kube = kueue_env(gpus=8, hold=True)
+    env = {
+        **os.environ,
+        "GPUHINT_REDIS_URL": redis_url,
+        "GPUHINT_KEY_PREFIX": unique_prefix,
+        "GPUHINT_CLUSTER": "d" + unique_prefix,
+        "GPUHINT_STATE_DIR": str(tmp_path / "state"),
+    }
+    serve = [
+        sys.executable, "-m", "gpuhint", "serve", "--kueue", "--kubeconfig", kubeconfig,
+        "--poll", "1", "--apply-interval", "1",
+    ]  # fmt: skip
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(serve, env=env, stdout=out, stderr=out)
+    try:
+        time.sleep(2)  # serving before the Job exists
+        kube.job("late", gpus=8)
+
+        def labelled() -> bool:
+            labels = kube.get_job("late")["metadata"].get("labels") or {}
+            return labels.get(PRIORITY_CLASS_LABEL, "").startswith("gpuhint-")
+
+        wait_for("the new Job's class", labelled, timeout_s=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    assert rc == 0, log.read_text()[-3000:]

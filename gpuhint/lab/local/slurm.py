@@ -27,8 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
-from gpuhint.lab.local.process import free_ports
-from gpuhint.lab.local.services import ServiceError, free_port
+from gpuhint.lab.local.process import ServiceError, free_port, free_ports
 from gpuhint.lab.local.slurm_conf import SBIN, gres_conf, power_scripts, slurm_conf, slurmdbd_conf
 
 PACKAGES = ("slurm-wlm", "slurmctld", "slurmd", "slurm-client", "munge")

@@ -170,15 +170,11 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
         the commit after a fetch was drained puts it back). False when the partition
         is not assigned now."""
         thread = self._thread
-        try:
-            done = bool(
-                await thread.call_thread(
-                    seek_to_redeliver, thread._ensure_consumer(), partition, offset, self._mark
-                )
+        done = bool(
+            await thread.call_thread(
+                seek_to_redeliver, thread._ensure_consumer(), partition, offset, self._mark
             )
-        except BaseException:
-            self.release(partition)
-            raise
+        )
         if not done:
             self.release(partition)
         return done
@@ -317,8 +313,10 @@ class CheckpointApp(faust.App):
         hold = getattr(getattr(self, "_consumer", None), "hold_job_partitions", None)
         if hold is not None:
             hold()  # now, before the fetch loop queues more of what it fetched
-        task = asyncio.ensure_future(redeliver())
         pending: set[asyncio.Future[Any]] = self.__dict__.setdefault("_gpuhint_redeliveries", set())
+        for earlier in pending:  # its offsets may be stale: this one seeks every partition
+            earlier.cancel()
+        task = asyncio.ensure_future(redeliver())
         pending.add(task)  # a reference until done (the loop keeps only a weak one)
         task.add_done_callback(pending.discard)
 
@@ -426,27 +424,37 @@ class LeanConsumer(CheckpointConsumer):
         if self._commit_every is not None and self._n_acked >= self._commit_every:
             self._n_acked = 0
             await self.commit()
-        await self._deliver(tp, message)
-        self._read_offset[tp] = offset
+        if await self._deliver(tp, message):
+            self._read_offset[tp] = offset
 
-    async def _deliver(self, tp: Any, message: Any) -> None:  # pragma: no cover - e2e
+    async def _deliver(self, tp: Any, message: Any) -> bool:
         """The change: Faust awaits ``wait_first(callback(message), suspend_flow.wait())``
         for every message. Here a message of a paused partition first waits for its
         buffer to drain, a stopped flow drops the message as that wait would, and the
-        callback runs inline unless it suspends."""
+        callback runs inline unless it suspends.
+
+        A message that waited (its buffer full, a commit) is checked against the seek
+        marks again: flow may have resumed meanwhile (the queues cleared, the partition
+        held: :meth:`CheckpointConsumer.hold_job_partitions`), and the clear itself
+        ends the wait. Delivered then, it would reach the agent ahead of the events
+        cleared before it (issue 21's gaps). Such a message is dropped, and Faust's
+        read offset not moved (False): it comes again after the seek."""
         flow_suspended = self.suspend_flow.is_set
         # (read each time: a consumer restart rebinds the set)
         if tp in self._buffered_partitions and not flow_suspended():
             await self._wait_for_buffer_drop()
         if flow_suspended():
-            return
+            return True
+        if tp in self._sought and self._fetched_before_seek(tp, message.offset):
+            return False
         coro = self.callback(message)
         if type(coro) is not CoroutineType:  # not Faust's own
             await self.wait_first(coro, self.suspend_flow.wait())
-            return
+            return True
         done, waiting_on = run_inline(coro)
         if not done:
             await self.wait_first(finish(coro, waiting_on), self.suspend_flow.wait())
+        return True
 
 
 class LeanApp(CheckpointApp):

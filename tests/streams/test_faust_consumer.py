@@ -405,3 +405,35 @@ def test_each_flow_resume_runs_the_redelivery_after_faust_clears_its_queues() ->
         return queue.qsize(), seen
 
     assert asyncio.run(scenario()) == (0, [0])
+
+
+def test_a_message_that_waited_through_a_flow_resume_is_dropped_not_delivered() -> None:
+    """The rest of issue 21's gaps: the fetch loop waits with a message of a partition
+    whose stream buffer is full; flow resumes, Faust clears the queues (which ends the
+    wait) and the partition is held. Before, the message was delivered after the
+    clear, ahead of everything cleared before it, and Faust's read offset moved past
+    the offsets the seek delivers again."""
+    tp = TP("jobs", 2)
+
+    async def scenario() -> tuple[list[int], Any]:
+        app: Any = LeanApp("wait-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+        consumer: Any = app._new_consumer()
+        consumer._thread = _ThreadOf(_FakeAiokafka({tp}))
+        app.gpuhint_commits = ("jobs", lambda p: None)
+        delivered: list[int] = []
+
+        async def callback(message: Any) -> None:
+            delivered.append(message.offset)
+
+        async def wait_for_drop() -> None:  # the clear drains the buffer: flow resumed
+            consumer.hold_job_partitions()
+
+        consumer.callback = callback
+        consumer._wait_for_buffer_drop = wait_for_drop
+        consumer._buffered_partitions.add(tp)
+        consumer._read_offset[tp] = 71
+        message = type("Message", (), {"offset": 3280, "topic": "jobs"})()
+        await consumer._take(tp, message)
+        return delivered, consumer._read_offset[tp]
+
+    assert asyncio.run(scenario()) == ([], None)

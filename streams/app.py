@@ -199,7 +199,7 @@ async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRouti
             elif await consumer.redeliver_from(tp, offset):
                 routine.stats.flow_reseeks += 1
                 log.info(
-                    "partition %d: events queued when flow resumed were dropped; "
+                    "partition %d: flow resumed (queued events dropped); "
                     "delivered again from offset %d",
                     tp.partition,
                     offset,

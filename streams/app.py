@@ -183,26 +183,30 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
 
 async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRoutine[Any]) -> None:
-    """Faust resumed flow and cleared its stream queues: seek each assigned job-event
-    partition the consumer fetched past back to where the routine must be delivered
-    from (:meth:`BatchRoutine.redelivery_offset`)."""
+    """Faust resumed flow and cleared its stream queues (the consumer holds the
+    job-event partitions meanwhile): deliver each assigned job-event partition again
+    from where the routine must be delivered from
+    (:meth:`BatchRoutine.redelivery_offset`)."""
     consumer: Any = app.consumer
     if running_thread(consumer) is None:
         return  # no consumer running yet: nothing was fetched
+    tps = [tp for tp in sorted(consumer.assignment()) if tp.topic == job_topic]
     try:
-        for tp in sorted(consumer.assignment()):
-            if tp.topic != job_topic:
-                continue
+        for tp in tps:
             offset = await routine.redelivery_offset(tp.partition)
-            if offset is not None and await consumer.seek_back(tp, offset):
+            if offset is None:
+                consumer.release(tp)
+            elif await consumer.redeliver_from(tp, offset):
                 routine.stats.flow_reseeks += 1
                 log.info(
-                    "partition %d: events queued when flow resumed were dropped; "
+                    "partition %d: flow resumed (queued events dropped); "
                     "delivered again from offset %d",
                     tp.partition,
                     offset,
                 )
     except Exception as exc:  # a rebalance under way: its own seek follows
+        for tp in tps:
+            consumer.release(tp)
         log.warning("re-delivery after flow resumed not sought (%r)", exc)
 
 

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKED_VERSIONS",
+    "HOLD",
     "CheckpointApp",
     "CheckpointConsumer",
     "LeanApp",
@@ -57,9 +58,13 @@ __all__ = [
     "lean_fetch_supported",
     "run_inline",
     "running_thread",
-    "seek_back_if_ahead",
     "seek_if_assigned",
+    "seek_to_redeliver",
 ]
+
+HOLD = -1
+"""A partition's mark (``CheckpointConsumer._sought``) while its redelivery offset is
+not known yet: the lean loop drops every fetched record of it until it is sought."""
 
 CHECKED_VERSIONS = ("0.15.2", "0.15.3")
 """faust-streaming versions whose ``Consumer._drain_messages`` this module mirrors."""
@@ -140,20 +145,43 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
         if not done:
             log.info("%s: not assigned now, seek to %d skipped", partition, offset)
 
-    async def seek_back(self, partition: Any, offset: int) -> bool:
-        """Seek ``partition`` back to ``offset`` if the consumer has fetched past it
-        (in the consumer's thread); False when it has not, or the partition is not
-        assigned now. For events fetched, then dropped before the agent took them."""
+    def hold_job_partitions(self) -> None:
+        """Faust just cleared its stream queues (flow resumed): drop every record of an
+        assigned job-event partition the fetch loop still holds or fetches (a fetch
+        drained before a seek to the commit is delivered after it), and forget Faust's
+        read offset (which such records moved past what the agent got), until
+        :meth:`redeliver_from` names the partition's offset."""
+        if running_thread(self) is None:
+            return
+        for tp in self.assignment():
+            if self._is_job_tp(tp):
+                self._sought[tp] = HOLD
+                self._read_offset[tp] = None
+
+    def release(self, partition: Any) -> None:
+        """Lift :meth:`hold_job_partitions` without a seek (nothing to deliver again)."""
+        if self._sought.get(partition) == HOLD:
+            del self._sought[partition]
+
+    async def redeliver_from(self, partition: Any, offset: int) -> bool:
+        """Deliver ``partition`` again from ``offset`` (in the consumer's thread): the
+        fetch loop drops what it fetched before, and Faust's read offset restarts
+        there. Always sought: the position says nothing of what was dropped (a seek to
+        the commit after a fetch was drained puts it back). False when the partition
+        is not assigned now."""
         thread = self._thread
-        return bool(
+        done = bool(
             await thread.call_thread(
-                seek_back_if_ahead,
-                thread._ensure_consumer(),
-                partition,
-                offset,
-                self._sought.__setitem__,
+                seek_to_redeliver, thread._ensure_consumer(), partition, offset, self._mark
             )
         )
+        if not done:
+            self.release(partition)
+        return done
+
+    def _mark(self, partition: Any, offset: int) -> None:
+        self._sought[partition] = offset
+        self._read_offset[partition] = offset if offset else None
 
     async def perform_seek(self) -> None:
         self._sought.clear()  # a rebalance: every partition restarts from its commit
@@ -229,17 +257,13 @@ async def seek_if_assigned(consumer: Any, tp: Any, offset: int) -> bool:
     return True
 
 
-async def seek_back_if_ahead(
+async def seek_to_redeliver(
     consumer: Any, tp: Any, offset: int, mark: Callable[[Any, int], None]
 ) -> bool:
-    """Seek ``tp`` of an aiokafka consumer back to ``offset`` if it is assigned and its
-    position is past it (run in the consumer's thread); ``mark(tp, offset)`` first, so
-    the fetch loop drops what an earlier fetch still delivers past it. A position at
-    ``offset`` is left alone: nothing was fetched past it (and at the log's end the
-    offset may not exist yet)."""
+    """Seek ``tp`` of an aiokafka consumer to ``offset`` if it is assigned (run in the
+    consumer's thread); ``mark(tp, offset)`` first, so the fetch loop drops what an
+    earlier fetch still delivers until ``offset`` comes. False when not assigned."""
     if tp not in consumer.assignment():
-        return False
-    if await consumer.position(tp) <= offset:
         return False
     mark(tp, offset)
     consumer.seek(tp, offset)
@@ -264,11 +288,17 @@ class CheckpointApp(faust.App):
     """A Faust app whose consumer is :attr:`consumer_class` (:class:`CheckpointConsumer`).
 
     Each time Faust resumes flow (during and after every rebalance, at start) it clears
-    the stream queues. Faust then relies on its seek to the committed offsets; a
+    the stream queues. Faust relies on its seek to the committed offsets, but (1) a
     partition with no commit yet is not sought, so what was queued was lost and the
-    partition stalled behind it. ``app.gpuhint_redeliver`` (set by
-    :func:`streams.app.build_app`) runs after each resume and seeks the job-event
-    partitions back to what the worker has not handled."""
+    partition stalled behind it; (2) after its recovery Faust resumes the partitions,
+    then seeks them to the commit, then clears the queues: a fetch drained meanwhile
+    (before the seek) is queued after it and cleared, and its records moved Faust's
+    read offset past them, so the fetch again from the commit skipped them as read
+    (the gaps of issue 21: a whole fetch, ~3,300 records, per partition). So on each
+    resume every assigned job-event partition is held at once (the fetch loop drops
+    its records, Faust's read offset is forgotten), and ``app.gpuhint_redeliver`` (set
+    by :func:`streams.app.build_app`) then seeks each to what the worker has not
+    handled."""
 
     consumer_class: type[faust_aiokafka.Consumer] = CheckpointConsumer
 
@@ -280,8 +310,13 @@ class CheckpointApp(faust.App):
         redeliver = getattr(self, "gpuhint_redeliver", None)
         if redeliver is None:
             return
-        task = asyncio.ensure_future(redeliver())
+        hold = getattr(getattr(self, "_consumer", None), "hold_job_partitions", None)
+        if hold is not None:
+            hold()  # now, before the fetch loop queues more of what it fetched
         pending: set[asyncio.Future[Any]] = self.__dict__.setdefault("_gpuhint_redeliveries", set())
+        for earlier in pending:  # its offsets may be stale: this one seeks every partition
+            earlier.cancel()
+        task = asyncio.ensure_future(redeliver())
         pending.add(task)  # a reference until done (the loop keeps only a weak one)
         task.add_done_callback(pending.discard)
 
@@ -365,8 +400,9 @@ class LeanConsumer(CheckpointConsumer):
             self.diag.unset_flag(fetching)
 
     def _fetched_before_seek(self, tp: Any, offset: int) -> bool:
-        """A message fetched before a seek back to ``_sought[tp]``: it comes again after
-        it (the seek's own offset clears the mark)."""
+        """A message fetched before a seek back to ``_sought[tp]`` (or while the
+        partition is on :data:`HOLD`): it comes again after it (the seek's own offset
+        clears the mark)."""
         sought = self._sought.get(tp)
         if sought is None:
             return False
@@ -388,27 +424,37 @@ class LeanConsumer(CheckpointConsumer):
         if self._commit_every is not None and self._n_acked >= self._commit_every:
             self._n_acked = 0
             await self.commit()
-        await self._deliver(tp, message)
-        self._read_offset[tp] = offset
+        if await self._deliver(tp, message):
+            self._read_offset[tp] = offset
 
-    async def _deliver(self, tp: Any, message: Any) -> None:  # pragma: no cover - e2e
+    async def _deliver(self, tp: Any, message: Any) -> bool:
         """The change: Faust awaits ``wait_first(callback(message), suspend_flow.wait())``
         for every message. Here a message of a paused partition first waits for its
         buffer to drain, a stopped flow drops the message as that wait would, and the
-        callback runs inline unless it suspends."""
+        callback runs inline unless it suspends.
+
+        A message that waited (its buffer full, a commit) is checked against the seek
+        marks again: flow may have resumed meanwhile (the queues cleared, the partition
+        held: :meth:`CheckpointConsumer.hold_job_partitions`), and the clear itself
+        ends the wait. Delivered then, it would reach the agent ahead of the events
+        cleared before it (issue 21's gaps). Such a message is dropped, and Faust's
+        read offset not moved (False): it comes again after the seek."""
         flow_suspended = self.suspend_flow.is_set
         # (read each time: a consumer restart rebinds the set)
         if tp in self._buffered_partitions and not flow_suspended():
             await self._wait_for_buffer_drop()
         if flow_suspended():
-            return
+            return True
+        if tp in self._sought and self._fetched_before_seek(tp, message.offset):
+            return False
         coro = self.callback(message)
         if type(coro) is not CoroutineType:  # not Faust's own
             await self.wait_first(coro, self.suspend_flow.wait())
-            return
+            return True
         done, waiting_on = run_inline(coro)
         if not done:
             await self.wait_first(finish(coro, waiting_on), self.suspend_flow.wait())
+        return True
 
 
 class LeanApp(CheckpointApp):

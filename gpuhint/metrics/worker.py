@@ -152,8 +152,8 @@ class WorkerCollector(Collector):
         )
         yield _counter(
             "gpuhint_partitions_sought_after_flow_resumed",
-            "Job-event partitions sought back because Faust dropped queued events when "
-            "flow resumed (a rebalance, the start).",
+            "Job-event partitions delivered again from the worker's next offset because "
+            "Faust cleared its queues when flow resumed (each rebalance, the start).",
             r.flow_reseeks,
         )
         err = SummaryMetricFamily(

@@ -302,25 +302,87 @@ def test_a_seek_runs_in_the_consumer_thread() -> None:
     assert consumer._read_offset[TP("jobs", 1)] == 42
 
 
-class _PositionedAiokafka(_FakeAiokafka):
-    def __init__(self, assigned: set[TP], positions: dict[TP, int]) -> None:
-        super().__init__(assigned)
-        self.positions = positions
-
-    async def position(self, tp: TP) -> int:
-        return self.positions[tp]
-
-
-def test_seek_back_only_when_the_consumer_fetched_past_the_offset() -> None:
+def test_seek_to_redeliver_marks_then_seeks_an_assigned_partition() -> None:
     tp = TP("jobs", 1)
-    fake = _PositionedAiokafka({tp}, {tp: 147})
+    fake = _FakeAiokafka({tp})
     marks: dict[TP, int] = {}
-    assert asyncio.run(lean.seek_back_if_ahead(fake, tp, 2, marks.__setitem__)) is True
-    assert fake.seeks == [(tp, 2)] and marks == {tp: 2}  # the fetch loop drops 3..146
-    fake.positions[tp] = 2
-    assert asyncio.run(lean.seek_back_if_ahead(fake, tp, 2, marks.__setitem__)) is False
-    assert asyncio.run(lean.seek_back_if_ahead(fake, TP("jobs", 2), 0, marks.__setitem__)) is False
+    assert asyncio.run(lean.seek_to_redeliver(fake, tp, 2, marks.__setitem__)) is True
+    assert fake.seeks == [(tp, 2)] and marks == {tp: 2}
+    assert asyncio.run(lean.seek_to_redeliver(fake, TP("jobs", 2), 0, marks.__setitem__)) is False
     assert fake.seeks == [(tp, 2)]
+
+
+class _ThreadOf:
+    """A started consumer thread that runs calls inline, over a fake aiokafka consumer."""
+
+    def __init__(self, fake: _FakeAiokafka) -> None:
+        self.fake = fake
+        self._started = asyncio.Event()
+        self._started.set()
+
+    def _ensure_consumer(self) -> _FakeAiokafka:
+        return self.fake
+
+    def assignment(self) -> set[TP]:
+        return self.fake.assignment()
+
+    async def call_thread(self, fun: Any, *args: Any) -> Any:
+        return await fun(*args)
+
+
+def test_a_fetch_queued_then_cleared_at_resume_is_fetched_and_delivered_again() -> None:
+    """Issue 21's skipped offsets after an assignment. Faust's recovery resumes the
+    partitions, seeks them to the commit (3) and then clears the stream queues; a
+    fetch drained before that seek (3..4141) is queued after it, then cleared, and
+    delivering it moved Faust's read offset to 4141 while the position is back at 3.
+    Before: the position said nothing was fetched past the worker's next offset (18),
+    so no seek, and the fetch again from 3 skipped 18..4140 as already read (a gap)."""
+    tp = TP("jobs", 1)
+    fake = _FakeAiokafka({tp})
+
+    async def scenario() -> tuple[bool, list[bool], list[bool], Any]:
+        app: Any = LeanApp("hold-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+        consumer: Any = app._new_consumer()
+        app._consumer = consumer
+        consumer._thread = _ThreadOf(fake)
+        app.gpuhint_commits = ("jobs", lambda p: None)
+        consumer._read_offset[tp] = 4141  # the stale fetch was delivered, then cleared
+
+        async def redeliver() -> None:
+            await consumer.redeliver_from(tp, 18)
+
+        app.gpuhint_redeliver = redeliver
+        app.flow_control.resume()  # clears the queues; holds the job partitions at once
+        held = consumer._read_offset[tp] is None
+        # what the fetch loop still iterates of the stale fetch is dropped
+        stale = [consumer._fetched_before_seek(tp, o) for o in (4000, 4141)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        again = [consumer._fetched_before_seek(tp, o) for o in (3, 18, 19)]
+        return held, stale, again, consumer._read_offset[tp]
+
+    held, stale, again, read = asyncio.run(scenario())
+    assert held and stale == [True, True]
+    assert fake.seeks == [(tp, 18)]  # sought though the position was not past 18
+    assert again == [True, False, False]  # 3..17 dropped (fetched before), 18 on
+    assert read == 18  # Faust's loop skips only what is below its read offset
+
+
+def test_a_partition_with_nothing_to_deliver_again_is_released() -> None:
+    tp = TP("jobs", 1)
+    app: Any = LeanApp("release-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+    consumer: Any = app._new_consumer()
+    consumer._thread = _ThreadOf(_FakeAiokafka({tp}))
+    app.gpuhint_commits = ("jobs", lambda p: None)
+    consumer.hold_job_partitions()
+    assert consumer._fetched_before_seek(tp, 0) is True
+    consumer.release(tp)
+    assert consumer._fetched_before_seek(tp, 0) is False
+    consumer.hold_job_partitions()
+    fake = consumer._thread.fake
+    fake.assigned = set()  # revoked meanwhile: not sought, not held
+    assert asyncio.run(consumer.redeliver_from(tp, 5)) is False
+    assert consumer._fetched_before_seek(tp, 7) is False and fake.seeks == []
 
 
 def test_each_flow_resume_runs_the_redelivery_after_faust_clears_its_queues() -> None:
@@ -343,3 +405,35 @@ def test_each_flow_resume_runs_the_redelivery_after_faust_clears_its_queues() ->
         return queue.qsize(), seen
 
     assert asyncio.run(scenario()) == (0, [0])
+
+
+def test_a_message_that_waited_through_a_flow_resume_is_dropped_not_delivered() -> None:
+    """The rest of issue 21's gaps: the fetch loop waits with a message of a partition
+    whose stream buffer is full; flow resumes, Faust clears the queues (which ends the
+    wait) and the partition is held. Before, the message was delivered after the
+    clear, ahead of everything cleared before it, and Faust's read offset moved past
+    the offsets the seek delivers again."""
+    tp = TP("jobs", 2)
+
+    async def scenario() -> tuple[list[int], Any]:
+        app: Any = LeanApp("wait-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+        consumer: Any = app._new_consumer()
+        consumer._thread = _ThreadOf(_FakeAiokafka({tp}))
+        app.gpuhint_commits = ("jobs", lambda p: None)
+        delivered: list[int] = []
+
+        async def callback(message: Any) -> None:
+            delivered.append(message.offset)
+
+        async def wait_for_drop() -> None:  # the clear drains the buffer: flow resumed
+            consumer.hold_job_partitions()
+
+        consumer.callback = callback
+        consumer._wait_for_buffer_drop = wait_for_drop
+        consumer._buffered_partitions.add(tp)
+        consumer._read_offset[tp] = 71
+        message = type("Message", (), {"offset": 3280, "topic": "jobs"})()
+        await consumer._take(tp, message)
+        return delivered, consumer._read_offset[tp]
+
+    assert asyncio.run(scenario()) == ([], None)

@@ -179,8 +179,8 @@ class RoutineStats:
     discarded: int = 0
     """Events dropped while their partition was sought back (they come again)."""
     flow_reseeks: int = 0
-    """Partitions sought back to :meth:`BatchRoutine.redelivery_offset` because the
-    driver dropped events it had queued (the worker: Faust, when flow resumes)."""
+    """Partitions sought to :meth:`BatchRoutine.redelivery_offset` because the driver
+    dropped the events it had queued (the worker: Faust, each time flow resumes)."""
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:

@@ -75,12 +75,30 @@ class JobTracker:
     * A job that vanishes before it was seen finished emits ``finished`` with state
       ``vanished_state`` (default UNKNOWN) at the time of the snapshot.
 
-    Memory is bounded by the size of the scheduler's own view.
+    * ``keep_finished_s``: a finished job missing from a snapshot is remembered for that
+      long after its end (default 0: forgotten at once), so a source that skips a record
+      in one snapshot and lists it again does not announce it twice.
+    * ``vanish_after``: how many snapshots in a row a job must miss before it is
+      announced vanished (default 1). ``sacct`` can leave a pending array's tasks out of
+      one poll while it splits the array record (seen on Slurm 22.05); 2 absorbs that.
+
+    Memory is bounded by the size of the scheduler's own view (plus, with
+    ``keep_finished_s``, the jobs that ended within it).
     """
 
-    def __init__(self, *, cluster: str = "default", vanished_state: JobState = JobState.UNKNOWN):
+    def __init__(
+        self,
+        *,
+        cluster: str = "default",
+        vanished_state: JobState = JobState.UNKNOWN,
+        keep_finished_s: float = 0.0,
+        vanish_after: int = 1,
+    ):
         self.cluster = cluster
         self.vanished_state = vanished_state
+        self.keep_finished_s = keep_finished_s
+        self.vanish_after = vanish_after
+        self._missed: dict[str, int] = {}  # job -> snapshots missed in a row
         self._step: dict[str, int] = {}
         self._jobs: dict[str, SchedJob] = {}
 
@@ -89,6 +107,7 @@ class JobTracker:
         seen: set[str] = set()
         for job in jobs:
             seen.add(job.job_id)
+            self._missed.pop(job.job_id, None)
             prev = self._step.get(job.job_id, -1)
             target = _ORDER[job.status]
             try:
@@ -105,6 +124,9 @@ class JobTracker:
             self._step[job.job_id] = max(prev, target)
             self._jobs[job.job_id] = job
         for job_id in [j for j in self._step if j not in seen]:
+            if self._recently_finished(job_id, now) or self._missed_too_few(job_id):
+                continue
+            self._missed.pop(job_id, None)
             step = self._step.pop(job_id)
             job = self._jobs.pop(job_id)
             if step < 2:
@@ -113,6 +135,20 @@ class JobTracker:
                 )
                 events.append(self._event(gone, 2, now, end_time=now))
         return events
+
+    def _missed_too_few(self, job_id: str) -> bool:
+        """Not finished, and missed fewer than ``vanish_after`` snapshots in a row."""
+        if self._step[job_id] >= 2:
+            return False
+        self._missed[job_id] = n = self._missed.get(job_id, 0) + 1
+        return n < self.vanish_after
+
+    def _recently_finished(self, job_id: str, now: float) -> bool:
+        """Seen finished, ended within ``keep_finished_s``: remembered though unlisted."""
+        if self._step[job_id] < 2 or self.keep_finished_s <= 0:
+            return False
+        end = self._jobs[job_id].end_time
+        return end is not None and now - end < self.keep_finished_s
 
     def running_on(self, node: str) -> list[str]:
         """Job ids last seen running with ``node`` among their nodes."""

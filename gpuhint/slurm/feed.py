@@ -191,7 +191,12 @@ def slurm_feed(
         name="slurm",
         source=spec,
         parse=lambda text: parse_slurm(text, vc_from),
-        tracker=JobTracker(cluster=cluster, vanished_state=JobState.UNKNOWN),
+        tracker=JobTracker(
+            cluster=cluster,
+            vanished_state=JobState.UNKNOWN,
+            keep_finished_s=lookback_s,
+            vanish_after=2 if spec == "sacct" else 1,
+        ),
         spec=spec,
         state_path=state_path,
         vc_from=vc_from,

@@ -171,3 +171,42 @@ def test_one_job_the_contract_refuses_is_skipped_not_the_poll(
     events = t.update([bad, good], now=3.0)
     assert [(e.job_id, e.phase.value) for e in events] == [("2", "submitted")]
     assert "job 1: not published" in caplog.text
+
+
+@pytest.mark.parametrize("keep", [0.0, 3600.0])
+def test_a_finished_job_missing_from_one_snapshot_is_not_announced_again(keep: float) -> None:
+    # sacct may skip an array task's record in one poll right after it ends and list it
+    # again in the next: with keep_finished_s the tracker remembers it (no duplicate)
+    t = JobTracker(cluster="c", keep_finished_s=keep)
+    done = SchedJob(
+        "9_0",
+        "finished",
+        submit_time=0,
+        start_time=10,
+        end_time=20,
+        num_gpus=1,
+        final=JobState.COMPLETED,
+    )
+    assert [e.phase.value for e in t.update([done], now=30)] == [
+        "submitted",
+        "started",
+        "finished",
+    ]
+    assert t.update([], now=40) == []
+    again = [e.phase.value for e in t.update([done], now=50)]
+    assert again == ([] if keep else ["submitted", "started", "finished"])
+    t.update([], now=20 + keep + 1)  # ended longer ago than keep_finished_s: forgotten
+    assert "9_0" not in t._step
+
+
+@pytest.mark.parametrize("after", [1, 2])
+def test_a_pending_job_missing_from_one_snapshot_vanishes_only_after_enough(after: int) -> None:
+    t = JobTracker(cluster="c", vanish_after=after)
+    pending = SchedJob("7_1", "pending", submit_time=0, num_gpus=1)
+    t.update([pending], now=1)
+    first = [e.phase.value for e in t.update([], now=2)]
+    assert first == (["finished"] if after == 1 else [])
+    back = [e.phase.value for e in t.update([pending], now=3)]
+    assert back == (["submitted"] if after == 1 else [])
+    t.update([], now=4)
+    assert [e.phase.value for e in t.update([], now=5)] == ([] if after == 1 else ["finished"])

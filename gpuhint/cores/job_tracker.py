@@ -124,7 +124,9 @@ class JobTracker:
             self._step[job.job_id] = max(prev, target)
             self._jobs[job.job_id] = job
         for job_id in [j for j in self._step if j not in seen]:
-            if self._recently_finished(job_id, now) or self._missed_too_few(job_id):
+            if self._recently_finished(job_id, now):
+                continue
+            if self._step[job_id] < 2 and self._count_miss(job_id) < self.vanish_after:
                 continue
             self._missed.pop(job_id, None)
             step = self._step.pop(job_id)
@@ -136,12 +138,10 @@ class JobTracker:
                 events.append(self._event(gone, 2, now, end_time=now))
         return events
 
-    def _missed_too_few(self, job_id: str) -> bool:
-        """Not finished, and missed fewer than ``vanish_after`` snapshots in a row."""
-        if self._step[job_id] >= 2:
-            return False
+    def _count_miss(self, job_id: str) -> int:
+        """One more snapshot in a row without ``job_id``; how many now."""
         self._missed[job_id] = n = self._missed.get(job_id, 0) + 1
-        return n < self.vanish_after
+        return n
 
     def _recently_finished(self, job_id: str, now: float) -> bool:
         """Seen finished, ended within ``keep_finished_s``: remembered though unlisted."""

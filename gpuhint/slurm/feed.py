@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 
 WATERMARK_VERSION = 1
 
+SACCT_MARGIN_S = 300.0
+"""How far before the last poll ``sacct`` reads again; a finished job is remembered as
+long after its end, so a record listed again within the window is not announced twice."""
+
 
 def sacct_command(window_s: float) -> tuple[str, ...]:
     """``sacct --json`` for every job in any state within the last ``window_s`` seconds."""
@@ -135,7 +139,7 @@ class SlurmFeed(SchedulerFeed):
     state_path: Path | None = None
     vc_from: VcFrom = "account"
     lookback_s: float = 3600.0
-    margin_s: float = 300.0
+    margin_s: float = SACCT_MARGIN_S
     last_poll: float | None = field(default=None)
     accept: Callable[[str], bool] | None = None  # job ids to follow (None: all)
 
@@ -194,7 +198,7 @@ def slurm_feed(
         tracker=JobTracker(
             cluster=cluster,
             vanished_state=JobState.UNKNOWN,
-            keep_finished_s=lookback_s,
+            keep_finished_s=SACCT_MARGIN_S,
             vanish_after=2 if spec == "sacct" else 1,
         ),
         spec=spec,

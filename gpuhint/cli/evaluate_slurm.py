@@ -47,18 +47,25 @@ seconds (compressed like the jobs), both in Slurm's own job order:
 
   idle_timer  Slurm's SuspendTime = --suspend-time, nothing else
   gpuhint     the agent's job and node feeds (--slurm-nodes) -> Kafka -> `gpuhint worker`
-              (CES) -> Redis -> `gpuhint slurm apply-power`; Slurm's timer off
+              (CES) -> Redis -> `gpuhint slurm apply-power --min-idle 0 --min-on 0`
+              (the policy's own reserve decides, as in the simulator); Slurm's timer off
 
-and reports each run's node-hours off and booting, power-ups, and job waits (average,
+Slurm counts SuspendTime in whole seconds and checks it each second, so --power's
+default speed is at most SuspendTime / 10 (360 for an hour): runs are slower than
+without --power; pick a short, dense excerpt (--jobs), e.g. 100 Helios jobs on 8 nodes
+take about 25 minutes for both runs. A faster --speed is allowed, with a warning.
+
+It reports each run's node-hours off and booting, power-ups, and job waits (average,
 p99) from Slurm's accounting, next to the power simulator's figures for the same jobs
 (`gpuhint evaluate ces --trace`'s code). --power JSON keys: power.{idle_timer,gpuhint}.
 {setting,node_hours_off,node_hours_booting,power_ups,avg_wait_s,p99_wait_s,avg_jct_s,...},
 simulated_power.{idle_timer,gpuhint}.{node_hours_off,avg_wait_s,p99_wait_s,power_downs},
-boot_s, suspend_time_s, plus jobs, speed, nodes, sched, model, seconds.
+boot_s, suspend_time_s, suspend_time_wall_s, min_idle, plus jobs, speed, nodes, sched,
+model, seconds.
 
 examples:
   gpuhint evaluate slurm --trace tests/data/philly_excerpt.json --jobs 300 --nodes 8 --json
-  gpuhint evaluate slurm --trace tests/data/philly_excerpt.json --power --jobs 60 --nodes 4
+  gpuhint evaluate slurm --trace venus_sept_2vc.csv --power --jobs 100 --nodes 8
   gpuhint evaluate slurm --trace history.sacct --jobs 30 --nodes 4 --speed 600
 """
 
@@ -97,6 +104,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--boot", type=float, default=300.0, metavar="S",
         help="--power: a node's boot time, trace seconds (300)",
+    )  # fmt: skip
+    p.add_argument(
+        "--min-idle", type=int, default=0, metavar="N",
+        help="--power: apply-power's --min-idle in the gpuhint run (0: the policy's own "
+        "reserve alone, as the simulator runs it)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
@@ -219,6 +231,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError("--power runs its own private Slurm (power scripts): drop --slurm-conf")
     if args.suspend_time <= 0 or args.boot < 0:
         raise UserError("--suspend-time must be > 0 and --boot >= 0")
+    if args.min_idle < 0:
+        raise UserError("--min-idle must be >= 0")
 
 
 def _print_text(doc: dict[str, Any], base: Any, gh: Any, sim_ratio: float | None) -> None:

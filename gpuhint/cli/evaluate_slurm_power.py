@@ -37,9 +37,11 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
     from gpuhint.lab.slurm_loop import LoopError, compress, default_speed, select_jobs
     from gpuhint.lab.slurm_power_loop import (
         PowerSetup,
+        power_speed,
         run_gpuhint_power,
         run_idle_timer,
         simulated_power,
+        suspend_rounding,
     )
     from gpuhint.slurm.commands import SlurmCommandError
 
@@ -48,10 +50,15 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
     jobs, too_big = select_jobs(trace, args.jobs, nodes)
     if not jobs:
         raise UserError(f"{args.trace}: no GPU job fits {nodes} nodes x 8 GPUs")
-    speed = args.speed or default_speed(jobs, nodes)
+    speed = args.speed or power_speed(default_speed(jobs, nodes), args.suspend_time)
     loop = compress(jobs, speed)
-    setup = PowerSetup(speed=speed, boot_s=args.boot, suspend_time_s=args.suspend_time)
+    setup = PowerSetup(
+        speed=speed, boot_s=args.boot, suspend_time_s=args.suspend_time, min_idle=args.min_idle
+    )
     _say(f"{len(loop)} jobs on {nodes} nodes, speed {speed:g}x ({too_big} too big skipped)")
+    warning = suspend_rounding(setup)
+    if warning:
+        _say(f"warning: {warning}")
     try:
         _say("simulating")
         sim = simulated_power(loop, nodes, setup, args.model)
@@ -78,6 +85,8 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
         "model": args.model,
         "boot_s": args.boot,
         "suspend_time_s": args.suspend_time,
+        "suspend_time_wall_s": setup.suspend_wall_s,
+        "min_idle": args.min_idle,
         "power": {"idle_timer": timer.as_dict(), "gpuhint": gh.as_dict()},
         "simulated_power": sim,
         "skipped_too_big": too_big,

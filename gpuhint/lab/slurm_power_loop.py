@@ -57,9 +57,53 @@ class PowerSetup:
     speed: float
     boot_s: float = 300.0
     suspend_time_s: float = 3600.0
+    min_idle: int = 0
+    """``apply-power --min-idle`` in the gpuhint run (0: the policy's reserve alone decides,
+    as in the simulator; ``--min-on`` is 0 too)."""
 
     def wall(self, trace_s: float) -> float:
         return trace_s / self.speed
+
+    @property
+    def suspend_wall_s(self) -> int:
+        """Slurm's SuspendTime in the idle-timer run: whole wall seconds, at least 1."""
+        return max(1, round(self.wall(self.suspend_time_s)))
+
+    @property
+    def confirm_s(self) -> float:
+        """The worker's ``GPUHINT_CES_CONFIRM_S`` (trace s): its advice is believed for
+        10 wall seconds (the node feed's and apply-power's 1 s, the test cluster's
+        ``SuspendTimeout=5`` while a node powers down), at least 300 trace s. Shorter,
+        and the engine takes a node still powering down for one that stayed on, picks
+        another, and the advice flaps."""
+        return max(300.0, 10.0 * self.speed)
+
+
+RESOLVE_SUSPEND = 10.0
+"""The power runs' default compression keeps SuspendTime at least this many wall seconds,
+so that Slurm's whole-second SuspendTime and its 1 s power-save pass resolve it to 10%."""
+
+
+def power_speed(default: float, suspend_time_s: float) -> float:
+    """``--power``'s default compression: the loop's, but slow enough for SuspendTime.
+
+    >>> power_speed(22141, 3600), power_speed(50, 3600)
+    (360.0, 50)
+    """
+    return min(default, max(1.0, suspend_time_s / RESOLVE_SUSPEND))
+
+
+def suspend_rounding(setup: PowerSetup) -> str | None:
+    """A warning when whole wall seconds move SuspendTime by more than 10%, else None."""
+    real = setup.suspend_wall_s * setup.speed
+    if abs(real - setup.suspend_time_s) <= 0.1 * setup.suspend_time_s:
+        return None
+    return (
+        f"at speed {setup.speed:g} SuspendTime {setup.suspend_time_s:g} s is "
+        f"{setup.wall(setup.suspend_time_s):.2f} wall s, which Slurm rounds to "
+        f"{setup.suspend_wall_s} s: the idle timer runs at {real:g} trace s "
+        f"(use --speed <= {setup.suspend_time_s / RESOLVE_SUSPEND:g})"
+    )
 
 
 @dataclass(frozen=True)
@@ -146,7 +190,7 @@ def _slurm(nodes: int, sched: str, setup: PowerSetup, suspend_trace_s: float) ->
     return LocalSlurm(
         nodes,
         sched=sched,
-        suspend_time=max(1, round(setup.wall(suspend_trace_s))),
+        suspend_time=max(1, round(setup.wall(suspend_trace_s))),  # = suspend_wall_s
         boot_delay_s=round(setup.wall(setup.boot_s), 2),
         # power saving checked every second (22.05's default is every 10 s)
         extra_conf=["SlurmctldParameters=power_save_interval=1,power_save_min_interval=0"],
@@ -268,7 +312,8 @@ def _gpuhint_services(
         _wait_for_worker(producer, topics, cluster, client, worker, workdir, progress)
         resume_timeout = max(30.0, 3 * setup.wall(setup.boot_s) + 20)
         power = [*gh, "slurm", "apply-power", "--interval", "1", "--resume-timeout",
-                 f"{resume_timeout:g}"]  # fmt: skip
+                 f"{resume_timeout:g}", "--min-idle", str(setup.min_idle),
+                 "--min-on", "0"]  # fmt: skip
         procs.append(subprocess.Popen(power, env=env, stdout=logs[1], stderr=subprocess.STDOUT))
         clock = TraceClock(time.time(), setup.speed)
         feeds = [_job_feed(svc.slurm_conf, cluster, producer, topics, ids, clock)]
@@ -299,6 +344,7 @@ def _power_env(
         **_worker_env(svc, prefix, cluster, model, workdir),
         "GPUHINT_CES_ENABLED": "true",
         "GPUHINT_CES_BOOT_S": f"{setup.boot_s:g}",  # trace seconds: the feeds' clock
+        "GPUHINT_CES_CONFIRM_S": f"{setup.confirm_s:g}",
         # events run ahead of the wall clock by up to (speed - 1) x the run's length
         "GPUHINT_MAX_FUTURE_S": f"{86400.0 * setup.speed:.0f}",
     }

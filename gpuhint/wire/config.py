@@ -223,6 +223,13 @@ class Settings(BaseSettings):
     ces_boot_s: float = Field(
         300.0, ge=0, le=86400, description="jobs policy: a node's boot time (ResumeTimeout)"
     )
+    ces_confirm_s: float = Field(
+        300.0,
+        gt=0,
+        le=86400,
+        description="jobs policy: how long advice is believed before node status overrides "
+        "it (>= the applier's interval plus a node's power-off time)",
+    )
     ces_max_cycles_per_node_day: int = Field(
         6, ge=1, le=1440, description="jobs policy: power-downs of one node in any 24 h, at most"
     )

@@ -87,12 +87,30 @@ def test_power_loop_small(kafka_bootstrap: str, redis_url: str) -> None:
     assert timer["node_hours_off"] > 0
 
 
+def test_power_runs_resolve_suspend_time() -> None:
+    """Slurm's SuspendTime is whole wall seconds: --power's default speed keeps an hour at
+    10 s or more, a faster speed is warned about, and the worker believes its advice for
+    the feeds' and apply-power's interval plus a power-down (10 wall s), in trace seconds."""
+    from gpuhint.lab.slurm_power_loop import PowerSetup, power_speed, suspend_rounding
+
+    assert power_speed(22141.0, 3600.0) == 360.0 and power_speed(50.0, 3600.0) == 50.0
+    fine = PowerSetup(speed=360.0)
+    assert fine.suspend_wall_s == 10 and suspend_rounding(fine) is None
+    coarse = PowerSetup(speed=22141.0)
+    assert coarse.suspend_wall_s == 1
+    warning = suspend_rounding(coarse)
+    assert warning is not None and "22141 trace s" in warning and "--speed <= 360" in warning
+    assert coarse.confirm_s == 10 * 22141.0 and PowerSetup(speed=10.0).confirm_s == 300.0
+    assert PowerSetup(speed=1.0).min_idle == 0
+
+
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
         (["--slurm-conf", "/etc/slurm/slurm.conf"], "drop --slurm-conf"),
         (["--suspend-time", "0"], "--suspend-time must be > 0"),
         (["--boot", "-1"], "--boot >= 0"),
+        (["--min-idle", "-1"], "--min-idle must be >= 0"),
     ],
 )
 def test_power_bad_args_are_one_line(

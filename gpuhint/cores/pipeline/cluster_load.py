@@ -210,6 +210,7 @@ def make_jobs_config(
     watts_per_node: float = 700.0,
     slot_s: int = 600,
     max_cycles_per_day: int = 6,
+    confirm_s: float = 300.0,
 ) -> JobsCesConfig:
     """The job-aware engine's configuration from the worker's settings (a cluster
     advisory at least once per CES slot)."""
@@ -218,6 +219,7 @@ def make_jobs_config(
         PowerModel(boot_s=boot_s),
         watts_per_node=watts_per_node,
         heartbeat_s=float(slot_s),
+        confirm_s=confirm_s,
     )
 
 
@@ -280,6 +282,7 @@ def processor_from_settings(
             settings.ces_watts_per_node,
             settings.ces_slot_s,
             settings.ces_max_cycles_per_node_day,
+            settings.ces_confirm_s,
         ),
         checkpoints=checkpoints,
         on_save=on_save,

@@ -8,6 +8,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuhint.cores.ces import CesEngine, ClusterLoadTracker
 from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
 from gpuhint.cores.sink import InMemoryStore
@@ -167,3 +169,24 @@ def test_a_version_1_checkpoint_is_read_and_migrated() -> None:
     restored = ClusterLoadProcessor(ClusterLoadTracker(slot_s=SLOT), CesEngine(), {"c": blob})
     got = _run(restored, msgs[300:], 25)
     assert got == _run(want_new, msgs[300:], 25) and got
+
+
+def test_the_worker_settings_reach_the_job_aware_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPUHINT_CES_* (quantile, boot, cycle limit, how long advice is believed) configure
+    the engine the worker and `gpuhint serve` build."""
+    from gpuhint.cores.pipeline.cluster_load import processor_from_settings
+    from gpuhint.wire.config import Settings, load_settings
+
+    for name, value in {
+        "GPUHINT_CES_QUANTILE": "0.9",
+        "GPUHINT_CES_BOOT_S": "120",
+        "GPUHINT_CES_MAX_CYCLES_PER_NODE_DAY": "3",
+        "GPUHINT_CES_CONFIRM_S": "1800",
+    }.items():
+        monkeypatch.setenv(name, value)
+    proc = processor_from_settings(load_settings(), InMemoryStore())
+    assert proc.jobs is not None
+    cfg = proc.jobs.cfg
+    assert cfg.policy.quantile == 0.9 and cfg.policy.max_cycles_per_day == 3
+    assert cfg.power.boot_s == 120 and cfg.confirm_s == 1800
+    assert Settings.model_fields["ces_confirm_s"].default == 300.0

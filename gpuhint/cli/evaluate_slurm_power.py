@@ -38,10 +38,12 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
     from gpuhint.lab.slurm_power_loop import (
         PowerSetup,
         power_speed,
+        run_all_on,
         run_gpuhint_power,
         run_idle_timer,
         simulated_power,
         suspend_rounding,
+        with_added_wait,
     )
     from gpuhint.slurm.commands import SlurmCommandError
 
@@ -62,11 +64,14 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
     try:
         _say("simulating")
         sim = simulated_power(loop, nodes, setup, args.model)
-        _say(f"run 1/2: Slurm's idle timer (SuspendTime {args.suspend_time:g} s)")
+        _say("run 1/3: all nodes on (the reference for the waits)")
+        all_on = run_all_on(loop, nodes, sched, setup, _say, args.timeout)
+        _say(f"  average wait {all_on.jobs.avg_queue_s:,.0f} s")
+        _say(f"run 2/3: Slurm's idle timer (SuspendTime {args.suspend_time:g} s)")
         timer = run_idle_timer(loop, nodes, sched, setup, _say, args.timeout)
         _say(f"  {timer.node_hours_off:,.1f} node-hours off, {timer.power_ups} power-ups")
         with _kafka_redis(args) as kr, tempfile.TemporaryDirectory(prefix="gh-power-") as tmp:
-            _say("run 2/2: gpuhint's power advice (apply-power)")
+            _say("run 3/3: gpuhint's power advice (apply-power)")
             gh = run_gpuhint_power(
                 loop, nodes, sched, setup, kr, model=args.model,
                 prefix=f"ep{uuid.uuid4().hex[:8]}", workdir=Path(tmp), progress=_say,
@@ -87,7 +92,11 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
         "suspend_time_s": args.suspend_time,
         "suspend_time_wall_s": setup.suspend_wall_s,
         "min_idle": args.min_idle,
-        "power": {"idle_timer": timer.as_dict(), "gpuhint": gh.as_dict()},
+        "power": {
+            "all_on": all_on.as_dict(),
+            "idle_timer": with_added_wait(timer.as_dict(), all_on.as_dict()),
+            "gpuhint": with_added_wait(gh.as_dict(), all_on.as_dict()),
+        },
         "simulated_power": sim,
         "skipped_too_big": too_big,
         "seconds": round(time.monotonic() - t_start, 1),
@@ -105,17 +114,25 @@ def _print_power(doc: dict[str, Any]) -> None:
         f"boot {doc['boot_s']:g} s, SuspendTime {doc['suspend_time_s']:g} s (trace seconds)"
     )
     print(
-        f"  {'':12} {'node-h off':>10} {'booting':>8} {'ups':>5} {'avg wait':>10} {'p99 wait':>10}"
+        f"  {'':12} {'node-h off':>10} {'booting':>8} {'ups':>5} {'avg wait':>10} "
+        f"{'added':>9} {'p99 wait':>10}"
     )
-    for name in ("idle_timer", "gpuhint"):
+    for name in ("all_on", "idle_timer", "gpuhint"):
         r = doc["power"][name]
         s = doc["simulated_power"][name]
+        added = r.get("added_wait_avg_s")
+        added_sim = s.get("added_wait_avg_s")
         print(
             f"  {name:12} {r['node_hours_off']:10,.1f} {r['node_hours_booting']:8,.1f} "
-            f"{r['power_ups']:5d} {r['avg_wait_s']:9,.0f}s {r['p99_wait_s']:9,.0f}s"
+            f"{r['power_ups']:5d} {r['avg_wait_s']:9,.0f}s {_secs(added):>9} "
+            f"{r['p99_wait_s']:9,.0f}s"
         )
         print(
             f"  {'  simulated':12} {s['node_hours_off']:10,.1f} {'':8} {'':5} "
-            f"{s['avg_wait_s']:9,.0f}s {s['p99_wait_s']:9,.0f}s"
+            f"{s['avg_wait_s']:9,.0f}s {_secs(added_sim):>9} {s['p99_wait_s']:9,.0f}s"
         )
     print(f"  {doc['seconds']:.0f} s")
+
+
+def _secs(value: float | None) -> str:
+    return "" if value is None else f"{value:+,.0f}s"

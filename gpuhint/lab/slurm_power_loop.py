@@ -5,6 +5,9 @@ Each run gets a fresh private Slurm (``LocalSlurm``) whose SuspendProgram stops 
 slurmd ("off") and whose ResumeProgram starts it again after a boot delay, everything
 compressed ``speed`` times like the jobs:
 
+0. **all_on**: no node is ever powered down (the reference for the waits: at a high
+   compression Slurm's own per-job overheads dominate them, so a run is judged by the
+   wait it adds to this one's, ``added_wait_avg_s``);
 1. **idle_timer**: ``SuspendTime`` = the given idle time; Slurm powers nodes down and
    wakes them for jobs by itself;
 2. **gpuhint**: Slurm never suspends on its own (``SuspendTime`` 30 days); the agent's
@@ -225,16 +228,43 @@ def run_idle_timer(
     setup: PowerSetup,
     progress: Progress,
     timeout_s: float,
+    *,
+    suspend_time_s: float | None = None,
 ) -> PowerRun:
-    """Run 1: Slurm's SuspendTime alone."""
-    with _slurm(nodes, sched, setup, setup.suspend_time_s) as s:
+    """Slurm's SuspendTime alone (``suspend_time_s``, else the setup's); with
+    :data:`NEVER_S`, the all-nodes-on reference whose waits the others add to."""
+    suspend = setup.suspend_time_s if suspend_time_s is None else suspend_time_s
+    with _slurm(nodes, sched, setup, suspend) as s:
         s.start()
         with _metered(str(s.conf)) as meter:
             jobs = run_slurm_only(
                 SlurmCli(str(s.conf)), loop, speed=setup.speed, progress=progress,
                 timeout_s=timeout_s,
             )  # fmt: skip
-        return _result(meter, jobs, setup, setup.suspend_time_s)
+        return _result(meter, jobs, setup, "all_on" if suspend >= NEVER_S else suspend)
+
+
+def run_all_on(
+    loop: Sequence[LoopJob],
+    nodes: int,
+    sched: str,
+    setup: PowerSetup,
+    progress: Progress,
+    timeout_s: float,
+) -> PowerRun:
+    """The reference: the same Slurm and jobs with no node ever powered down. At a high
+    ``speed`` Slurm's own per-job overheads (about a wall second a start) dominate the
+    waits, so power saving is judged by the wait it *adds* to this run's."""
+    return run_idle_timer(loop, nodes, sched, setup, progress, timeout_s, suspend_time_s=NEVER_S)
+
+
+def with_added_wait(run: dict[str, Any], all_on: dict[str, Any]) -> dict[str, Any]:
+    """``run`` plus ``added_wait_avg_s``: its average wait minus the all-on run's.
+
+    >>> with_added_wait({"avg_wait_s": 90.0}, {"avg_wait_s": 60.0})["added_wait_avg_s"]
+    30.0
+    """
+    return {**run, "added_wait_avg_s": round(run["avg_wait_s"] - all_on["avg_wait_s"], 1)}
 
 
 def run_gpuhint_power(
@@ -413,9 +443,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def simulated_power(
     loop: Sequence[LoopJob], nodes: int, setup: PowerSetup, model: str
 ) -> dict[str, Any]:
-    """What the power simulator (``evaluate ces --trace``) predicts for the same jobs: the
-    idle timer at the same SuspendTime and gpuhint's default job-aware policy (on the
-    model's predicted durations, as ``evaluate ces --trace`` runs it)."""
+    """What the power simulator (``evaluate ces --trace``) predicts for the same jobs: all
+    nodes on, the idle timer at the same SuspendTime and gpuhint's default job-aware
+    policy (on the model's predicted durations, as ``evaluate ces --trace`` runs it)."""
     from gpuhint.lab.evaluation.ces_jobs import prepare
     from gpuhint.lab.slurm_loop import as_simulated
     from models.simulator.power import AlwaysOn, PowerModel, simulate_power
@@ -429,6 +459,7 @@ def simulated_power(
     horizon = (min(j.submit for j in jobs), end)
     out: dict[str, Any] = {}
     for name, policy in (
+        ("all_on", AlwaysOn()),
         ("idle_timer", IdleTimer(setup.suspend_time_s)),
         ("gpuhint", JobAware(JobAwareConfig())),
     ):
@@ -442,4 +473,6 @@ def simulated_power(
             "p99_wait_s": round(percentile(waits, 99), 1),
             "power_downs": res.power_downs,
         }
+    for name in ("idle_timer", "gpuhint"):
+        out[name] = with_added_wait(out[name], out["all_on"])
     return out

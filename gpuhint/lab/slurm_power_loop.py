@@ -50,7 +50,9 @@ from gpuhint.wire.contract import JobEvent
 from models.simulator.metrics import percentile
 
 NEVER_S = 30 * 86400
-"""SuspendTime of the gpuhint run: Slurm never powers a node down by itself."""
+"""SuspendTime of the gpuhint and all-on runs, in *wall* seconds (not compressed: 30 trace
+days at speed 22,141 would be under two wall minutes): Slurm never powers a node down
+by itself."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,9 @@ class PowerSetup:
         10 wall seconds (the node feed's and apply-power's 1 s, the test cluster's
         ``SuspendTimeout=5`` while a node powers down), at least 300 trace s. Shorter,
         and the engine takes a node still powering down for one that stayed on, picks
-        another, and the advice flaps."""
-        return max(300.0, 10.0 * self.speed)
+        another, and the advice flaps. At most the setting's limit, a day (a speed above
+        8,640 gets less than 10 wall s)."""
+        return min(86400.0, max(300.0, 10.0 * self.speed))
 
 
 RESOLVE_SUSPEND = 10.0
@@ -193,7 +196,9 @@ def _slurm(nodes: int, sched: str, setup: PowerSetup, suspend_trace_s: float) ->
     return LocalSlurm(
         nodes,
         sched=sched,
-        suspend_time=max(1, round(setup.wall(suspend_trace_s))),  # = suspend_wall_s
+        suspend_time=(
+            NEVER_S if suspend_trace_s >= NEVER_S else max(1, round(setup.wall(suspend_trace_s)))
+        ),  # the idle timer's: suspend_wall_s
         boot_delay_s=round(setup.wall(setup.boot_s), 2),
         # power saving checked every second (22.05's default is every 10 s)
         extra_conf=["SlurmctldParameters=power_save_interval=1,power_save_min_interval=0"],

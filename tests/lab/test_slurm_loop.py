@@ -85,6 +85,14 @@ def test_power_loop_small(kafka_bootstrap: str, redis_url: str) -> None:
         assert {"node_hours_off", "avg_wait_s", "p99_wait_s"} <= set(doc["simulated_power"][run])
     timer = doc["power"]["idle_timer"]
     assert timer["node_hours_off"] > 0
+    # the reference never powers a node down (its SuspendTime is not compressed), and the
+    # other runs' waits are given against it
+    assert doc["power"]["all_on"]["node_hours_off"] == 0
+    assert doc["power"]["all_on"]["power_ups"] == 0
+    for run in ("idle_timer", "gpuhint"):
+        added = doc["power"][run]["avg_wait_s"] - doc["power"]["all_on"]["avg_wait_s"]
+        assert doc["power"][run]["added_wait_avg_s"] == pytest.approx(added, abs=0.2)
+        assert "added_wait_avg_s" in doc["simulated_power"][run]
 
 
 def test_power_runs_resolve_suspend_time() -> None:
@@ -100,7 +108,11 @@ def test_power_runs_resolve_suspend_time() -> None:
     assert coarse.suspend_wall_s == 1
     warning = suspend_rounding(coarse)
     assert warning is not None and "22141 trace s" in warning and "--speed <= 360" in warning
-    assert coarse.confirm_s == 10 * 22141.0 and PowerSetup(speed=10.0).confirm_s == 300.0
+    assert (
+        PowerSetup(speed=360.0).confirm_s == 3600.0
+        and coarse.confirm_s == 86400.0
+        and PowerSetup(speed=10.0).confirm_s == 300.0
+    )
     assert PowerSetup(speed=1.0).min_idle == 0
 
 

@@ -43,8 +43,10 @@ skipped_too_big, seconds.
 
 With --power it compares power saving instead, each run on a fresh private Slurm whose
 SuspendProgram stops a node's slurmd and whose ResumeProgram starts it after --boot
-seconds (compressed like the jobs), both in Slurm's own job order:
+seconds (compressed like the jobs), all in Slurm's own job order:
 
+  all_on      no node ever powered down: the reference for the waits (Slurm's own
+              per-job overheads dominate them when compressed), added_wait_avg_s
   idle_timer  Slurm's SuspendTime = --suspend-time, nothing else
   gpuhint     the agent's job and node feeds (--slurm-nodes) -> Kafka -> `gpuhint worker`
               (CES) -> Redis -> `gpuhint slurm apply-power --min-idle 0 --min-on 0`
@@ -52,14 +54,15 @@ seconds (compressed like the jobs), both in Slurm's own job order:
 
 Slurm counts SuspendTime in whole seconds and checks it each second, so --power's
 default speed is at most SuspendTime / 10 (360 for an hour): runs are slower than
-without --power; pick a short, dense excerpt (--jobs), e.g. 100 Helios jobs on 8 nodes
-take about 25 minutes for both runs. A faster --speed is allowed, with a warning.
+without --power; pick a short, dense excerpt (--jobs): 100 Helios jobs on 8 nodes took
+43 minutes for the three runs. A faster --speed is allowed, with a warning.
 
 It reports each run's node-hours off and booting, power-ups, and job waits (average,
 p99) from Slurm's accounting, next to the power simulator's figures for the same jobs
-(`gpuhint evaluate ces --trace`'s code). --power JSON keys: power.{idle_timer,gpuhint}.
+(`gpuhint evaluate ces --trace`'s code). --power JSON keys: power.{all_on,idle_timer,gpuhint}.
 {setting,node_hours_off,node_hours_booting,power_ups,avg_wait_s,p99_wait_s,avg_jct_s,...},
-simulated_power.{idle_timer,gpuhint}.{node_hours_off,avg_wait_s,p99_wait_s,power_downs},
+simulated_power.{all_on,idle_timer,gpuhint}.{node_hours_off,avg_wait_s,p99_wait_s,
+power_downs}, added_wait_avg_s in both for idle_timer and gpuhint,
 boot_s, suspend_time_s, suspend_time_wall_s, min_idle, plus jobs, speed, nodes, sched,
 model, seconds.
 
@@ -85,7 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--nodes", type=int, metavar="N", help="nodes x 8 GPUs (8; a given cluster's own)"
     )
-    p.add_argument("--speed", type=float, metavar="S", help="compression (default: fit ~15 min)")
+    p.add_argument(
+        "--speed",
+        type=float,
+        metavar="S",
+        help="compression (default: fit ~15 min; --power: at most SuspendTime / 10)",
+    )
     p.add_argument("--backfill", action="store_true", help="sched/backfill instead of builtin")
     p.add_argument("--model", choices=sorted(DURATION_MODELS), default=DEFAULT_MODEL)
     p.add_argument(

@@ -59,12 +59,19 @@ without --power; pick a short, dense excerpt (--jobs): 100 Helios jobs on 8 node
 
 It reports each run's node-hours off and booting, power-ups, and job waits (average,
 p99) from Slurm's accounting, next to the power simulator's figures for the same jobs
-(`gpuhint evaluate ces --trace`'s code). --power JSON keys: power.{all_on,idle_timer,gpuhint}.
+(`gpuhint evaluate ces --trace`'s code), once as on a cluster in real time and once as
+the compressed run meets Slurm: Slurm 22.05 starts a job given powering-up nodes in a
+pass every 30 wall seconds, i.e. 0 to 3 trace hours after the boot at speed 360, so
+compressed waits for woken nodes are far longer than real ones.
+
+--power JSON keys: power.{all_on,idle_timer,gpuhint}.
 {setting,node_hours_off,node_hours_booting,power_ups,avg_wait_s,p99_wait_s,avg_jct_s,...},
 simulated_power.{all_on,idle_timer,gpuhint}.{node_hours_off,avg_wait_s,p99_wait_s,
 power_downs}, added_wait_avg_s in both for idle_timer and gpuhint,
-boot_s, suspend_time_s, suspend_time_wall_s, min_idle, plus jobs, speed, nodes, sched,
-model, seconds.
+simulated_power_compressed (the same, with Slurm's 30 s pass that starts a job on woken
+nodes, x speed: the simulator as the compressed run meets it; added_wait_range_s over
+the pass's phase; start_pass_s), boot_s, suspend_time_s, suspend_time_wall_s,
+min_idle, plus jobs, speed, nodes, sched, model, seconds.
 
 examples:
   gpuhint evaluate slurm --trace tests/data/philly_excerpt.json --jobs 300 --nodes 8 --json

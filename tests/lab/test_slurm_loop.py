@@ -93,6 +93,32 @@ def test_power_loop_small(kafka_bootstrap: str, redis_url: str) -> None:
         added = doc["power"][run]["avg_wait_s"] - doc["power"]["all_on"]["avg_wait_s"]
         assert doc["power"][run]["added_wait_avg_s"] == pytest.approx(added, abs=0.2)
         assert "added_wait_avg_s" in doc["simulated_power"][run]
+        comp = doc["simulated_power_compressed"][run]
+        lo, hi = comp["added_wait_range_s"]
+        assert lo - 0.1 <= comp["added_wait_avg_s"] <= hi + 0.1
+    assert doc["simulated_power_compressed"]["start_pass_s"] == 30 * doc["speed"]
+
+
+def test_compressed_simulation_adds_slurms_start_pass_to_woken_jobs_only() -> None:
+    """The all-on reference wakes nothing, so Slurm's start pass changes none of its
+    starts; under the idle timer the pass only delays (jobs on woken nodes wait for it)."""
+    from gpuhint.lab.slurm_power_loop import (
+        PowerSetup,
+        simulated_power,
+        simulated_power_compressed,
+    )
+
+    sel, _ = select_jobs(read_trace(TRACE).jobs, 40, 2)
+    setup = PowerSetup(speed=60.0, suspend_time_s=600.0)
+    loop = compress(sel, setup.speed)
+    plain = simulated_power(loop, 2, setup, "history_mix")
+    comp = simulated_power_compressed(loop, 2, setup, "history_mix")
+    assert comp["all_on"] == plain["all_on"]
+    assert comp["start_pass_s"] == 1800.0
+    assert plain["idle_timer"]["power_downs"] > 0
+    lo, hi = comp["idle_timer"]["added_wait_range_s"]
+    assert lo <= comp["idle_timer"]["added_wait_avg_s"] <= hi
+    assert hi > plain["idle_timer"]["added_wait_avg_s"]
 
 
 def test_power_runs_resolve_suspend_time() -> None:

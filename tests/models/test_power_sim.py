@@ -60,6 +60,22 @@ def test_node_seconds_add_up_and_energy_is_consistent() -> None:
         assert all(s >= j.submit for s, j in zip(r.start, jobs, strict=True))
 
 
+def test_a_job_on_woken_nodes_starts_at_the_next_configuration_pass() -> None:
+    # Slurm 22.05 starts a job given powering-up nodes in its periodic pass, not at boot end
+    jobs = [SimJob("a", 0, 100, 8), SimJob("b", 750, 10, 8), SimJob("c", 1200, 10, 8)]
+    timer = IdleTimer(600)
+    plain = simulate_power(jobs, 1, timer, power=PM)
+    assert plain.start[1] == 750 + PM.boot_s
+    passes = PowerModel(boot_s=PM.boot_s, start_period_s=400.0)
+    r = simulate_power(jobs, 1, IdleTimer(600), power=passes)
+    assert r.start[1] == 1200  # up at 1050, passes at 0, 400, 800, 1200
+    assert r.start[2] == 1210  # the node is up by then: no pass to wait for
+    shifted = PowerModel(boot_s=PM.boot_s, start_period_s=400.0, start_offset_s=250.0)
+    assert simulate_power(jobs, 1, IdleTimer(600), power=shifted).start[1] == 1050
+    with pytest.raises(ValueError, match="start period"):
+        PowerModel(start_period_s=-1.0)
+
+
 def test_a_burst_waits_for_one_boot_not_one_per_job() -> None:
     # two nodes, both powered down long before; three jobs arrive together
     jobs = [SimJob("a", 0, 10, 8), SimJob("x", 10_000, 50, 8), SimJob("y", 10_000, 50, 8)]

@@ -41,11 +41,10 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
         run_all_on,
         run_gpuhint_power,
         run_idle_timer,
-        simulated_power,
-        simulated_power_compressed,
         suspend_rounding,
         with_added_wait,
     )
+    from gpuhint.lab.slurm_power_sim import simulated_power, simulated_power_compressed
     from gpuhint.slurm.commands import SlurmCommandError
 
     nodes = args.nodes or 8

@@ -102,11 +102,8 @@ def test_power_loop_small(kafka_bootstrap: str, redis_url: str) -> None:
 def test_compressed_simulation_adds_slurms_start_pass_to_woken_jobs_only() -> None:
     """The all-on reference wakes nothing, so Slurm's start pass changes none of its
     starts; under the idle timer the pass only delays (jobs on woken nodes wait for it)."""
-    from gpuhint.lab.slurm_power_loop import (
-        PowerSetup,
-        simulated_power,
-        simulated_power_compressed,
-    )
+    from gpuhint.lab.slurm_power_loop import PowerSetup
+    from gpuhint.lab.slurm_power_sim import simulated_power, simulated_power_compressed
 
     sel, _ = select_jobs(read_trace(TRACE).jobs, 40, 2)
     setup = PowerSetup(speed=60.0, suspend_time_s=600.0)

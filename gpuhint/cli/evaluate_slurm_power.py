@@ -44,7 +44,7 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
         suspend_rounding,
         with_added_wait,
     )
-    from gpuhint.lab.slurm_power_sim import simulated_power, simulated_power_compressed
+    from gpuhint.lab.slurm_power_sim import simulated_power
     from gpuhint.slurm.commands import SlurmCommandError
 
     nodes = args.nodes or 8
@@ -63,8 +63,7 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
         _say(f"warning: {warning}")
     try:
         _say("simulating")
-        sim = simulated_power(loop, nodes, setup, args.model)
-        sim_c = simulated_power_compressed(loop, nodes, setup, args.model)
+        sims = simulated_power(loop, nodes, setup, args.model)
         _say("run 1/3: all nodes on (the reference for the waits)")
         all_on = run_all_on(loop, nodes, sched, setup, _say, args.timeout)
         _say(f"  average wait {all_on.jobs.avg_queue_s:,.0f} s")
@@ -98,8 +97,8 @@ def run_power(args: argparse.Namespace, trace: Sequence[Any], t_start: float) ->
             "idle_timer": with_added_wait(timer.as_dict(), all_on.as_dict()),
             "gpuhint": with_added_wait(gh.as_dict(), all_on.as_dict()),
         },
-        "simulated_power": sim,
-        "simulated_power_compressed": sim_c,
+        "simulated_power": sims.real_time,
+        "simulated_power_compressed": sims.compressed,
         "skipped_too_big": too_big,
         "seconds": round(time.monotonic() - t_start, 1),
     }

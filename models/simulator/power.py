@@ -325,7 +325,7 @@ class PowerSim:
         """The first periodic pass at or after ``t`` (:attr:`PowerModel.start_period_s`)."""
         period = self.pm.start_period_s
         first = self.h0 + self.pm.start_offset_s % period
-        return first + max(0, math.ceil((t - first) / period)) * period
+        return first + math.ceil((t - first) / period) * period
 
     def end_job(self, i: int, alloc: Alloc, t: float) -> None:
         self.nodes.release(alloc)

@@ -103,13 +103,12 @@ def test_compressed_simulation_adds_slurms_start_pass_to_woken_jobs_only() -> No
     """The all-on reference wakes nothing, so Slurm's start pass changes none of its
     starts; under the idle timer the pass only delays (jobs on woken nodes wait for it)."""
     from gpuhint.lab.slurm_power_loop import PowerSetup
-    from gpuhint.lab.slurm_power_sim import simulated_power, simulated_power_compressed
+    from gpuhint.lab.slurm_power_sim import simulated_power
 
     sel, _ = select_jobs(read_trace(TRACE).jobs, 40, 2)
     setup = PowerSetup(speed=60.0, suspend_time_s=600.0)
     loop = compress(sel, setup.speed)
-    plain = simulated_power(loop, 2, setup, "history_mix")
-    comp = simulated_power_compressed(loop, 2, setup, "history_mix")
+    plain, comp = simulated_power(loop, 2, setup, "history_mix")
     assert comp["all_on"] == plain["all_on"]
     assert comp["start_pass_s"] == 1800.0
     assert plain["idle_timer"]["power_downs"] > 0

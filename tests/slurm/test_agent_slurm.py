@@ -22,6 +22,18 @@ def _state(cli: SlurmCli, job_id: str) -> str:
     return cli.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False).strip()
 
 
+def _steps_alive(job_id: str) -> bool:
+    """Whether any slurmstepd of the job still runs (the loopback cluster's nodes are local)."""
+    title = f"slurmstepd: [{job_id}.".encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().startswith(title):
+                return True
+        except OSError:  # the process ended while we looked
+            continue
+    return False
+
+
 def _explain(cli: SlurmCli, job_id: str) -> str:
     """What Slurm's accounting and the node's slurmd log say of one job (for a failure)."""
     fields = "JobID,State,ExitCode,DerivedExitCode,Reason,Submit,Start,End,NodeList"
@@ -68,8 +80,13 @@ def test_lifecycles_survive_a_restart(
     cli.run(["scancel", jobs["cancel"]])
     until("the requeue job to run", lambda: _state(cli, jobs["requeue"]) == "RUNNING", 60)
     poll()
-    cli.run(["scontrol", "requeue", jobs["requeue"]])
+    # Held while requeued, released once its first run's steps are gone: a plain requeue may
+    # relaunch the job while slurmd still kills the old batch step ("Job N already killed, do
+    # not launch batch job"), and the second run then FAILs, a Slurm race, not the feed's.
+    cli.run(["scontrol", "requeuehold", jobs["requeue"]])
     until("the requeue job to wait", lambda: _state(cli, jobs["requeue"]) == "PENDING", 30)
+    until("its first run to end", lambda: not _steps_alive(jobs["requeue"]), 60)
+    cli.run(["scontrol", "release", jobs["requeue"]])
     cli.run(["scontrol", "update", f"jobid={jobs['requeue']}", "StartTime=now"])
     poll()
     # the agent "restarts": a new feed from the same watermark, transitions in between

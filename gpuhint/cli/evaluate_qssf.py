@@ -56,9 +56,11 @@ policies:
   fifo+easy     (traces with requested time limits) FIFO with EASY backfill on the
                 requested limits, as Slurm's backfill: the head job gets a reservation,
                 later jobs start early only if they end by it or use spare GPUs
-  qssf+easy     (with --backfill, or traces with time limits) QSSF's hints at submit
-                with EASY backfill, gpuhint's p90 duration as each job's run time: what
-                gpuhint adds to a site's backfill, with no time limits needed
+  qssf+easy     (with --backfill, or traces with time limits) QSSF's hints with EASY
+                backfill, gpuhint's p90 duration as each job's run time: what gpuhint
+                adds to a site's backfill, with no time limits needed; in the closed
+                loop the hints learn, re-rank and bound waits in this schedule (the
+                starvation bound's overdue job gets the reservation)
 
 the table:
   avg JCT       average job completion time (finish - submit), all GPU jobs
@@ -101,7 +103,9 @@ policy's hints at submit, top level: band_coverage (share of band_jobs whose tru
 duration is within [p10, p90]), share_off_2x (point forecast off by >= 2x either way),
 share_off_2x_expected (the same for the expected duration the priority ranks by).
 The starvation bound, top level: wait_bound (the factor used; null in open loop) and
-overdue (waiting jobs it moved to the front in the qssf run).
+overdue (waiting jobs it moved to the front in the qssf run), overdue_easy (the same
+in the qssf+easy run, which in the closed loop has its own hints and bound; null
+without that policy).
 """
 
 

@@ -15,6 +15,12 @@ A job without a limit (``None``) gets the largest limit of the jobs given, as Sl
 gives a job without ``--time`` its partition's ``MaxTime``; when no job has one, nothing
 ends in time, jobs only backfill into the extra GPUs and the reservation is at infinity.
 
+Closed loop: with a :class:`~models.simulator.engine.Ranker` the queue keys come from
+the ranker when a job arrives and move when it re-ranks waiting jobs (after an end, as
+in :func:`~models.simulator.engine.simulate_vc`); ``run_time(i)`` then gives the run
+time the reservation assumes for job ``i`` (e.g. its hint's p90; ``None``: unknown, it
+never ends in time), asked when the job is first considered and kept.
+
 >>> from models.simulator.engine import SimJob
 >>> jobs = [SimJob("a", 0, 100, 4), SimJob("b", 1, 10, 8), SimJob("c", 2, 40, 4),
 ...         SimJob("d", 3, 40, 4)]
@@ -28,30 +34,41 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from models.simulator.cluster import Alloc, Nodes
-from models.simulator.engine import Outcome, SimJob
+from models.simulator.engine import Outcome, Ranker, SimJob
 
 
 def simulate_easy(
     jobs: Sequence[SimJob],
     num_nodes: int,
-    keys: Sequence[float],
-    limits: Sequence[float | None],
+    keys: Sequence[float] | None,
+    limits: Sequence[float | None] | None,
     gpus_per_node: int = 8,
     max_job_test: int = 500,
+    *,
+    ranker: Ranker | None = None,
+    run_time: Callable[[int], float | None] | None = None,
 ) -> list[Outcome]:
     """Schedule ``jobs`` with EASY backfill (module docstring); one outcome per job.
 
     ``max_job_test``: how many queued jobs behind the head one pass considers for
-    backfill (Slurm's ``bf_max_job_test``, default 500): bounded work per event."""
+    backfill (Slurm's ``bf_max_job_test``, default 500): bounded work per event.
+    Either ``keys`` and ``limits``, or (closed loop) ``ranker`` and ``run_time``."""
     n = len(jobs)
-    if len(keys) != n or len(limits) != n:
-        raise ValueError("one key and one limit per job")
-    given = [x for x in limits if x is not None]
-    default = max(given) if given else None
-    limits = [default if x is None else x for x in limits]
+    if ranker is not None:
+        if run_time is None:
+            raise ValueError("a ranker needs run_time (the reservation's run time per job)")
+        keys_now = [math.nan] * n
+        lims: list[float | None] = [math.nan] * n  # NaN: not asked of run_time yet
+    else:
+        if keys is None or limits is None or len(keys) != n or len(limits) != n:
+            raise ValueError("one key and one limit per job")
+        given = [x for x in limits if x is not None]
+        default = max(given) if given else None
+        keys_now = list(keys)
+        lims = [default if x is None else x for x in limits]
     nodes = Nodes(num_nodes, gpus_per_node)
     for j in jobs:
         if not 1 <= j.gpus <= nodes.total_gpus:
@@ -65,11 +82,19 @@ def simulate_easy(
     rank = {i: r for r, i in enumerate(order)}
     nxt = 0
 
+    def limit(i: int) -> float | None:
+        lim = lims[i]
+        if run_time is not None and lim is not None and math.isnan(lim):
+            lim = lims[i] = run_time(i)
+        return lim
+
     def begin(i: int, t: float, alloc: Alloc) -> None:
         allocs[i], start[i] = alloc, t
         heapq.heappush(running, (t + jobs[i].duration, i))
-        lim = limits[i]
+        lim = limit(i)
         est_end[i] = t + lim if lim is not None else math.inf
+        if ranker is not None:
+            ranker.start(i, t)
 
     while nxt < n or running:
         t = jobs[order[nxt]].submit if nxt < n else math.inf
@@ -79,14 +104,51 @@ def simulate_easy(
             _, i = heapq.heappop(running)
             nodes.release(allocs[i])
             del est_end[i]
+            if ranker is not None:
+                _rerank(queue, keys_now, rank, ranker.finish(i, t))
         while nxt < n and jobs[order[nxt]].submit == t:
             i = order[nxt]
-            bisect.insort(queue, (keys[i], rank[i], i))
+            if ranker is not None:
+                keys_now[i] = float(ranker.submit(i, t))
+            bisect.insort(queue, (keys_now[i], rank[i], i))
             nxt += 1
-        _schedule(t, jobs, nodes, queue, est_end, limits, begin, max_job_test)
+        if ranker is not None:
+            _regrow(est_end, start, t)
+        _schedule(t, jobs, nodes, queue, est_end, limit, begin, max_job_test)
     return [
         Outcome(start[i], start[i] + jobs[i].duration, start[i] - jobs[i].submit) for i in range(n)
     ]
+
+
+def _regrow(est_end: dict[int, float], start: Sequence[float], t: float) -> None:
+    """Predicted run times are not limits: a job that outlives its prediction is not
+    killed, so its expected end doubles its run time until it lies ahead of ``t``
+    (Tsafrir et al., "Backfilling using system-generated predictions", 2007: correct a
+    prediction the job outlives) instead of counting it as ending now."""
+    for i, e in est_end.items():
+        run = e - start[i]
+        if e > t or run <= 0:
+            continue
+        while e <= t:
+            run *= 2
+            e = start[i] + run
+        est_end[i] = e
+
+
+def _rerank(
+    queue: list[tuple[float, int, int]],
+    keys: list[float],
+    rank: Mapping[int, int],
+    updates: Iterable[tuple[int, float]],
+) -> None:
+    """Move the waiting jobs a ranker re-ranked (others: already started, ignored)."""
+    for i, p in updates:
+        old = (keys[i], rank[i], i)
+        k = bisect.bisect_left(queue, old)
+        if k < len(queue) and queue[k] == old and float(p) != keys[i]:
+            queue.pop(k)
+            keys[i] = float(p)
+            bisect.insort(queue, (keys[i], rank[i], i))
 
 
 def _schedule(
@@ -95,7 +157,7 @@ def _schedule(
     nodes: Nodes,
     queue: list[tuple[float, int, int]],
     est_end: dict[int, float],
-    limits: Sequence[float | None],
+    limit: Callable[[int], float | None],
     start_job: Callable[[int, float, Alloc], None],
     max_job_test: int,
 ) -> None:
@@ -121,7 +183,7 @@ def _schedule(
     while k < len(queue) and tested < max_job_test:
         tested += 1
         i = queue[k][2]
-        g, lim = jobs[i].gpus, limits[i]
+        g, lim = jobs[i].gpus, limit(i)
         ends_in_time = lim is not None and t + lim <= shadow
         if (ends_in_time or g <= extra) and nodes.can_place(g):
             alloc = nodes.place(g)

@@ -67,3 +67,75 @@ def test_bad_input() -> None:
         simulate_easy([SimJob("a", 0, 1, 1)], 1, [], [])
     with pytest.raises(ValueError, match="GPUs"):
         simulate_easy([SimJob("a", 0, 1, 9)], 1, [0], [1])
+
+
+class _Fixed:
+    """A ranker that gives fixed keys and, once, moves one waiting job to the front."""
+
+    def __init__(self, keys: list[float], promote: tuple[int, int] | None = None) -> None:
+        self.keys, self.promote = keys, promote
+        self.started: list[int] = []
+        self.submitted: list[int] = []
+
+    def submit(self, i: int, t: float) -> float:
+        self.submitted.append(i)
+        return self.keys[i]
+
+    def start(self, i: int, t: float) -> None:
+        self.started.append(i)
+
+    def finish(self, i: int, t: float) -> list[tuple[int, float]]:
+        if self.promote is not None and i == self.promote[0]:
+            return [(self.promote[1], -1.0)]
+        return []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_fixed_ranker_gives_the_fixed_keys_schedule(seed: int) -> None:
+    jobs = _random_jobs(seed)
+    rnd = random.Random(seed)
+    keys = [rnd.random() for _ in jobs]
+    limits = [j.duration * rnd.choice([1.0, 2.0]) for j in jobs]
+    ranker = _Fixed(keys)
+    looped = simulate_easy(jobs, 2, None, None, ranker=ranker, run_time=lambda i: limits[i])
+    assert looped == simulate_easy(jobs, 2, keys, limits)
+    assert sorted(ranker.started) == sorted(ranker.submitted) == list(range(len(jobs)))
+
+
+def test_a_reranked_job_takes_the_head_and_its_reservation() -> None:
+    # one node: a runs; b (4 GPUs) and c (8 GPUs) wait behind it, b ranked first; when a
+    # ends the ranker moves c to the front: c starts at a's end, b after c
+    jobs = [SimJob("a", 0, 100, 8), SimJob("b", 1, 10, 4), SimJob("c", 2, 10, 8)]
+    keys = [0.0, 1.0, 2.0]
+    out = simulate_easy(jobs, 1, None, None, ranker=_Fixed(keys), run_time=lambda i: 10.0)
+    assert (out[1].start, out[2].start) == (100, 110)
+    out = simulate_easy(
+        jobs, 1, None, None, ranker=_Fixed(keys, promote=(0, 2)), run_time=lambda i: 10.0
+    )
+    assert (out[2].start, out[1].start) == (100, 110)
+
+
+def test_a_job_of_unknown_run_time_only_uses_extra_gpus() -> None:
+    # 2 nodes: a (8 GPUs) runs; head b needs 16 -> reserved at a's end; c (8 GPUs) has no
+    # run time known: it cannot promise to end in time and there are no extra GPUs
+    jobs = [SimJob("a", 0, 100, 8), SimJob("b", 1, 10, 16), SimJob("c", 2, 5, 8)]
+    run = {0: 100.0, 1: 10.0, 2: None}
+    out = simulate_easy(jobs, 2, None, None, ranker=_Fixed([0, 1, 2]), run_time=run.get)
+    assert out[2].start == 110
+    run[2] = 5.0
+    out = simulate_easy(jobs, 2, None, None, ranker=_Fixed([0, 1, 2]), run_time=run.get)
+    assert out[2].start == 2
+    with pytest.raises(ValueError, match="run_time"):
+        simulate_easy(jobs, 2, None, None, ranker=_Fixed([0, 1, 2]))
+
+
+def test_a_job_outliving_its_predicted_run_time_is_expected_to_run_twice_as_long() -> None:
+    # 2 nodes: a (8 GPUs, predicted 40 s, really 100 s) runs; head b needs 16 GPUs. At 50
+    # a outlived its prediction: expected to end at 80 (run time doubled), so c (8 GPUs,
+    # predicted 30 s) ends in time and backfills. A time limit instead means a is killed
+    # at its limit: counted as ending now, c would delay b and waits.
+    jobs = [SimJob("a", 0, 100, 8), SimJob("b", 1, 10, 16), SimJob("c", 50, 30, 8)]
+    run = [40.0, 10.0, 30.0]
+    out = simulate_easy(jobs, 2, None, None, ranker=_Fixed([0, 1, 2]), run_time=run.__getitem__)
+    assert out[2].start == 50 and out[1].start == 100
+    assert simulate_easy(jobs, 2, [0, 1, 2], run)[2].start > 50

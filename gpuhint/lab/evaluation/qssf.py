@@ -161,6 +161,7 @@ def evaluate_qssf(
         expected_start=start_accuracy(runs.start_runs) if runs.start_runs else None,
         wait_bound=bound if loop == "closed" else None,
         overdue=runs.overdue,
+        overdue_easy=runs.overdue_easy if "qssf+easy" in results and loop == "closed" else None,
     )
 
 
@@ -252,6 +253,8 @@ class _Runs:
     loop_preds: dict[str, tuple[list[int], OnlinePredictions]] = field(default_factory=dict)
     start_runs: list[tuple[list[float], list[float], StartRecorder]] = field(default_factory=list)
     overdue: int = 0
+    overdue_easy: int = 0
+    """Jobs the starvation bound promoted in the closed-loop ``qssf+easy`` runs."""
     sim_jobs: dict[str, list[SimJob]] = field(default_factory=dict)
     open_preds: OnlinePredictions | None = None
     """The open loop's hints (trace order); None in the closed loop."""
@@ -276,7 +279,15 @@ class _Runs:
             elif spec.priority is not None and not spec.easy:
                 src = self.sources[spec.priority]
                 prios = [src[k] for k in ks]
-            if spec.easy:
+            if spec.easy and spec.run_times == "hint" and self.open_preds is None:
+                # closed loop: the hints learn from, re-rank and bound waits in EASY's schedule
+                ranker = ClosedLoopRanker([jobs[k] for k in ks], self.model, wait_bound=self.bound)
+                out = simulate_easy(
+                    sj, self.sizes[vc], None, None, ranker=ranker, run_time=ranker.run_time
+                )
+                self.overdue_easy += ranker.engine.stats.overdue
+                ranker = None  # the plain qssf run's predictions stay the ones scored
+            elif spec.easy:
                 keys, lims = self._easy_inputs(spec, vc, ks)
                 out = simulate_easy(sj, self.sizes[vc], keys, lims)
             else:

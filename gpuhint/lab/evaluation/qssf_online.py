@@ -254,6 +254,14 @@ class ClosedLoopRanker:
         self.model_version = hint.model_version
         return hint.priority
 
+    def run_time(self, i: int) -> float | None:
+        """The run time a backfilling scheduler should assume for job ``i`` (asked after
+        its submit): its hint's p90, else its expected duration; ``None`` if neither."""
+        for x in (self.p90[i], self.predicted[i]):
+            if math.isfinite(x):
+                return x
+        return None
+
     def start(self, i: int, t: float) -> None:
         t0 = time.perf_counter()
         self.engine.on_job_event(self._event(i, "started", t))

@@ -133,6 +133,7 @@ class QssfReport:
     expected_start: dict[str, Any] | None = None  # the closed loop's forecasts vs its starts
     wait_bound: float | None = None  # the starvation bound's factor (closed loop; 0: off)
     overdue: int = 0  # waiting jobs the bound moved to the front (qssf, closed loop)
+    overdue_easy: int | None = None  # the same in the closed-loop qssf+easy run, if any
 
     def avg(self, name: str) -> float:
         return self.policies[name].summary.avg_jct_s
@@ -173,6 +174,7 @@ class QssfReport:
             "expected_start": self.expected_start,
             "wait_bound": self.wait_bound,
             "overdue": self.overdue,
+            "overdue_easy": self.overdue_easy,
         }
 
 

@@ -396,3 +396,32 @@ def test_qssf_with_easy_backfill_on_its_own_p90_durations(loop: Literal["closed"
     assert easy.tails is not None and len(easy.jct) == len(jobs)
     # repetitive users: the hints rank and size jobs well enough to beat FIFO's backfill
     assert easy.summary.avg_jct_s < pol["fifo+backfill"].summary.avg_jct_s
+    if loop == "closed":  # its own closed loop: the bound counts its promotions apart
+        assert rep.overdue_easy is not None and rep.overdue_easy >= 0
+    else:
+        assert rep.overdue_easy is None
+
+
+def test_the_bound_acts_in_the_closed_loop_easy_run() -> None:
+    """In the closed loop qssf+easy has its own hints and starvation bound: a strict
+    bound promotes waiting jobs there (the overdue one gets the reservation), and the
+    longest wait does not grow past the unbounded run's."""
+    rnd = __import__("random").Random(11)
+    jobs = []
+    t = 0.0
+    for k in range(400):
+        t += rnd.expovariate(1 / 40)
+        user = k % 4
+        d = [60.0, 600.0, 6000.0, 300.0][user] * rnd.uniform(0.8, 1.25)
+        jobs.append(TraceJob(f"j{k}", t, d, [1, 4, 16, 8][user], user=f"u{user}"))
+    runs = {
+        b: evaluate_qssf(
+            jobs, model="history_mix", vc_nodes={"default": 3}, backfill=True, wait_bound=b
+        )
+        for b in (0.0, 0.5)
+    }
+    assert runs[0.0].overdue_easy == 0
+    assert runs[0.5].overdue_easy is not None and runs[0.5].overdue_easy > 0
+    waits = {b: r.policies["qssf+easy"].tails for b, r in runs.items()}
+    assert waits[0.0] is not None and waits[0.5] is not None
+    assert waits[0.5].max_wait_s <= waits[0.0].max_wait_s

@@ -374,19 +374,27 @@ def test_time_limits_add_sjf_limit_and_easy_backfill() -> None:
     assert "qssf+easy" not in plain.policies
 
 
+def _repetitive_users(
+    seed: int, n: int, gap_s: float, durations: list[float], gpus: list[int]
+) -> list[TraceJob]:
+    """Poisson arrivals; job k belongs to user k mod len(durations), who always asks for
+    the same GPUs and runs about the same time (within 0.8x .. 1.25x)."""
+    rnd = __import__("random").Random(seed)
+    jobs = []
+    t = 0.0
+    for k in range(n):
+        t += rnd.expovariate(1 / gap_s)
+        user = k % len(durations)
+        d = durations[user] * rnd.uniform(0.8, 1.25)
+        jobs.append(TraceJob(f"j{k}", t, d, gpus[user], user=f"u{user}"))
+    return jobs
+
+
 @pytest.mark.parametrize("loop", ["closed", "open"])
 def test_qssf_with_easy_backfill_on_its_own_p90_durations(loop: Literal["closed", "open"]) -> None:
     """No time limits needed: the hints order the queue and their p90 is each job's run
     time for the reservation; it runs with --backfill (and wherever limits exist)."""
-    rnd = __import__("random").Random(5)
-    jobs = []
-    t = 0.0
-    for k in range(300):
-        t += rnd.expovariate(1 / 60)
-        user = k % 5
-        d = [30.0, 300.0, 3000.0, 600.0, 60.0][user] * rnd.uniform(0.8, 1.25)
-        gpus = [1, 4, 8, 16, 2][user]
-        jobs.append(TraceJob(f"j{k}", t, d, gpus, user=f"u{user}"))
+    jobs = _repetitive_users(5, 300, 60.0, [30.0, 300.0, 3000.0, 600.0, 60.0], [1, 4, 8, 16, 2])
     rep = evaluate_qssf(
         jobs, model="history_mix", vc_nodes={"default": 4}, backfill=True, loop=loop
     )
@@ -406,14 +414,7 @@ def test_the_bound_acts_in_the_closed_loop_easy_run() -> None:
     """In the closed loop qssf+easy has its own hints and starvation bound: a strict
     bound promotes waiting jobs there (the overdue one gets the reservation), and the
     longest wait does not grow past the unbounded run's."""
-    rnd = __import__("random").Random(11)
-    jobs = []
-    t = 0.0
-    for k in range(400):
-        t += rnd.expovariate(1 / 40)
-        user = k % 4
-        d = [60.0, 600.0, 6000.0, 300.0][user] * rnd.uniform(0.8, 1.25)
-        jobs.append(TraceJob(f"j{k}", t, d, [1, 4, 16, 8][user], user=f"u{user}"))
+    jobs = _repetitive_users(11, 400, 40.0, [60.0, 600.0, 6000.0, 300.0], [1, 4, 16, 8])
     runs = {
         b: evaluate_qssf(
             jobs, model="history_mix", vc_nodes={"default": 3}, backfill=True, wait_bound=b

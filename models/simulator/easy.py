@@ -60,9 +60,13 @@ def simulate_easy(
     if ranker is not None:
         if run_time is None:
             raise ValueError("a ranker needs run_time (the reservation's run time per job)")
+        if keys is not None or limits is not None:
+            raise ValueError("give keys and limits, or a ranker and run_time, not both")
         keys_now = [math.nan] * n
         lims: list[float | None] = [math.nan] * n  # NaN: not asked of run_time yet
     else:
+        if run_time is not None:
+            raise ValueError("run_time goes with a ranker (the closed loop)")
         if keys is None or limits is None or len(keys) != n or len(limits) != n:
             raise ValueError("one key and one limit per job")
         given = [x for x in limits if x is not None]
@@ -85,7 +89,8 @@ def simulate_easy(
     def limit(i: int) -> float | None:
         lim = lims[i]
         if run_time is not None and lim is not None and math.isnan(lim):
-            lim = lims[i] = run_time(i)
+            asked = run_time(i)  # unknown (None, NaN, inf): never ends in time
+            lim = lims[i] = asked if asked is not None and math.isfinite(asked) else None
         return lim
 
     def begin(i: int, t: float, alloc: Alloc) -> None:
@@ -109,7 +114,7 @@ def simulate_easy(
         while nxt < n and jobs[order[nxt]].submit == t:
             i = order[nxt]
             if ranker is not None:
-                keys_now[i] = float(ranker.submit(i, t))
+                keys_now[i] = _key(ranker.submit(i, t), jobs[i])
             bisect.insort(queue, (keys_now[i], rank[i], i))
             nxt += 1
         if ranker is not None:
@@ -120,15 +125,23 @@ def simulate_easy(
     ]
 
 
+def _key(p: float, job: SimJob | None) -> float:
+    """A ranker's priority as a queue key; NaN would break the sorted queue."""
+    key = float(p)
+    if math.isnan(key):
+        raise ValueError(f"the ranker gave job {job.job_id if job else '?'} a NaN priority")
+    return key
+
+
 def _regrow(est_end: dict[int, float], start: Sequence[float], t: float) -> None:
     """Predicted run times are not limits: a job that outlives its prediction is not
     killed, so its expected end doubles its run time until it lies ahead of ``t``
     (Tsafrir et al., "Backfilling using system-generated predictions", 2007: correct a
     prediction the job outlives) instead of counting it as ending now."""
     for i, e in est_end.items():
-        run = e - start[i]
-        if e > t or run <= 0:
+        if e > t:
             continue
+        run = max(e - start[i], 1.0)  # a 0 s prediction would stay "ending now" forever
         while e <= t:
             run *= 2
             e = start[i] + run
@@ -147,7 +160,7 @@ def _rerank(
         k = bisect.bisect_left(queue, old)
         if k < len(queue) and queue[k] == old and float(p) != keys[i]:
             queue.pop(k)
-            keys[i] = float(p)
+            keys[i] = _key(p, None)
             bisect.insort(queue, (keys[i], rank[i], i))
 
 

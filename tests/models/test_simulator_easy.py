@@ -139,3 +139,27 @@ def test_a_job_outliving_its_predicted_run_time_is_expected_to_run_twice_as_long
     out = simulate_easy(jobs, 2, None, None, ranker=_Fixed([0, 1, 2]), run_time=run.__getitem__)
     assert out[2].start == 50 and out[1].start == 100
     assert simulate_easy(jobs, 2, [0, 1, 2], run)[2].start > 50
+
+
+def test_the_two_modes_do_not_mix_and_a_nan_priority_is_refused() -> None:
+    jobs = [SimJob("a", 0, 10, 8), SimJob("b", 1, 10, 8)]
+    with pytest.raises(ValueError, match="not both"):
+        simulate_easy(jobs, 1, [0, 1], [10, 10], ranker=_Fixed([0, 1]), run_time=lambda i: 1.0)
+    with pytest.raises(ValueError, match="goes with a ranker"):
+        simulate_easy(jobs, 1, [0, 1], [10, 10], run_time=lambda i: 1.0)
+    with pytest.raises(ValueError, match="NaN priority"):
+        simulate_easy(jobs, 1, None, None, ranker=_Fixed([0, float("nan")]), run_time=lambda i: 1.0)
+
+
+def test_an_unknown_or_zero_run_time_is_safe() -> None:
+    # 2 nodes: a (8 GPUs, 100 s) runs; head b needs 16; c (8 GPUs, 50 s) arrives at 2.
+    # A NaN run time is unknown: c can never promise to end in time, it waits for b. A 0 s
+    # one counts as 1 s, doubled while outlived: a's expected end stays ahead of now, c
+    # (predicted 0 s) backfills, and the head still starts when a really ends.
+    jobs = [SimJob("a", 0, 100, 8), SimJob("b", 1, 10, 16), SimJob("c", 2, 50, 8)]
+    nan = [float("nan")] * 3
+    out = simulate_easy(jobs, 2, None, None, ranker=_Fixed([0, 1, 2]), run_time=nan.__getitem__)
+    assert (out[1].start, out[2].start) == (100, 110)
+    zero = [0.0] * 3
+    out = simulate_easy(jobs, 2, None, None, ranker=_Fixed([0, 1, 2]), run_time=zero.__getitem__)
+    assert (out[1].start, out[2].start) == (100, 2)

@@ -317,18 +317,14 @@ class _Runs:
         self, spec: PolicySpec, vc: str, ks: list[int]
     ) -> tuple[list[float], list[float | None]]:
         """EASY's queue keys and run times for one VC: submit order and the requested
-        limits, or gpuhint's hints at submit and their p90 durations (``run_times="hint"``:
-        the closed-loop QSSF run's, so that policy must run first; else the open loop's)."""
+        limits, or (``run_times="hint"``, open loop only: the closed loop runs its own
+        hint core in EASY's schedule) the open loop's hints at submit and their p90s."""
         if spec.run_times != "hint":
             keys = [j.submit for j in self.sim_jobs[vc]]
             return keys, [self.jobs[k].time_limit_s or None for k in ks]
-        if vc in self.loop_preds:
-            _, p = self.loop_preds[vc]
-            pos = list(range(len(ks)))
-        elif self.open_preds is not None:
-            p, pos = self.open_preds, ks
-        else:
-            raise RuntimeError(f"{spec.name}: no hints yet (run the qssf policy first)")
+        if self.open_preds is None:
+            raise RuntimeError(f"{spec.name}: no open-loop hints (the closed loop runs its own)")
+        p, pos = self.open_preds, ks
         prio = p.submit_priority or p.priority
         run = p.p90 or p.predicted_duration
         keys = [_finite_or(prio[i], math.inf) for i in pos]

@@ -226,7 +226,8 @@ def policy_specs(
             PolicySpec(
                 "qssf+easy",
                 "qssf",
-                "QSSF's hints at submit with EASY backfill on gpuhint's p90 durations",
+                "QSSF's hints with EASY backfill on gpuhint's p90 durations"
+                + (" (closed loop: its own hints and bound)" if loop == "closed" else ""),
                 "hint",
                 easy=True,
                 run_times="hint",

@@ -57,22 +57,7 @@ def simulate_easy(
     backfill (Slurm's ``bf_max_job_test``, default 500): bounded work per event.
     Either ``keys`` and ``limits``, or (closed loop) ``ranker`` and ``run_time``."""
     n = len(jobs)
-    if ranker is not None:
-        if run_time is None:
-            raise ValueError("a ranker needs run_time (the reservation's run time per job)")
-        if keys is not None or limits is not None:
-            raise ValueError("give keys and limits, or a ranker and run_time, not both")
-        keys_now = [math.nan] * n
-        lims: list[float | None] = [math.nan] * n  # NaN: not asked of run_time yet
-    else:
-        if run_time is not None:
-            raise ValueError("run_time goes with a ranker (the closed loop)")
-        if keys is None or limits is None or len(keys) != n or len(limits) != n:
-            raise ValueError("one key and one limit per job")
-        given = [x for x in limits if x is not None]
-        default = max(given) if given else None
-        keys_now = list(keys)
-        lims = [default if x is None else x for x in limits]
+    keys_now, lims = _initial(n, keys, limits, ranker is not None, run_time is not None)
     nodes = Nodes(num_nodes, gpus_per_node)
     for j in jobs:
         if not 1 <= j.gpus <= nodes.total_gpus:
@@ -123,6 +108,30 @@ def simulate_easy(
     return [
         Outcome(start[i], start[i] + jobs[i].duration, start[i] - jobs[i].submit) for i in range(n)
     ]
+
+
+def _initial(
+    n: int,
+    keys: Sequence[float] | None,
+    limits: Sequence[float | None] | None,
+    ranked: bool,
+    timed: bool,
+) -> tuple[list[float], list[float | None]]:
+    """The queue keys and limits to start from: given (a missing limit gets the largest
+    one given), or NaN for the ranker and ``run_time`` to fill in (the closed loop)."""
+    if ranked:
+        if not timed:
+            raise ValueError("a ranker needs run_time (the reservation's run time per job)")
+        if keys is not None or limits is not None:
+            raise ValueError("give keys and limits, or a ranker and run_time, not both")
+        return [math.nan] * n, [math.nan] * n  # NaN: not asked yet
+    if timed:
+        raise ValueError("run_time goes with a ranker (the closed loop)")
+    if keys is None or limits is None or len(keys) != n or len(limits) != n:
+        raise ValueError("one key and one limit per job")
+    given = [x for x in limits if x is not None]
+    default = max(given) if given else None
+    return list(keys), [default if x is None else x for x in limits]
 
 
 def _key(p: float, job: SimJob | None) -> float:

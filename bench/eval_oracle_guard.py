@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import math
 import platform
 import sys
 from collections.abc import Iterable, Sequence
@@ -31,6 +30,7 @@ from gpuhint.lab.evaluation.qssf_inputs import sim_job
 from gpuhint.lab.evaluation.qssf_online import ClosedLoopRanker
 from gpuhint.lab.traces.readers import read_trace
 from models.simulator import simulate_vc
+from models.simulator.metrics import percentile
 
 
 class OracleGuard:
@@ -68,11 +68,6 @@ class OracleGuard:
         return out
 
 
-def _p99(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, math.ceil(0.99 * len(xs)) - 1)]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
@@ -106,11 +101,15 @@ def main() -> int:
             waits["guard"].append(g.start - j.submit)
             over_2x += g.end - j.submit > 2 * (f.end - j.submit)
         n += len(sj)
+
+    def p99(xs: list[float]) -> float:
+        return percentile(sorted(xs), 99)  # as evaluate qssf's p99_wait_s
+
     print(
         f"{a.trace} factor {a.factor:g}: avg JCT guard {jct['guard'] / n:,.0f} s, "
         f"FIFO {jct['fifo'] / n:,.0f} s; max wait / FIFO's "
         f"{max(waits['guard']) / max(waits['fifo']):.2f}; p99 wait / FIFO's "
-        f"{_p99(waits['guard']) / _p99(waits['fifo']):.2f}; JCT > 2x FIFO "
+        f"{p99(waits['guard']) / p99(waits['fifo']):.2f}; JCT > 2x FIFO "
         f"{over_2x / n:.1%}; promoted {promoted} "
         f"({platform.machine()}, {date.today()})"
     )

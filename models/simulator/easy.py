@@ -99,7 +99,7 @@ def simulate_easy(
         while nxt < n and jobs[order[nxt]].submit == t:
             i = order[nxt]
             if ranker is not None:
-                keys_now[i] = _key(ranker.submit(i, t), jobs[i])
+                keys_now[i] = _key(ranker.submit(i, t), i)
             bisect.insort(queue, (keys_now[i], rank[i], i))
             nxt += 1
         if ranker is not None:
@@ -134,11 +134,11 @@ def _initial(
     return list(keys), [default if x is None else x for x in limits]
 
 
-def _key(p: float, job: SimJob | None) -> float:
-    """A ranker's priority as a queue key; NaN would break the sorted queue."""
+def _key(p: float, i: int) -> float:
+    """A ranker's priority for job ``i`` as a queue key; NaN would break the sorted queue."""
     key = float(p)
     if math.isnan(key):
-        raise ValueError(f"the ranker gave job {job.job_id if job else '?'} a NaN priority")
+        raise ValueError(f"the ranker gave job #{i} a NaN priority")
     return key
 
 
@@ -169,7 +169,7 @@ def _rerank(
         k = bisect.bisect_left(queue, old)
         if k < len(queue) and queue[k] == old and float(p) != keys[i]:
             queue.pop(k)
-            keys[i] = _key(p, None)
+            keys[i] = _key(p, i)
             bisect.insort(queue, (keys[i], rank[i], i))
 
 

@@ -281,12 +281,11 @@ class _Runs:
                 prios = [src[k] for k in ks]
             if spec.easy and spec.run_times == "hint" and self.open_preds is None:
                 # closed loop: the hints learn from, re-rank and bound waits in EASY's schedule
-                ranker = ClosedLoopRanker([jobs[k] for k in ks], self.model, wait_bound=self.bound)
+                easy = ClosedLoopRanker([jobs[k] for k in ks], self.model, wait_bound=self.bound)
                 out = simulate_easy(
-                    sj, self.sizes[vc], None, None, ranker=ranker, run_time=ranker.run_time
+                    sj, self.sizes[vc], None, None, ranker=easy, run_time=easy.run_time
                 )
-                self.overdue_easy += ranker.engine.stats.overdue
-                ranker = None  # the plain qssf run's predictions stay the ones scored
+                self.overdue_easy += easy.engine.stats.overdue
             elif spec.easy:
                 keys, lims = self._easy_inputs(spec, vc, ks)
                 out = simulate_easy(sj, self.sizes[vc], keys, lims)

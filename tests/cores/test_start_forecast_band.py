@@ -1,0 +1,117 @@
+"""The expected start's 80% band keeps its promise online (step 5 of
+:mod:`gpuhint.cores.start_forecast`): misses widen it, hits narrow it, a job still
+waiting past its band counts as a miss at once, and old pickles still load."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from gpuhint.cores import start_forecast
+from gpuhint.cores.start_forecast import CALIBRATE_AFTER, StartBook, StartForecast, Waiting
+
+
+def _ask(book: StartBook, job: str, now: float) -> StartForecast:
+    """Forecast one job queued behind a 1,000 s job that holds the VC's only GPU."""
+    book.started("blocker", start=now, gpus=1, expected=1000.0, low=1000.0, high=1000.0)
+    forecast = book.forecast(now, [Waiting(job, 1, 1.0, 10.0, 10.0, 10.0)])[job]
+    book.finished("blocker")
+    return forecast
+
+
+def _start(book: StartBook, job: str, at: float) -> None:
+    book.started(job, start=at, gpus=1, expected=10.0, low=10.0, high=10.0)
+    book.finished(job)
+
+
+def _serve(book: StartBook, sigmas: Sequence[float], seed: int = 1) -> list[bool]:
+    """Each job really waits 1,000 s x a log-normal factor of spread ``sigma``; whether
+    its real start fell in the band it was first shown."""
+    rng = random.Random(seed)
+    t, inside = 0.0, []
+    for i, sigma in enumerate(sigmas):
+        f = _ask(book, f"j{i}", t)
+        actual = t + 1000.0 * math.exp(rng.gauss(0.0, sigma))
+        inside.append(f.low <= actual <= f.high)
+        _start(book, f"j{i}", actual)
+        t = actual + 1.0
+    return inside
+
+
+def _calibrated() -> StartBook:
+    book = StartBook()
+    _serve(book, [0.3] * CALIBRATE_AFTER)
+    return book
+
+
+def _log_width(f: StartForecast, now: float) -> float:
+    return math.log((f.high - now) / (f.low - now))
+
+
+def test_misses_widen_the_band_and_hits_narrow_it() -> None:
+    book = _calibrated()
+    before = _log_width(_ask(book, "probe0", 1e6), 1e6)
+    _start(book, "probe0", 1e6 + 1000.0)
+    spread = book.spread
+    for i in range(10):  # each starts a hundred times later than forecast: a miss
+        _ask(book, f"late{i}", 2e6 + i * 1e6)
+        _start(book, f"late{i}", 2e6 + i * 1e6 + 1e5)
+    wider = _log_width(_ask(book, "probe1", 1e8), 1e8)
+    _start(book, "probe1", 1e8 + 1000.0)
+    assert book.spread > spread
+    spread = book.spread
+    for i in range(10):  # each starts exactly when forecast: a hit
+        f = _ask(book, f"on{i}", 2e8 + i * 1e6)
+        _start(book, f"on{i}", f.expected)
+    narrower = _log_width(_ask(book, "probe2", 1e9), 1e9)
+    assert book.spread < spread
+    assert before < narrower < wider
+
+
+def test_the_band_recovers_its_coverage_when_waits_become_less_predictable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    regime_change = [0.2] * 300 + [1.0] * 300
+    tracked = _serve(StartBook(), regime_change)
+    monkeypatch.setattr(start_forecast, "SPREAD_STEP", 0.0)
+    fixed = _serve(StartBook(), regime_change)
+    after = slice(300, None)
+    assert sum(tracked[after]) / 300 >= 0.75
+    assert sum(fixed[after]) / 300 < 0.65  # the rolling percentiles alone lag
+
+
+def test_a_job_still_waiting_past_its_band_counts_as_a_miss_once() -> None:
+    book = _calibrated()
+    shown = _ask(book, "late", 1e6)
+    spread = book.spread
+    book.forecast(shown.high + 61.0, [])  # still waiting, past its band and a minute
+    assert book.spread == pytest.approx(spread + 0.05 * 0.8)
+    _start(book, "late", shown.high + 1e4)
+    assert book.spread == pytest.approx(spread + 0.05 * 0.8)  # not counted again
+
+
+def test_a_short_wait_is_not_counted() -> None:
+    book = _calibrated()
+    spread = book.spread
+    shown = _ask(book, "quick", 1e6)
+    _start(book, "quick", 1e6 + 30.0)  # outside the band, but a 30 s wait
+    assert not shown.low <= 1e6 + 30.0 <= shown.high
+    assert book.spread == spread
+
+
+def test_a_pickle_of_before_the_band_tracking_loads_and_learns() -> None:
+    book = _calibrated()
+    book.told["old"] = (1e6, 1e6 + 1000.0)  # type: ignore[assignment]  # a 2-tuple of before
+    state = dict(book.__dict__)
+    for name in ("spread", "deadlines", "missed"):
+        del state[name]
+    old = StartBook.__new__(StartBook)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert old.spread == 1.0 and old.deadlines == [] and old.missed == set()
+    calibrated = old.calibrated
+    _start(old, "old", 1e6 + 5000.0)
+    assert old.calibrated == calibrated + 1 and old.spread == 1.0

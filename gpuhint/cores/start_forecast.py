@@ -61,7 +61,7 @@ from gpuhint.wire.contract import ExpectedStart, JobEvent, PriorityHint, StartFo
 MAX_OVERTAKE_LOAD = 0.8
 ARRIVALS_KEPT = 256
 MIN_REMAINING_S = 60.0
-CALIBRATE_AFTER = 20
+CALIBRATE_AFTER = 5
 """Jobs whose real wait was compared with their forecast before the VC's ratio is used."""
 CALIBRATION_WINDOW = 256
 MIN_WAIT_S = 60.0

@@ -26,12 +26,9 @@ GPU capacity is the most GPUs its jobs were seen to hold at once.
    ratio and the band spans the 10th to the 90th percentile. What the simulation cannot see
    (fragmentation on nodes, hint updates that re-rank, a scheduler that is not strict
    priority order) is learned this way, per VC, not tuned per trace.
-5. The band keeps its promise online (quantile tracking, Angelopoulos et al., "Conformal
-   PID control", NeurIPS 2023): the band's two halves, in log, are stretched by a factor
-   that grows by :data:`SPREAD_STEP` x 0.8 at every job that started outside the band it
-   was first shown and shrinks by :data:`SPREAD_STEP` x 0.2 at every job inside it. It
-   settles where 20% of the jobs miss, whatever the trace; the percentiles of step 4
-   alone hold fewer (the ratios of the jobs that wait longest arrive last).
+5. The band keeps its promise online: its halves are stretched by a factor that
+   tracks the share of jobs that started outside the band they were first shown
+   (:mod:`gpuhint.cores.start_band`).
 
 >>> book = StartBook()
 >>> book.started("r", start=0.0, gpus=4, expected=100.0, low=50.0, high=200.0)
@@ -56,7 +53,8 @@ from typing import NamedTuple, Protocol
 
 from river import stats
 
-from gpuhint.wire.contract import ExpectedStart, JobEvent, PriorityHint, StartForecasts
+from gpuhint.cores.start_band import MIN_WAIT_S, BandTracker, stretch
+from gpuhint.wire.contract import MAX_TIME, ExpectedStart, JobEvent, PriorityHint, StartForecasts
 
 MAX_OVERTAKE_LOAD = 0.8
 ARRIVALS_KEPT = 256
@@ -64,24 +62,6 @@ MIN_REMAINING_S = 60.0
 CALIBRATE_AFTER = 5
 """Jobs whose real wait was compared with their forecast before the VC's ratio is used."""
 CALIBRATION_WINDOW = 256
-MIN_WAIT_S = 60.0
-BAND_MISS = 0.2
-"""The share of jobs an 80% band may miss."""
-SPREAD_STEP = 0.05
-"""How far one job moves the band's stretch factor (quantile tracking's learning rate):
-about a hundred jobs move it by one."""
-MIN_SPREAD = 0.1
-MAX_SPREAD = 10.0
-
-
-class _Told(NamedTuple):
-    """The first forecast a waiting job was shown: when, the raw start (before the
-    calibration), and the calibrated band's edges (NaN while the VC was uncalibrated)."""
-
-    made: float
-    raw: float
-    low: float
-    high: float
 
 
 class StartForecast(NamedTuple):
@@ -122,18 +102,6 @@ def _remaining(run: Running, duration: float, now: float) -> float:
     return max(left, 0.1 * duration, MIN_REMAINING_S) if left <= 0 else left
 
 
-def _spread(center: float, low: float, high: float, k: float) -> tuple[float, float, float]:
-    """Waits (s) of a forecast with its band's edges ``k`` times as far from the centre,
-    in log (all three positive, or all zero: a job expected to start now).
-
-    >>> [round(x) for x in _spread(100.0, 50.0, 400.0, 2.0)]
-    [100, 25, 1600]
-    """
-    if center <= 0.0:
-        return center, low, high
-    return center, center * (low / center) ** k, center * (high / center) ** k
-
-
 def _simulate(
     now: float,
     capacity: int,
@@ -170,8 +138,8 @@ class StartBook:
         default_factory=lambda: deque(maxlen=ARRIVALS_KEPT)
     )
     published_at: float = float("-inf")
-    told: dict[str, _Told] = field(default_factory=dict)
-    """Jobs named by a forecast: the first forecast they were shown, until they start."""
+    told: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Jobs named by a forecast: (when, the raw forecast start), until they start."""
     log_ratio: tuple[stats.RollingQuantile, ...] = field(
         default_factory=lambda: tuple(
             stats.RollingQuantile(q=q, window_size=CALIBRATION_WINDOW) for q in (0.5, 0.1, 0.9)
@@ -179,18 +147,12 @@ class StartBook:
     )
     """Real wait / forecast wait, in log: its median, 10th and 90th percentile."""
     calibrated: int = 0
-    spread: float = 1.0
-    """The factor that stretches the calibrated band's halves (step 5)."""
-    deadlines: list[tuple[float, str]] = field(default_factory=list)
-    """A heap of (time after which a waiting job has missed its band, job id)."""
-    missed: set[str] = field(default_factory=set)
-    """Waiting jobs already counted as a miss, before they started."""
+    band: BandTracker = field(default_factory=BandTracker)
+    """Step 5: the band's stretch and the calibrated bands the waiting jobs were shown."""
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a pickle, filling the fields that a pickle of before lacks."""
-        state.setdefault("spread", 1.0)
-        state.setdefault("deadlines", [])
-        state.setdefault("missed", set())
+        state.setdefault("band", BandTracker())
         self.__dict__.update(state)
 
     def arrived(self, time: float, priority: float) -> None:
@@ -203,52 +165,17 @@ class StartBook:
         self.capacity = max(self.capacity, sum(r.gpus for r in self.running.values()))
         told = self.told.pop(job_id, None)
         if told is not None:
-            counted = job_id in self.missed
-            self.missed.discard(job_id)
-            self._learn(start, *(told[:2] if counted else told))
-
-    def _tell(self, job_id: str, shown: _Told) -> None:
-        """Remember the first forecast a job was shown, and when it will have missed."""
-        if job_id in self.told:
-            return
-        self.told[job_id] = shown
-        if not math.isnan(shown.high):
-            heapq.heappush(self.deadlines, (max(shown.high, shown.made + MIN_WAIT_S), job_id))
-
-    def _count_late(self, now: float) -> None:
-        """Step 5 learns a miss as soon as it is certain: a job still waiting past its
-        band (and a minute) missed it, however long it will still wait. Without this,
-        the misses of a growing backlog would be learned only once it drains."""
-        while self.deadlines and self.deadlines[0][0] < now:
-            due, job_id = heapq.heappop(self.deadlines)
-            told = self.told.get(job_id)
-            if told is None or job_id in self.missed:
-                continue  # started, or cancelled, before its deadline
-            if due != max(told.high, told.made + MIN_WAIT_S):
-                continue  # the deadline of an earlier wait (the job was requeued)
-            self.missed.add(job_id)
-            self._track(True)
-
-    def _track(self, missed: bool) -> None:
-        k = self.spread + SPREAD_STEP * (missed - BAND_MISS)
-        self.spread = min(MAX_SPREAD, max(MIN_SPREAD, k))
-
-    def _learn(self, start: float, made: float, raw: float, *band: float) -> None:
-        """Steps 4 and 5 for a job that started at ``start`` (``band``: the calibrated
-        band it was shown; NaN before the VC calibrated, absent in a pickle of before
-        step 5). Step 5 counts the jobs that waited at least :data:`MIN_WAIT_S`, those
-        the band is for (one that starts within a minute is inside nearly always)."""
-        ratio = max(start - made, MIN_WAIT_S) / max(raw - made, MIN_WAIT_S)
-        for q in self.log_ratio:
-            q.update(math.log(ratio))
-        self.calibrated += 1
-        if band and not math.isnan(band[0]) and start - made >= MIN_WAIT_S:
-            self._track(not band[0] <= start <= band[1])
+            made, raw = told
+            ratio = max(start - made, MIN_WAIT_S) / max(raw - made, MIN_WAIT_S)
+            for q in self.log_ratio:
+                q.update(math.log(ratio))
+            self.calibrated += 1
+        self.band.started(job_id, start)
 
     def finished(self, job_id: str) -> None:
         self.running.pop(job_id, None)
         self.told.pop(job_id, None)  # left the queue without starting (cancelled)
-        self.missed.discard(job_id)
+        self.band.forget(job_id)
 
     def _scales(self) -> tuple[float, float, float] | None:
         """Wait multipliers of (expected, low, high) from the learned ratio (None: not
@@ -279,7 +206,7 @@ class StartBook:
         ``busy_gpus``: GPUs the VC's jobs hold now; those of jobs the book never saw
         start (running before gpuhint did) are taken to free up after the longest
         expected duration among the waiting jobs (nothing better is known of them)."""
-        self._count_late(now)
+        self.band.overdue(now)
         head = list(waiting[:limit])
         if not head:
             return {}
@@ -297,19 +224,26 @@ class StartBook:
         loads = self.overtake_loads([w.priority for w in head], now)
         scales = self._scales()
         for w, exp, low, high, load in zip(head, *sims, loads, strict=True):
-            stretch = 1.0 / (1.0 - load)
-            raw = now + (exp - now) * stretch
+            stretch_by = 1.0 / (1.0 - load)
+            raw = now + (exp - now) * stretch_by
+            self.told.setdefault(w.job_id, (now, raw))
             if scales is None:  # not calibrated yet: the band of the p10 / p90 durations
-                f = StartForecast(raw, low, now + (high - now) * stretch)
-                shown = _Told(now, raw, math.nan, math.nan)
-            else:  # the learned ratio and its spread, stretched by step 5
-                mid, low_k, high_k = ((raw - now) * k for k in scales)
-                waits = _spread(mid, low_k, high_k, self.spread)
-                f = StartForecast(*(now + x for x in waits))
-                shown = _Told(now, raw, f.low, f.high)
-            self._tell(w.job_id, shown)
-            out[w.job_id] = f
+                out[w.job_id] = _capped(now, raw, low, now + (high - now) * stretch_by)
+                continue
+            # the learned ratio and its spread, stretched by step 5; the band is taken
+            # on the wait as the ratio was learned (at least a minute), so that a job
+            # expected to start at once still gets one
+            k_mid, k_low, k_high = scales
+            mid, base = (raw - now) * k_mid, max(raw - now, MIN_WAIT_S)
+            lo_w, hi_w = stretch(base * k_mid, base * k_low, base * k_high, self.band.spread)
+            f = out[w.job_id] = _capped(now, now + mid, now + min(lo_w, mid), now + hi_w)
+            self.band.shown(w.job_id, made=now, low=f.low, high=f.high)
         return out
+
+
+def _capped(now: float, expected: float, low: float, high: float) -> StartForecast:
+    """A forecast whose times the wire contract accepts (none past ``MAX_TIME``)."""
+    return StartForecast(*(min(x, MAX_TIME) for x in (expected, low, high)))
 
 
 class _Pending(Protocol):

@@ -1,0 +1,115 @@
+"""Step 5 of the expected start (:mod:`gpuhint.cores.start_forecast`): an 80% band that
+keeps its promise online. Pure.
+
+Quantile tracking (Angelopoulos et al., "Conformal PID control", NeurIPS 2023): the
+calibrated band's two halves, in log around the expected start, are stretched by a
+factor that grows by ``SPREAD_STEP x 0.8`` at every job that started outside the band
+it was first shown and shrinks by ``SPREAD_STEP x 0.2`` at every job inside it, so it
+moves towards the stretch where one job in five misses. Only jobs that waited at
+least :data:`MIN_WAIT_S` count: the band is for them (one that starts within a minute
+is inside nearly always). A job still waiting past its band's end (and a minute) is
+counted as a miss at the VC's next forecast, not when it finally starts: otherwise the
+misses of a growing backlog would be learned only once it drains. When it starts, that
+early miss is taken back and the real outcome counted, so each job counts once.
+
+>>> band = BandTracker()
+>>> band.shown("a", made=0.0, low=100.0, high=400.0)
+>>> band.started("a", 1000.0)  # outside the band: a miss
+>>> round(band.spread, 2)
+1.04
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+MIN_WAIT_S = 60.0
+"""Waits shorter than this do not count (the evaluation skips them too)."""
+BAND_MISS = 0.2
+"""The share of jobs an 80% band may miss."""
+SPREAD_STEP = 0.05
+"""How far one job moves the stretch (quantile tracking's learning rate): about a
+hundred jobs move it by one."""
+MIN_SPREAD = 0.1
+MAX_SPREAD = 10.0
+MAX_BAND_RATIO = 1000.0
+"""A stretched band's edges stay within this factor of the expected wait (a band of
+a thousand times the wait says nothing more, and its end must stay a valid time)."""
+
+
+def stretch(center: float, low: float, high: float, k: float) -> tuple[float, float]:
+    """The band's edges (waits, s) ``k`` times as far from ``center`` in log, within
+    :data:`MAX_BAND_RATIO` of it (all three positive, or all zero: a job expected to
+    start now).
+
+    >>> [round(x) for x in stretch(100.0, 50.0, 400.0, 2.0)]
+    [25, 1600]
+    """
+    if center <= 0.0:
+        return low, high
+    lo = max(center * (low / center) ** k, center / MAX_BAND_RATIO)
+    hi = min(center * (high / center) ** k, center * MAX_BAND_RATIO)
+    return lo, hi
+
+
+@dataclass
+class BandTracker:
+    """One VC's stretch factor and the calibrated bands its waiting jobs were shown."""
+
+    spread: float = 1.0
+    bands: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Waiting job -> (when shown, low, high) of the first calibrated band it was shown."""
+    deadlines: list[tuple[float, str]] = field(default_factory=list)
+    """A heap of (time after which the job has missed its band, job id); lazily pruned."""
+    missed: set[str] = field(default_factory=set)
+    """Waiting jobs already counted as a miss."""
+
+    def shown(self, job_id: str, *, made: float, low: float, high: float) -> None:
+        """A job's first calibrated band (a zero-width one, for a job expected to start
+        at once, cannot be stretched: it is not tracked)."""
+        if job_id in self.bands or high <= made:
+            return
+        self.bands[job_id] = (made, low, high)
+        heapq.heappush(self.deadlines, (_deadline(made, high), job_id))
+        if len(self.deadlines) > 2 * len(self.bands) + 64:
+            self._compact()
+
+    def overdue(self, now: float) -> None:
+        """Count the jobs still waiting past their band's end as misses, once."""
+        while self.deadlines and self.deadlines[0][0] < now:
+            due, job_id = heapq.heappop(self.deadlines)
+            band = self.bands.get(job_id)
+            if band is None or job_id in self.missed or due != _deadline(band[0], band[2]):
+                continue  # started, cancelled, or counted already
+            self.missed.add(job_id)
+            self._move(1.0 - BAND_MISS)
+
+    def started(self, job_id: str, start: float) -> None:
+        """The job started at ``start``: count whether it was inside its band."""
+        band = self.bands.pop(job_id, None)
+        if band is None:
+            return
+        made, low, high = band
+        if job_id in self.missed:  # counted at its deadline: the start decides now
+            self.missed.discard(job_id)
+            self._move(-(1.0 - BAND_MISS))
+        if start - made >= MIN_WAIT_S:
+            self._move((1.0 - BAND_MISS) if not low <= start <= high else -BAND_MISS)
+
+    def forget(self, job_id: str) -> None:
+        """The job left the queue without starting."""
+        self.bands.pop(job_id, None)
+        self.missed.discard(job_id)
+
+    def _move(self, by: float) -> None:
+        self.spread = min(MAX_SPREAD, max(MIN_SPREAD, self.spread + SPREAD_STEP * by))
+
+    def _compact(self) -> None:
+        """Drop the deadlines of jobs that are no longer waiting."""
+        self.deadlines = [(_deadline(m, h), j) for j, (m, _, h) in self.bands.items()]
+        heapq.heapify(self.deadlines)
+
+
+def _deadline(made: float, high: float) -> float:
+    return max(high, made + MIN_WAIT_S)

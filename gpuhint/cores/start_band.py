@@ -3,9 +3,10 @@ keeps its promise online. Pure.
 
 Quantile tracking (Angelopoulos et al., "Conformal PID control", NeurIPS 2023): the
 calibrated band's two halves, in log around the expected start, are stretched by a
-factor that grows by ``SPREAD_STEP x 0.8`` at every job that started outside the band
-it was first shown and shrinks by ``SPREAD_STEP x 0.2`` at every job inside it, so it
-moves towards the stretch where one job in five misses. Only jobs that waited at
+factor that grows by ``step x 0.8`` at every job that started outside the band it was
+first shown and shrinks by ``step x 0.2`` at every job inside it, so it moves towards
+the stretch where one job in five misses; the step decays from :data:`FIRST_STEP` to
+:data:`SPREAD_STEP`. Only jobs that waited at
 least :data:`MIN_WAIT_S` count: the band is for them (one that starts within a minute
 is inside nearly always). A job still waiting past its band's end (and a minute) is
 counted as a miss at the VC's next forecast, not when it finally starts: otherwise the
@@ -14,14 +15,15 @@ early miss is taken back and the real outcome counted, so each job counts once.
 
 >>> band = BandTracker()
 >>> band.shown("a", made=0.0, low=100.0, high=400.0)
->>> band.started("a", 1000.0)  # outside the band: a miss
+>>> band.started("a", 1000.0)  # outside the band: a miss, the first counted
 >>> round(band.spread, 2)
-1.04
+1.4
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 MIN_WAIT_S = 60.0
@@ -29,8 +31,12 @@ MIN_WAIT_S = 60.0
 BAND_MISS = 0.2
 """The share of jobs an 80% band may miss."""
 SPREAD_STEP = 0.05
-"""How far one job moves the stretch (quantile tracking's learning rate): about a
-hundred jobs move it by one."""
+"""How far one job moves the stretch once the VC has counted a hundred jobs (quantile
+tracking's learning rate): about a hundred jobs move it by one."""
+FIRST_STEP = 0.5
+"""The n-th job counted moves it by ``max(SPREAD_STEP, FIRST_STEP / sqrt(n))``: a VC
+finds its stretch within its first few dozen jobs, then tracks it (a decaying step,
+as in stochastic approximation)."""
 MIN_SPREAD = 0.1
 MAX_SPREAD = 10.0
 MAX_BAND_RATIO = 1000.0
@@ -62,8 +68,10 @@ class BandTracker:
     """Waiting job -> (when shown, low, high) of the first calibrated band it was shown."""
     deadlines: list[tuple[float, str]] = field(default_factory=list)
     """A heap of (time after which the job has missed its band, job id); lazily pruned."""
-    missed: set[str] = field(default_factory=set)
-    """Waiting jobs already counted as a miss."""
+    missed: dict[str, float] = field(default_factory=dict)
+    """Waiting jobs already counted as a miss -> the step that count took."""
+    counted: int = 0
+    """Outcomes counted so far (they set the step)."""
 
     def shown(self, job_id: str, *, made: float, low: float, high: float) -> None:
         """A job's first calibrated band (a zero-width one, for a job expected to start
@@ -82,8 +90,7 @@ class BandTracker:
             band = self.bands.get(job_id)
             if band is None or job_id in self.missed or due != _deadline(band[0], band[2]):
                 continue  # started, cancelled, or counted already
-            self.missed.add(job_id)
-            self._move(1.0 - BAND_MISS)
+            self.missed[job_id] = self._move(1.0 - BAND_MISS)
 
     def started(self, job_id: str, start: float) -> None:
         """The job started at ``start``: count whether it was inside its band."""
@@ -91,19 +98,34 @@ class BandTracker:
         if band is None:
             return
         made, low, high = band
-        if job_id in self.missed:  # counted at its deadline: the start decides now
-            self.missed.discard(job_id)
-            self._move(-(1.0 - BAND_MISS))
-        if start - made >= MIN_WAIT_S:
-            self._move((1.0 - BAND_MISS) if not low <= start <= high else -BAND_MISS)
+        counted = start - made >= MIN_WAIT_S
+        inside = low <= start <= high
+        step = self.missed.pop(job_id, None)
+        if step is None:
+            if counted:
+                self._move(-BAND_MISS if inside else 1.0 - BAND_MISS)
+        elif inside or not counted:  # counted at its deadline, but it started in time
+            self._shift(-step * (1.0 - BAND_MISS))  # take that miss back
+            if counted:
+                self._shift(-step * BAND_MISS)  # and count the hit, with the same step
+            else:
+                self.counted -= 1
 
     def forget(self, job_id: str) -> None:
         """The job left the queue without starting."""
         self.bands.pop(job_id, None)
-        self.missed.discard(job_id)
+        self.missed.pop(job_id, None)
 
-    def _move(self, by: float) -> None:
-        self.spread = min(MAX_SPREAD, max(MIN_SPREAD, self.spread + SPREAD_STEP * by))
+    def _move(self, by: float) -> float:
+        """Count one outcome (``by``: 1 - BAND_MISS for a miss, -BAND_MISS for a hit);
+        the step it took."""
+        self.counted += 1
+        step = max(SPREAD_STEP, FIRST_STEP / math.sqrt(self.counted))
+        self._shift(step * by)
+        return step
+
+    def _shift(self, delta: float) -> None:
+        self.spread = min(MAX_SPREAD, max(MIN_SPREAD, self.spread + delta))
 
     def _compact(self) -> None:
         """Drop the deadlines of jobs that are no longer waiting."""

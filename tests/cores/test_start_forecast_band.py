@@ -82,6 +82,7 @@ def test_the_band_recovers_its_coverage_when_waits_become_less_predictable(
     regime_change = [0.2] * 300 + [1.0] * 300
     tracked = _serve(StartBook(), regime_change)
     monkeypatch.setattr(start_band, "SPREAD_STEP", 0.0)
+    monkeypatch.setattr(start_band, "FIRST_STEP", 0.0)
     fixed = _serve(StartBook(), regime_change)
     after = slice(300, None)
     assert sum(tracked[after]) / 300 >= 0.75

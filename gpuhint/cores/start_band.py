@@ -6,12 +6,15 @@ calibrated band's two halves, in log around the expected start, are stretched by
 factor that grows by ``step x 0.8`` at every job that started outside the band it was
 first shown and shrinks by ``step x 0.2`` at every job inside it, so it moves towards
 the stretch where one job in five misses; the step decays from :data:`FIRST_STEP` to
-:data:`SPREAD_STEP`. Only jobs that waited at
-least :data:`MIN_WAIT_S` count: the band is for them (one that starts within a minute
-is inside nearly always). A job still waiting past its band's end (and a minute) is
-counted as a miss at the VC's next forecast, not when it finally starts: otherwise the
-misses of a growing backlog would be learned only once it drains. When it starts, that
-early miss is taken back and the real outcome counted, so each job counts once.
+:data:`SPREAD_STEP`. Only jobs that started at least :data:`MIN_WAIT_S` after their
+band was shown count: the band is for them (one that starts within a minute is inside
+nearly always). A job still waiting past its band's end (and at least a minute after
+the band was shown) is counted as a miss at the VC's next forecast, not when it
+finally starts: otherwise the misses of a growing backlog would be learned only once
+it drains. If its start turns out to have been inside the band (a start reported
+late), that miss is taken back, so each job counts once. Each half of the band is at
+least :data:`MIN_HALF_RATIO` wide before it is stretched: a band of zero width (the
+learned ratios all equal) could not be widened by any stretch.
 
 >>> band = BandTracker()
 >>> band.shown("a", made=0.0, low=100.0, high=400.0)
@@ -40,22 +43,29 @@ as in stochastic approximation)."""
 MIN_SPREAD = 0.1
 MAX_SPREAD = 10.0
 MAX_BAND_RATIO = 1000.0
-"""A stretched band's edges stay within this factor of the expected wait (a band of
-a thousand times the wait says nothing more, and its end must stay a valid time)."""
+"""A stretched band's edges stay within this factor of its centre (a band a thousand
+times the wait says nothing more, and its end must stay a valid time)."""
+MIN_HALF_RATIO = 1.25
+"""Each half of a band spans at least this factor of its centre before the stretch."""
 
 
 def stretch(center: float, low: float, high: float, k: float) -> tuple[float, float]:
-    """The band's edges (waits, s) ``k`` times as far from ``center`` in log, within
-    :data:`MAX_BAND_RATIO` of it (all three positive, or all zero: a job expected to
-    start now).
+    """The band's edges (waits, s) ``k`` times as far from ``center`` in log, each half
+    at least :data:`MIN_HALF_RATIO` wide before and within :data:`MAX_BAND_RATIO` after
+    (``center`` > 0; 0 returns the band as it is).
 
     >>> [round(x) for x in stretch(100.0, 50.0, 400.0, 2.0)]
     [25, 1600]
+    >>> [round(x) for x in stretch(100.0, 100.0, 100.0, 2.0)]
+    [64, 156]
     """
     if center <= 0.0:
         return low, high
-    lo = max(center * (low / center) ** k, center / MAX_BAND_RATIO)
-    hi = min(center * (high / center) ** k, center * MAX_BAND_RATIO)
+    floor = math.log(MIN_HALF_RATIO)
+    below = max(math.log(center / low) if low > 0 else math.inf, floor)
+    above = max(math.log(high / center) if high > 0 else floor, floor)
+    lo = max(center * math.exp(-k * below), center / MAX_BAND_RATIO)
+    hi = min(center * math.exp(k * above), center * MAX_BAND_RATIO)
     return lo, hi
 
 
@@ -68,8 +78,9 @@ class BandTracker:
     """Waiting job -> (when shown, low, high) of the first calibrated band it was shown."""
     deadlines: list[tuple[float, str]] = field(default_factory=list)
     """A heap of (time after which the job has missed its band, job id); lazily pruned."""
-    missed: dict[str, float] = field(default_factory=dict)
-    """Waiting jobs already counted as a miss -> the step that count took."""
+    missed: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Waiting jobs already counted as a miss -> (the step that count took, the change
+    of the stretch it made: less than the step where the stretch hit its limit)."""
     counted: int = 0
     """Outcomes counted so far (they set the step)."""
 
@@ -90,7 +101,9 @@ class BandTracker:
             band = self.bands.get(job_id)
             if band is None or job_id in self.missed or due != _deadline(band[0], band[2]):
                 continue  # started, cancelled, or counted already
-            self.missed[job_id] = self._move(1.0 - BAND_MISS)
+            before = self.spread
+            step = self._move(1.0 - BAND_MISS)
+            self.missed[job_id] = (step, self.spread - before)
 
     def started(self, job_id: str, start: float) -> None:
         """The job started at ``start``: count whether it was inside its band."""
@@ -100,12 +113,13 @@ class BandTracker:
         made, low, high = band
         counted = start - made >= MIN_WAIT_S
         inside = low <= start <= high
-        step = self.missed.pop(job_id, None)
-        if step is None:
+        early = self.missed.pop(job_id, None)
+        if early is None:
             if counted:
                 self._move(-BAND_MISS if inside else 1.0 - BAND_MISS)
         elif inside or not counted:  # counted at its deadline, but it started in time
-            self._shift(-step * (1.0 - BAND_MISS))  # take that miss back
+            step, moved = early
+            self._shift(-moved)  # take that miss back
             if counted:
                 self._shift(-step * BAND_MISS)  # and count the hit, with the same step
             else:

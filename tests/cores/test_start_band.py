@@ -153,6 +153,31 @@ def test_an_early_miss_of_a_young_vc_is_taken_back_with_its_own_step() -> None:
     assert band.spread == pytest.approx(1.0 - FIRST_STEP * 0.2)
 
 
+def test_an_early_miss_at_the_stretch_limit_is_taken_back_exactly() -> None:
+    band = BandTracker(spread=MAX_SPREAD, counted=1_000_000)
+    _shown(band, "polled late")
+    band.overdue(500.0)  # the miss cannot widen further
+    band.started("polled late", 300.0)
+    assert band.spread == pytest.approx(MAX_SPREAD + HIT)
+
+
+def test_an_early_miss_of_a_start_within_a_minute_is_undone() -> None:
+    band = _tracker()
+    band.shown("quick", made=0.0, low=1.0, high=10.0)
+    band.overdue(500.0)  # past the deadline (a minute after the band was shown)
+    assert band.spread == pytest.approx(1.0 + MISS)
+    band.started("quick", 30.0)  # its start, reported late: a 30 s wait does not count
+    assert band.spread == pytest.approx(1.0)
+    assert band.counted == 1_000_000
+
+
+def test_a_band_of_equal_ratios_still_has_a_width_to_stretch() -> None:
+    narrow = stretch(1000.0, 1000.0, 1000.0, 1.0)
+    wide = stretch(1000.0, 1000.0, 1000.0, 3.0)
+    assert narrow[0] < 1000.0 < narrow[1]
+    assert wide[0] < narrow[0] and wide[1] > narrow[1]
+
+
 def test_stretch_moves_the_edges_in_log_and_caps_them() -> None:
     lo, hi = stretch(100.0, 50.0, 400.0, 2.0)
     assert (lo, hi) == pytest.approx((25.0, 1600.0))

@@ -30,7 +30,8 @@ import math
 from dataclasses import dataclass, field
 
 MIN_WAIT_S = 60.0
-"""Waits shorter than this do not count (the evaluation skips them too)."""
+"""Waits shorter than this do not count (nor in the evaluation's coverage,
+:mod:`gpuhint.lab.evaluation.starts`, which uses this constant)."""
 BAND_MISS = 0.2
 """The share of jobs an 80% band may miss."""
 SPREAD_STEP = 0.05
@@ -111,16 +112,16 @@ class BandTracker:
         if band is None:
             return
         made, low, high = band
-        counted = start - made >= MIN_WAIT_S
+        waited = start - made >= MIN_WAIT_S
         inside = low <= start <= high
         early = self.missed.pop(job_id, None)
         if early is None:
-            if counted:
+            if waited:
                 self._move(-BAND_MISS if inside else 1.0 - BAND_MISS)
-        elif inside or not counted:  # counted at its deadline, but it started in time
+        elif inside or not waited:  # counted at its deadline, but it started in time
             step, moved = early
             self._shift(-moved)  # take that miss back
-            if counted:
+            if waited:
                 self._shift(-step * BAND_MISS)  # and count the hit, with the same step
             else:
                 self.counted -= 1

@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuhint.cores.start_band import MIN_WAIT_S  # the jobs the band tracks: the same
 from gpuhint.cores.start_forecast import Running, StartBook, Waiting
 from gpuhint.wire.contract import StartForecasts
-
-MIN_WAIT_S = 60.0
 
 
 @dataclass

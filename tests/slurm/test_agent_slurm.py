@@ -80,12 +80,15 @@ def test_lifecycles_survive_a_restart(
     cli.run(["scancel", jobs["cancel"]])
     until("the requeue job to run", lambda: _state(cli, jobs["requeue"]) == "RUNNING", 60)
     poll()
-    # Held while requeued, released once its first run's steps are gone: a plain requeue may
-    # relaunch the job while slurmd still kills the old batch step ("Job N already killed, do
-    # not launch batch job"), and the second run then FAILs, a Slurm race, not the feed's.
+    # Held while requeued, released once its first run's steps are gone and a whole second
+    # has passed: slurmd refuses a batch launch whose credential is not newer than the job's
+    # revocation, in whole seconds (cred_revoked: `ctime <= revoked`), so a relaunch in the
+    # requeue's own second FAILs ("Job N already killed, do not launch batch job"). Slurm
+    # itself delays a requeued job by CredExpire; the test's StartTime=now skips that delay.
     cli.run(["scontrol", "requeuehold", jobs["requeue"]])
     until("the requeue job to wait", lambda: _state(cli, jobs["requeue"]) == "PENDING", 30)
     until("its first run to end", lambda: not _steps_alive(jobs["requeue"]), 60)
+    time.sleep(2.0)
     cli.run(["scontrol", "release", jobs["requeue"]])
     cli.run(["scontrol", "update", f"jobid={jobs['requeue']}", "StartTime=now"])
     poll()

@@ -40,6 +40,7 @@ from river import forest, linear_model, optim, preprocessing, tree
 from gpuhint.wire.contract import JobEvent
 from models.base import DurationPrediction
 from models.features import LEVELS, HistoryFeatures
+from models.limit_ratio import LimitRatios
 
 # re-exported: checkpoints and VC state pickled before the move name these classes here
 from models.mixes import (
@@ -133,8 +134,23 @@ class KeyedDurationModel:
         # the fixed share for the burst posteriors alone; with a learner's expert in
         # the mix the share broke river_linear's Venus rank (docs/qssf.md, "Fixed share")
         self.mean_mix = MeanMix(experts, share=0.0 if self.use_learner else SHARE)
+        # jobs with a time limit: the same mix with one more expert, the limit times the
+        # share of it the user's jobs use (models/limit_ratio.py)
+        self.limits = LimitRatios()
+        self.mean_mix_limit = MeanMix((*experts, "limit"), share=self.mean_mix.share)
         # job key -> what was known at submit, for learning at finish
         self._pending: OrderedDict[str, _Submitted] = OrderedDict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "limits" not in state:  # pickled before the limit expert: learns it from now
+            self.limits = LimitRatios()
+            mm = self.mean_mix
+            self.mean_mix_limit = MeanMix((*mm.experts, "limit"), share=mm.share)
+
+    def _mix(self, mean_x: dict[str, float]) -> MeanMix:
+        """The rank's mix for these mean estimates (with the limit's, or without)."""
+        return self.mean_mix_limit if "limit" in mean_x else self.mean_mix
 
     # -- learner hooks ----------------------------------------------------------------
     def _correct(self, x: dict[str, float]) -> float:
@@ -151,6 +167,9 @@ class KeyedDurationModel:
     def _submit(self, job: JobEvent) -> _Submitted:
         # the context features feed only the learner: a model without one skips them
         x, experts, level, parts = self.hist.features_parts(job, context=self.use_learner)
+        from_limit = self.limits.estimate(job)
+        if from_limit is not None:
+            experts["limit"] = math.log1p(from_limit[1])
         base, top = self.hedge.predict(level, experts)
         if self.use_learner:
             get = experts.get
@@ -189,6 +208,9 @@ class KeyedDurationModel:
             mx[name] = min(cap, est)
         if self.use_learner:
             mx["learner"] = min(cap, mx["k1"] * math.exp(corr))
+        from_limit = self.limits.estimate(job)
+        if from_limit is not None:
+            mx["limit"] = min(cap, from_limit[0])
         return mx
 
     def predict(self, job: JobEvent) -> DurationPrediction:
@@ -223,7 +245,7 @@ class KeyedDurationModel:
 
     def _rank(self, job: JobEvent, level: str, mean_x: dict[str, float]) -> float:
         """The learned mix of the mean estimates, capped by the time limit and a year."""
-        est = min(MAX_EXPECTED_S, self.mean_mix.predict(level, mean_x))
+        est = min(MAX_EXPECTED_S, self._mix(mean_x).predict(level, mean_x))
         lim = job.time_limit_s
         return min(est, lim) if lim is not None and lim > 0 else est
 
@@ -271,8 +293,9 @@ class KeyedDurationModel:
             self._learn_correction(sub.x, lg - sub.base)
             self.gate.learn(sub.level, {"mix": sub.base, "learner": sub.base + sub.correction}, lg)
         self.hedge.learn(sub.level, sub.experts, lg)
-        self.mean_mix.learn(sub.mean_ctx, sub.mean_x, max(0.0, duration_s))
+        self._mix(sub.mean_x).learn(sub.mean_ctx, sub.mean_x, max(0.0, duration_s))
         self.hist.update(job, lg, abs(lg - sub.log_pred))
+        self.limits.learn(job, duration_s)
 
 
 class LinearDurationModel(KeyedDurationModel):

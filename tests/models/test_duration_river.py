@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from river import ensemble
 
 from gpuhint.wire.contract import JobEvent, JobPhase
@@ -247,3 +248,63 @@ def test_checkpoints_naming_the_mixes_in_duration_river_still_load() -> None:
     back = pickle.loads(old)
     probe = JobEvent(phase="submitted", job_id="p", user="u", num_gpus=1, time=50, submit_time=50)
     assert back.predict_one(probe) == m.predict_one(probe)
+
+
+def _limited(k: int, limit: float | None, t: float = 0.0) -> JobEvent:
+    return JobEvent(
+        phase="submitted", job_id=str(k), user="u", num_gpus=1, time=t, submit_time=t,
+        time_limit_s=limit,
+    )  # fmt: skip
+
+
+def test_a_jobs_time_limit_moves_its_rank_by_the_share_its_user_uses() -> None:
+    """A user whose jobs use a quarter of their limit asks for ten times the limit: the
+    rank's mix includes the limit's estimate (history alone says 900 s)."""
+    m = KeyedDurationModel()
+    for k in range(30):
+        job = _limited(k, 3600.0, t=86400.0 * k)  # a day apart: no burst
+        m.predict(job)
+        m.learn(job, 900.0)
+    probe = _limited(99, 36000.0, t=86400.0 * 40)
+    mean_x = m._mean_x(probe, m.hist.expected_parts(probe), 0.0)
+    assert mean_x["limit"] == pytest.approx(9000.0)
+    assert m.predict_one(probe).expected_s > 2000.0
+    # the same job without a limit: history alone, and no limit expert anywhere
+    plain = m.predict_one(_limited(98, None, t=86400.0 * 40))
+    assert plain.expected_s == pytest.approx(900.0, rel=0.05)
+    assert "limit" not in m._mean_x(probe.model_copy(update={"time_limit_s": None}),
+                                    m.hist.expected_parts(probe), 0.0)  # fmt: skip
+    # jobs with the limit's estimate learn their own mix; only the first job, before
+    # any share of a limit was known, learned the plain one
+    assert set(m.mean_mix_limit.mix) == {"user+gpus"} and set(m.mean_mix.mix) == {"prior"}
+
+
+def test_without_limits_the_limit_expert_changes_nothing() -> None:
+    m, ref = KeyedDurationModel(), KeyedDurationModel()
+    del ref.limits, ref.mean_mix_limit  # the model of before, as an old pickle restores it
+    ref.__setstate__(dict(ref.__dict__))
+    for job, dur in _stream(200):
+        assert m.predict(job) == ref.predict(job)
+        m.learn(job, dur)
+        ref.learn(job, dur)
+    assert not m.limits.stats
+
+
+def test_a_model_pickled_before_the_limit_expert_restores_and_learns_it() -> None:
+    import pickle
+
+    m = KeyedDurationModel()
+    for job, dur in _stream(50):
+        m.predict(job)
+        m.learn(job, dur)
+    state = dict(m.__dict__)
+    del state["limits"], state["mean_mix_limit"]  # what an older pickle holds
+    old = KeyedDurationModel.__new__(KeyedDurationModel)
+    old.__setstate__(state)
+    back = pickle.loads(pickle.dumps(old))
+    assert back.mean_mix_limit.experts == (*back.mean_mix.experts, "limit")
+    for k in range(10):
+        job = _limited(1000 + k, 600.0, t=1e6 + 86400.0 * k)
+        back.predict(job)
+        back.learn(job, 300.0)
+    assert back.limits.estimate(_limited(2000, 600.0))[0] == pytest.approx(300.0)  # type: ignore[index]

@@ -1,0 +1,104 @@
+"""How much of its time limit a job uses, learned per limit and user: an estimate from it.
+
+Where users request time limits (Slurm's ``--time``), the limit says something about
+the job that its history may not: a user who asks for 1 hour for one script and 3 days
+for another. The limit itself is a poor estimate (users ask for far more than their
+jobs use, in round values, often the partition's maximum or default; Tsafrir, Etsion
+& Feitelson, JSSPP 2005), but the share of a given limit that a user's jobs use is
+steady enough to learn. :class:`LimitRatios` keeps exponentially weighted means of
+``duration / limit`` and of its log along a chain of keys, each nested in the one
+before: the VC (``cluster|vc``), the VC's jobs that asked for this very limit, and the
+user's jobs that asked for it. A job's share is the VC's, moved towards each more
+specific key's by ``n / (n + k)`` (``n`` that key's jobs seen; in logs, so that a key
+whose share is far below the VC's is not dragged up to it); its estimate is its limit
+times that share. Keyed by the limit's value, because the
+share depends on it: jobs that asked for a 7-day maximum use a far smaller part of it
+than jobs whose users asked for 2 hours. No limit, or no job with a limit seen in the
+VC yet: no estimate. Pure and picklable; bounded (least recently used keys dropped).
+
+>>> from gpuhint.wire.contract import JobEvent
+>>> r = LimitRatios()
+>>> job = JobEvent(phase="submitted", job_id="1", user="u", num_gpus=1, time=0,
+...                submit_time=0, time_limit_s=3600.0)
+>>> r.estimate(job) is None
+True
+>>> for _ in range(20):
+...     r.learn(job, 900.0)
+>>> [round(x) for x in r.estimate(job)]  # (mean, median-like) in seconds
+[900, 900]
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+from gpuhint.wire.contract import JobEvent
+
+ALPHA = 0.1
+"""Weight of the newest job in the running means (about the last 10 jobs count)."""
+SHRINK_K = 4.0
+"""Prior weight (in jobs) of the VC's ratio against the user's own."""
+
+
+class LimitRatios:
+    """Per-user and per-VC running means of ``duration / limit`` (module docstring)."""
+
+    def __init__(self, alpha: float = ALPHA, k: float = SHRINK_K, max_keys: int = 200_000) -> None:
+        if not 0 < alpha <= 1 or k < 0 or max_keys < 2:
+            raise ValueError("need 0 < alpha <= 1, k >= 0, max_keys >= 2")
+        self.alpha, self.k, self.max_keys = alpha, k, max_keys
+        # key -> [jobs seen, EWM of ratio, EWM of log ratio] (EWMs: a plain mean over
+        # the first 1 / alpha jobs)
+        self.stats: OrderedDict[str, list[float]] = OrderedDict()
+
+    @staticmethod
+    def _keys(job: JobEvent, limit: float) -> tuple[str, ...]:
+        """The chain of keys, general first: VC, VC and limit, user and limit."""
+        vc = f"{job.cluster}|{job.vc}"
+        lim = f"{round(limit)}"
+        if job.user:
+            return vc, f"{vc}|l|{lim}", f"{vc}|ul|{job.user}|{lim}"
+        return vc, f"{vc}|l|{lim}"
+
+    def estimate(self, job: JobEvent) -> tuple[float, float] | None:
+        """``(mean, typical)`` duration in seconds from the job's limit, or None. Pure."""
+        lim = job.time_limit_s
+        if lim is None or not lim > 0:
+            return None
+        vc_key, *specific = self._keys(job, lim)
+        vc = self.stats.get(vc_key)
+        if vc is None:
+            return None
+        # shrunk in logs: a key whose share is 100x below the VC's is not dragged up to it
+        log_mean, log_typical = math.log(vc[1]), vc[2]
+        for key in specific:
+            s = self.stats.get(key)
+            if s is not None:
+                w = s[0] / (s[0] + self.k) if s[0] + self.k > 0 else 1.0
+                log_mean += w * (math.log(s[1]) - log_mean)
+                log_typical += w * (s[2] - log_typical)
+        return lim * math.exp(log_mean), lim * math.exp(log_typical)
+
+    def learn(self, job: JobEvent, duration_s: float) -> None:
+        """A job with a limit finished after ``duration_s``: update its user and VC."""
+        lim = job.time_limit_s
+        if lim is None or not lim > 0:
+            return
+        r = min(1.0, max(1.0 / lim, max(0.0, duration_s) / lim))  # at least 1 s of it
+        lr = math.log(r)
+        for key in self._keys(job, lim):
+            self._update(key, r, lr)
+
+    def _update(self, key: str, r: float, lr: float) -> None:
+        s = self.stats.get(key)
+        if s is None:
+            self.stats[key] = [1.0, r, lr]
+            while len(self.stats) > self.max_keys:
+                self.stats.popitem(last=False)
+            return
+        self.stats.move_to_end(key)
+        s[0] += 1.0
+        a = max(self.alpha, 1.0 / s[0])  # a plain mean over the first jobs
+        s[1] += a * (r - s[1])
+        s[2] += a * (lr - s[2])

@@ -61,6 +61,9 @@ policies:
                 adds to a site's backfill, with no time limits needed; in the closed
                 loop the hints learn, re-rank and bound waits in this schedule (the
                 starvation bound's overdue job gets the reservation)
+  qssf+easy-limit  (traces with time limits) QSSF's hints with EASY backfill on the
+                requested limits: gpuhint's priorities under a site's own backfill,
+                what a Slurm site runs with `slurm apply-priorities` and sched/backfill
 
 the table:
   avg JCT       average job completion time (finish - submit), all GPU jobs

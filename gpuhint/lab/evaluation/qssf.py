@@ -279,13 +279,15 @@ class _Runs:
             elif spec.priority is not None and not spec.easy:
                 src = self.sources[spec.priority]
                 prios = [src[k] for k in ks]
-            if spec.easy and spec.run_times == "hint" and self.open_preds is None:
-                # closed loop: the hints learn from, re-rank and bound waits in EASY's schedule
+            if spec.easy and spec.priority == "hint" and self.open_preds is None:
+                # closed loop: the hints learn from, re-rank and bound waits in EASY's
+                # schedule; its reservations on their p90s, or on the requested limits
                 easy = ClosedLoopRanker([jobs[k] for k in ks], self.model, wait_bound=self.bound)
-                out = simulate_easy(
-                    sj, self.sizes[vc], None, None, ranker=easy, run_time=easy.run_time
-                )
-                self.overdue_easy += easy.engine.stats.overdue
+                hinted = spec.run_times == "hint"
+                run_time = easy.run_time if hinted else _limits_of([jobs[k] for k in ks])
+                out = simulate_easy(sj, self.sizes[vc], None, None, ranker=easy, run_time=run_time)
+                if hinted:
+                    self.overdue_easy += easy.engine.stats.overdue
             elif spec.easy:
                 keys, lims = self._easy_inputs(spec, vc, ks)
                 out = simulate_easy(sj, self.sizes[vc], keys, lims)
@@ -315,20 +317,30 @@ class _Runs:
     def _easy_inputs(
         self, spec: PolicySpec, vc: str, ks: list[int]
     ) -> tuple[list[float], list[float | None]]:
-        """EASY's queue keys and run times for one VC: submit order and the requested
-        limits, or (``run_times="hint"``, open loop only: the closed loop runs its own
-        hint core in EASY's schedule) the open loop's hints at submit and their p90s."""
-        if spec.run_times != "hint":
-            keys = [j.submit for j in self.sim_jobs[vc]]
-            return keys, [self.jobs[k].time_limit_s or None for k in ks]
+        """EASY's queue keys and run times for one VC: submit order, or
+        (``priority="hint"``, open loop only: the closed loop runs its own hint core in
+        EASY's schedule) the open loop's hints at submit; the requested limits, or
+        (``run_times="hint"``) those hints' p90s."""
+        limits = [self.jobs[k].time_limit_s or None for k in ks]
+        if spec.priority != "hint":
+            return [j.submit for j in self.sim_jobs[vc]], limits
         if self.open_preds is None:
             raise RuntimeError(f"{spec.name}: no open-loop hints (the closed loop runs its own)")
         p, pos = self.open_preds, ks
         prio = p.submit_priority or p.priority
-        run = p.p90 or p.predicted_duration
         keys = [_finite_or(prio[i], math.inf) for i in pos]
-        lims = [None if not math.isfinite(run[i]) else run[i] for i in pos]
-        return keys, lims
+        if spec.run_times != "hint":
+            return keys, limits
+        run = p.p90 or p.predicted_duration
+        return keys, [None if not math.isfinite(run[i]) else run[i] for i in pos]
+
+
+def _limits_of(jobs: Sequence[TraceJob]) -> Callable[[int], float | None]:
+    """The closed loop's EASY run time of job ``i``: its requested limit, or (none
+    given) the largest of the VC's, as the open loop's ``fifo+easy`` assumes."""
+    given = [j.time_limit_s for j in jobs if j.time_limit_s]
+    default = max(given) if given else None
+    return lambda i: jobs[i].time_limit_s or default
 
 
 def _finite_or(x: float, default: float) -> float:

@@ -27,6 +27,7 @@ class PolicySpec:
     backfill: bool = False
     easy: bool = False  # EASY backfill (models.simulator.easy) ...
     run_times: str = "limit"  # ... on the requested time limits, or "hint": gpuhint's p90
+    # (EASY's queue order: arrival, or with ``priority="hint"`` gpuhint's hints)
 
 
 @dataclass
@@ -221,16 +222,26 @@ def policy_specs(
             for s in list(specs)
             if s.kind != "srtf" and not s.easy
         ]
+    closed = " (closed loop: its own hints and bound)" if loop == "closed" else ""
     if limits or backfill:  # what gpuhint adds to a site's backfill
         specs.append(
             PolicySpec(
                 "qssf+easy",
                 "qssf",
-                "QSSF's hints with EASY backfill on gpuhint's p90 durations"
-                + (" (closed loop: its own hints and bound)" if loop == "closed" else ""),
+                "QSSF's hints with EASY backfill on gpuhint's p90 durations" + closed,
                 "hint",
                 easy=True,
                 run_times="hint",
+            )
+        )
+    if limits:  # gpuhint's priorities under the site's own backfill, as on Slurm
+        specs.append(
+            PolicySpec(
+                "qssf+easy-limit",
+                "qssf",
+                "QSSF's hints with EASY backfill on the requested time limits" + closed,
+                "hint",
+                easy=True,
             )
         )
     return specs

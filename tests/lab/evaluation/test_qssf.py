@@ -17,7 +17,9 @@ from gpuhint.lab.evaluation.qssf import (
     read_priorities,
     read_vc_config,
 )
+from gpuhint.lab.evaluation.qssf_inputs import sim_job
 from gpuhint.lab.traces.readers import TraceJob
+from models.simulator.easy import simulate_easy
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 TRACE = DATA / "venus_qssf_300.csv"
@@ -427,3 +429,38 @@ def test_the_bound_acts_in_the_closed_loop_easy_run() -> None:
     waits = {b: r.policies["qssf+easy"].tails for b, r in runs.items()}
     assert waits[0.0] is not None and waits[0.5] is not None
     assert waits[0.5].max_wait_s <= 1.1 * waits[0.0].max_wait_s
+
+
+@pytest.mark.parametrize("loop", ["closed", "open"])
+def test_qssf_under_easy_backfill_on_the_users_limits(loop: Literal["closed", "open"]) -> None:
+    """What a Slurm site runs with gpuhint's priorities and its own backfill: the hints
+    order the queue, the reservations assume the requested limits (not the hints' p90)."""
+    jobs = [
+        TraceJob(
+            j.job_id, j.submit_time, j.duration, j.num_gpus, user=j.user,
+            time_limit_s=None if k % 10 == 3 else 4.0 * j.duration,
+        )
+        for k, j in enumerate(
+            _repetitive_users(7, 300, 60.0, [30.0, 300.0, 3000.0, 600.0], [1, 4, 8, 16])
+        )
+    ]  # fmt: skip
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes={"default": 4}, loop=loop)
+    mine = rep.policies["qssf+easy-limit"]
+    assert mine.spec.easy and mine.spec.priority == "hint" and mine.spec.run_times == "limit"
+    assert mine.tails is not None and len(mine.jct) == len(jobs)
+    if loop == "open":  # exactly EASY on the hints at submit and the requested limits
+        prio = rep.predictions.submit_priority
+        sims = [sim_job(j) for j in jobs]
+        largest = max(j.time_limit_s or 0.0 for j in jobs)
+        out = simulate_easy(
+            sims, 4, [p if math.isfinite(p) else math.inf for p in prio],
+            [j.time_limit_s or largest for j in jobs],
+        )  # fmt: skip
+        assert mine.jct == pytest.approx([o.end - j.submit for o, j in zip(out, sims, strict=True)])
+        on_p90 = rep.policies["qssf+easy"].jct
+        assert mine.jct != pytest.approx(on_p90)  # the run times matter here
+    plain = evaluate_qssf(
+        [TraceJob(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in jobs[:60]],
+        model="history_mix", vc_nodes={"default": 4}, backfill=True, loop=loop,
+    )  # fmt: skip
+    assert "qssf+easy-limit" not in plain.policies and "qssf+easy" in plain.policies

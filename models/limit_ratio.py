@@ -14,7 +14,11 @@ whose share is far below the VC's is not dragged up to it); its estimate is its 
 times that share. Keyed by the limit's value, because the
 share depends on it: jobs that asked for a 7-day maximum use a far smaller part of it
 than jobs whose users asked for 2 hours. No limit, or no job with a limit seen in the
-VC yet: no estimate. Pure and picklable; bounded (least recently used keys dropped).
+VC yet: no estimate. Nor where the job's user (the VC, on traces without users) has
+only ever asked for one limit: a site default or a script's habit says nothing that
+the user's history does not, and an estimate from it would only add the noise of a
+coarse recent mean to the rank (measured: docs/qssf.md, "Synthetic limits"). Pure and
+picklable; bounded (least recently used keys dropped).
 
 >>> from gpuhint.wire.contract import JobEvent
 >>> r = LimitRatios()
@@ -24,8 +28,11 @@ VC yet: no estimate. Pure and picklable; bounded (least recently used keys dropp
 True
 >>> for _ in range(20):
 ...     r.learn(job, 900.0)
+>>> r.estimate(job) is None  # the user always asked for one limit: it tells nothing
+True
+>>> r.learn(job.model_copy(update={"job_id": "2", "time_limit_s": 600.0}), 500.0)
 >>> [round(x) for x in r.estimate(job)]  # (mean, median-like) in seconds
-[900, 900]
+[905, 903]
 """
 
 from __future__ import annotations
@@ -61,10 +68,24 @@ class LimitRatios:
             return vc, f"{vc}|l|{lim}", f"{vc}|ul|{job.user}|{lim}"
         return vc, f"{vc}|l|{lim}"
 
+    @staticmethod
+    def _habit_key(job: JobEvent) -> str:
+        """Whose habits tell whether a limit says anything: the user's, else the VC's."""
+        vc = f"{job.cluster}|{job.vc}"
+        return f"{vc}|h|{job.user}" if job.user else f"{vc}|h"
+
+    def varied(self, job: JobEvent) -> bool:
+        """Whether the job's user (the VC, without users) has asked for more than one
+        limit: where all their jobs ask for one (a site default, a script's habit), the
+        limit tells nothing the user's history does not. Pure."""
+        h = self.stats.get(self._habit_key(job))
+        return h is not None and h[1] > 0.0
+
     def estimate(self, job: JobEvent) -> tuple[float, float] | None:
-        """``(mean, typical)`` duration in seconds from the job's limit, or None. Pure."""
+        """``(mean, typical)`` duration in seconds from the job's limit, or None (no
+        limit; the user never asked for another limit; nothing seen in the VC). Pure."""
         lim = job.time_limit_s
-        if lim is None or not lim > 0:
+        if lim is None or not lim > 0 or not self.varied(job):
             return None
         vc_key, *specific = self._keys(job, lim)
         vc = self.stats.get(vc_key)
@@ -89,6 +110,20 @@ class LimitRatios:
         lr = math.log(r)
         for key in self._keys(job, lim):
             self._update(key, r, lr)
+        self._note_habit(job, lim)
+
+    def _note_habit(self, job: JobEvent, lim: float) -> None:
+        """Keep [first limit asked for, 1 once another one was]."""
+        key = self._habit_key(job)
+        h = self.stats.get(key)
+        if h is None:
+            self.stats[key] = [lim, 0.0]
+            while len(self.stats) > self.max_keys:
+                self.stats.popitem(last=False)
+        else:
+            self.stats.move_to_end(key)
+            if h[0] != lim:
+                h[1] = 1.0
 
     def _update(self, key: str, r: float, lr: float) -> None:
         s = self.stats.get(key)

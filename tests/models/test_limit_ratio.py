@@ -18,18 +18,25 @@ def _job(user: str | None, limit: float | None, vc: str = "v", k: int = 0) -> Jo
     )  # fmt: skip
 
 
+def _varied(r: LimitRatios, *users: str) -> LimitRatios:
+    """Mark users as having asked for more than one limit (the gate is tested apart)."""
+    for u in users:
+        r.stats[r._habit_key(_job(u, 1.0))] = [1.0, 1.0]
+    return r
+
+
 def test_no_limit_or_no_history_gives_no_estimate() -> None:
-    r = LimitRatios()
+    r = _varied(LimitRatios(), "u")
     assert r.estimate(_job("u", 3600.0)) is None  # nothing learned in the VC yet
     r.learn(_job("u", None), 100.0)  # a job without a limit teaches nothing
-    assert r.estimate(_job("u", 3600.0)) is None and not r.stats
+    assert r.estimate(_job("u", 3600.0)) is None and len(r.stats) == 1  # the mark alone
     r.learn(_job("u", 3600.0), 360.0)
     assert r.estimate(_job("u", None)) is None
     assert r.estimate(_job("u", 3600.0, vc="other")) is None  # another VC's state
 
 
 def test_a_users_share_of_the_limit_scales_with_the_limit() -> None:
-    r = LimitRatios()
+    r = _varied(LimitRatios(), "u")
     for k in range(30):
         r.learn(_job("u", 3600.0, k=k), 900.0)
     mean, typical = r.estimate(_job("u", 36000.0))  # type: ignore[misc]
@@ -37,7 +44,7 @@ def test_a_users_share_of_the_limit_scales_with_the_limit() -> None:
 
 
 def test_a_new_user_gets_the_vcs_share_and_few_jobs_are_shrunk_to_it() -> None:
-    r = LimitRatios(k=4.0)
+    r = _varied(LimitRatios(k=4.0), "new")
     for k in range(40):
         r.learn(_job(f"busy{k % 4}", 1000.0, k=k), 500.0)  # the VC: half the limit
     assert r.estimate(_job("new", 1000.0))[0] == pytest.approx(500.0)  # type: ignore[index]
@@ -51,7 +58,7 @@ def test_the_share_is_learned_per_limit_value() -> None:
     """Jobs that ask for the 7-day maximum use little of it; jobs of the same user that
     ask for 2 hours use most of theirs: one share for both would misjudge both."""
     week, two_h = 7 * 86400.0, 7200.0
-    r = LimitRatios()
+    r = _varied(LimitRatios(), "new")
     for k in range(40):
         r.learn(_job("u", week, k=k), 600.0)  # the default limit, 10-minute jobs
         r.learn(_job("u", two_h, k=k), 6000.0)
@@ -67,7 +74,7 @@ def test_the_share_is_learned_per_limit_value() -> None:
 
 
 def test_the_typical_estimate_is_geometric_and_ratios_are_clipped() -> None:
-    r = LimitRatios()
+    r = _varied(LimitRatios(), "u")
     r.learn(_job("u", 100.0, k=1), 10.0)
     r.learn(_job("u", 100.0, k=2), 1000.0)  # ran past its limit: counts as all of it
     mean, typical = r.estimate(_job("u", 100.0))  # type: ignore[misc]
@@ -77,7 +84,7 @@ def test_the_typical_estimate_is_geometric_and_ratios_are_clipped() -> None:
 
 
 def test_recent_jobs_count_more_and_memory_is_bounded() -> None:
-    r = LimitRatios(alpha=0.1, max_keys=3)
+    r = _varied(LimitRatios(alpha=0.1, max_keys=4), "u")
     for k in range(50):
         r.learn(_job("u", 1000.0, k=k), 100.0)
     for k in range(30):
@@ -86,8 +93,25 @@ def test_recent_jobs_count_more_and_memory_is_bounded() -> None:
     assert "default|v|ul|u|1000" in r.stats
     for u in ("a", "b", "c"):
         r.learn(_job(u, 1000.0), 100.0)
-    assert len(r.stats) == 3 and "default|v|ul|u|1000" not in r.stats  # least recently used
+    assert len(r.stats) == 4 and "default|v|ul|u|1000" not in r.stats  # least recently used
     assert pickle.loads(pickle.dumps(r)).stats == r.stats
+
+
+def test_a_limit_nobody_varies_tells_nothing() -> None:
+    """Where a user (a VC, without users) has only ever asked for one limit, a site
+    default or a script's habit, there is no estimate; once they ask for another, their
+    jobs get one from then on."""
+    r = LimitRatios()
+    for k in range(20):
+        r.learn(_job("u", 3600.0, k=k), 900.0)
+        r.learn(_job(None, 7200.0, k=k), 900.0)
+    assert not r.varied(_job("u", 3600.0)) and r.estimate(_job("u", 3600.0)) is None
+    assert r.estimate(_job(None, 7200.0)) is None and r.estimate(_job("u", 36000.0)) is None
+    r.learn(_job("u", 600.0, k=99), 300.0)
+    assert r.varied(_job("u", 3600.0)) and r.estimate(_job("u", 3600.0)) is not None
+    assert not r.varied(_job("w", 3600.0))  # another user of the same VC
+    r.learn(_job(None, 100.0, k=98), 50.0)
+    assert r.estimate(_job(None, 7200.0)) is not None  # the user-less VC varies too
 
 
 def test_bad_settings_are_refused() -> None:

@@ -314,3 +314,15 @@ def test_a_model_pickled_before_the_limit_expert_restores_and_learns_it() -> Non
             back.learn(job, dur)
     est = back.limits.estimate(_limited(2000, 600.0))
     assert est is not None and est[0] == pytest.approx(300.0, rel=0.05)
+
+
+def test_a_user_who_never_varies_the_limit_is_predicted_as_without_one() -> None:
+    """A site default (every job asks for 10 days, never reached): the same predictions
+    as the same jobs without a limit, though the limit's shares are learned."""
+    with_limit, without = KeyedDurationModel(), KeyedDurationModel()
+    for job, dur in _stream(300):
+        limited = job.model_copy(update={"time_limit_s": 10 * 86400.0})
+        assert with_limit.predict(limited) == without.predict(job)
+        with_limit.learn(limited, dur)
+        without.learn(job, dur)
+    assert with_limit.limits.stats and not without.limits.stats

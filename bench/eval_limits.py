@@ -19,8 +19,9 @@ comparison depends on is visible:
   or above 1.5x their longest job (users reuse their script's limit).
 
 A job never runs past its limit here (the trace's durations are real): a limit below
-the duration is raised to it. Limits beyond 7 days are the duration rounded up to
-whole days. Everything else is ``gpuhint evaluate qssf`` (closed loop, default model,
+the duration is raised to it, and a value past the 7-day maximum is rounded up to whole
+days. On traces without users (ITP) ``habitual`` gives every job one value, from the
+whole trace's longest job. Everything else is ``gpuhint evaluate qssf`` (closed loop, default model,
 VCs at load 0.9 or ``--vc-config``): with limits it adds ``sjf-limit``, ``fifo+easy``
 and ``qssf+easy-limit`` (gpuhint's order, EASY on the users' limits: what a Slurm site
 runs with gpuhint's priorities and its own backfill).

@@ -95,6 +95,12 @@ class _Submitted(NamedTuple):
     expected_s: float
     mean_x: dict[str, float]
     mean_ctx: str
+    limit_log: float = math.nan
+    """The limit's estimate of ``log1p(duration)`` (NaN: none), the expert of
+    ``hedge_limit``."""
+    shown_log: float = math.nan
+    """The point forecast published (``log_pred`` moved by the limit's estimate; NaN:
+    ``log_pred``). ``log_pred`` stays the forecast without it, for the shared residuals."""
 
 
 _RELATED = frozenset(("burst", "name", "user+gpus"))
@@ -134,10 +140,13 @@ class KeyedDurationModel:
         # the fixed share for the burst posteriors alone; with a learner's expert in
         # the mix the share broke river_linear's Venus rank (docs/qssf.md, "Fixed share")
         self.mean_mix = MeanMix(experts, share=0.0 if self.use_learner else SHARE)
-        # jobs with a time limit: the same mix with one more expert, the limit times the
-        # share of it the user's jobs use (models/limit_ratio.py)
+        # jobs with the limit's estimate (models/limit_ratio.py): the rank's mix and the
+        # point forecast's Hedge again with one more expert, learned from those jobs
+        # only; every shared part (the mixes above, the learner, the residuals) learns
+        # exactly as without it
         self.limits = LimitRatios()
         self.mean_mix_limit = MeanMix((*experts, "limit"), share=self.mean_mix.share)
+        self.hedge_limit = Hedge()
         # job key -> what was known at submit, for learning at finish
         self._pending: OrderedDict[str, _Submitted] = OrderedDict()
 
@@ -147,6 +156,8 @@ class KeyedDurationModel:
             self.limits = LimitRatios()
             mm = self.mean_mix
             self.mean_mix_limit = MeanMix((*mm.experts, "limit"), share=mm.share)
+        if "hedge_limit" not in state:
+            self.hedge_limit = Hedge()
 
     def _mix(self, mean_x: dict[str, float]) -> MeanMix:
         """The rank's mix for these mean estimates (with the limit's, or without)."""
@@ -167,9 +178,6 @@ class KeyedDurationModel:
     def _submit(self, job: JobEvent) -> _Submitted:
         # the context features feed only the learner: a model without one skips them
         x, experts, level, parts = self.hist.features_parts(job, context=self.use_learner)
-        from_limit = self.limits.estimate(job)
-        if from_limit is not None:
-            experts["limit"] = math.log1p(from_limit[1])
         base, top = self.hedge.predict(level, experts)
         if self.use_learner:
             get = experts.get
@@ -191,9 +199,16 @@ class KeyedDurationModel:
         # without a learner nothing reads ``x`` again: keep none of it per waiting job (a
         # waiting job's memo is pickled with the VC state at every save)
         kept_x = x if self.use_learner else _NO_FEATURES
+        limit_log = shown = math.nan
+        from_limit = self.limits.estimate(job)
+        if from_limit is not None:  # a mix of its own: the shared state stays as without
+            limit_log = math.log1p(from_limit[1])
+            base_l, top = self.hedge_limit.predict(level, {**experts, "limit": limit_log})
+            shown = min(cap, max(0.0, base_l + gate_w * corr))
         return _Submitted(
-            kept_x, experts, level, base, corr, gate_w, log_pred, top, expected, mean_x, level
-        )
+            kept_x, experts, level, base, corr, gate_w, log_pred, top, expected, mean_x, level,
+            limit_log, shown,
+        )  # fmt: skip
 
     def _mean_x(
         self, job: JobEvent, parts: tuple[str, float, float, float], corr: float
@@ -280,8 +295,9 @@ class KeyedDurationModel:
             reasons += mix[:2]
         else:
             reasons += mix
+        shown = sub.log_pred if math.isnan(sub.shown_log) else sub.shown_log
         return DurationPrediction.from_log(
-            sub.log_pred, log_std, reasons=tuple(reasons), expected_s=sub.expected_s
+            shown, log_std, reasons=tuple(reasons), expected_s=sub.expected_s
         )
 
     def learn(self, job: JobEvent, duration_s: float) -> None:
@@ -293,7 +309,13 @@ class KeyedDurationModel:
             self._learn_correction(sub.x, lg - sub.base)
             self.gate.learn(sub.level, {"mix": sub.base, "learner": sub.base + sub.correction}, lg)
         self.hedge.learn(sub.level, sub.experts, lg)
-        self._mix(sub.mean_x).learn(sub.mean_ctx, sub.mean_x, max(0.0, duration_s))
+        # the plain mix learns from every job (it reads only its own estimates), the
+        # limit's mixes from the jobs that had the limit's estimate
+        self.mean_mix.learn(sub.mean_ctx, sub.mean_x, max(0.0, duration_s))
+        if "limit" in sub.mean_x:
+            self.mean_mix_limit.learn(sub.mean_ctx, sub.mean_x, max(0.0, duration_s))
+        if not math.isnan(sub.limit_log):
+            self.hedge_limit.learn(sub.level, {**sub.experts, "limit": sub.limit_log}, lg)
         self.hist.update(job, lg, abs(lg - sub.log_pred))
         self.limits.learn(job, duration_s)
 

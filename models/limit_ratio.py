@@ -58,6 +58,8 @@ class LimitRatios:
         # key -> [jobs seen, EWM of ratio, EWM of log ratio] (EWMs: a plain mean over
         # the first 1 / alpha jobs)
         self.stats: OrderedDict[str, list[float]] = OrderedDict()
+        # user (or VC) -> [first limit asked for (whole seconds), 1 once another was]
+        self.habits: OrderedDict[str, list[float]] = OrderedDict()
 
     @staticmethod
     def _keys(job: JobEvent, limit: float) -> tuple[str, ...]:
@@ -78,7 +80,7 @@ class LimitRatios:
         """Whether the job's user (the VC, without users) has asked for more than one
         limit: where all their jobs ask for one (a site default, a script's habit), the
         limit tells nothing the user's history does not. Pure."""
-        h = self.stats.get(self._habit_key(job))
+        h = self.habits.get(self._habit_key(job))
         return h is not None and h[1] > 0.0
 
     def estimate(self, job: JobEvent) -> tuple[float, float] | None:
@@ -113,16 +115,17 @@ class LimitRatios:
         self._note_habit(job, lim)
 
     def _note_habit(self, job: JobEvent, lim: float) -> None:
-        """Keep [first limit asked for, 1 once another one was]."""
-        key = self._habit_key(job)
-        h = self.stats.get(key)
+        """Keep [first limit asked for, 1 once another one was], in whole seconds as
+        the keys of the shares."""
+        key, whole = self._habit_key(job), float(round(lim))
+        h = self.habits.get(key)
         if h is None:
-            self.stats[key] = [lim, 0.0]
-            while len(self.stats) > self.max_keys:
-                self.stats.popitem(last=False)
+            self.habits[key] = [whole, 0.0]
+            while len(self.habits) > self.max_keys:
+                self.habits.popitem(last=False)
         else:
-            self.stats.move_to_end(key)
-            if h[0] != lim:
+            self.habits.move_to_end(key)
+            if h[0] != whole:
                 h[1] = 1.0
 
     def _update(self, key: str, r: float, lr: float) -> None:

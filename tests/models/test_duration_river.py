@@ -283,15 +283,26 @@ def test_a_jobs_time_limit_tells_its_users_short_jobs_from_long_ones() -> None:
     assert "limit" not in m._mean_x(no_limit, m.hist.expected_parts(no_limit), 0.0)
 
 
-def test_without_limits_the_limit_expert_changes_nothing() -> None:
-    m, ref = KeyedDurationModel(), KeyedDurationModel()
-    del ref.limits, ref.mean_mix_limit  # the model of before, as an old pickle restores it
-    ref.__setstate__(dict(ref.__dict__))
-    for job, dur in _stream(200):
-        assert m.predict(job) == ref.predict(job)
+@pytest.mark.parametrize("model", [KeyedDurationModel, LinearDurationModel])
+def test_one_users_limits_change_nothing_for_the_other_users(
+    model: type[KeyedDurationModel],
+) -> None:
+    """User a varies its limits and gets the limit's estimate; every job of the others
+    (no limit) is predicted exactly as by a model that never estimates from a limit:
+    the shared mixes, Hedge, learner, gate and residuals learn as without it."""
+    m, ref = model(), model()
+    ref.limits.estimate = lambda job: None  # type: ignore[method-assign]
+    estimated = 0
+    for i, (job, dur) in enumerate(_stream(300)):
+        if job.user == "a":
+            job = job.model_copy(update={"time_limit_s": 600.0 if i % 2 else 6000.0})
+            estimated += m.limits.estimate(job) is not None
+        else:
+            assert m.predict_one(job) == ref.predict_one(job)
+        assert (m.predict(job) == ref.predict(job)) or job.user == "a"
         m.learn(job, dur)
         ref.learn(job, dur)
-    assert not m.limits.stats
+    assert estimated > 20 and m.mean_mix_limit.mix and not ref.mean_mix_limit.mix
 
 
 def test_a_model_pickled_before_the_limit_expert_restores_and_learns_it() -> None:

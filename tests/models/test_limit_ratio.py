@@ -21,7 +21,7 @@ def _job(user: str | None, limit: float | None, vc: str = "v", k: int = 0) -> Jo
 def _varied(r: LimitRatios, *users: str) -> LimitRatios:
     """Mark users as having asked for more than one limit (the gate is tested apart)."""
     for u in users:
-        r.stats[r._habit_key(_job(u, 1.0))] = [1.0, 1.0]
+        r.habits[r._habit_key(_job(u, 1.0))] = [1.0, 1.0]
     return r
 
 
@@ -29,7 +29,7 @@ def test_no_limit_or_no_history_gives_no_estimate() -> None:
     r = _varied(LimitRatios(), "u")
     assert r.estimate(_job("u", 3600.0)) is None  # nothing learned in the VC yet
     r.learn(_job("u", None), 100.0)  # a job without a limit teaches nothing
-    assert r.estimate(_job("u", 3600.0)) is None and len(r.stats) == 1  # the mark alone
+    assert r.estimate(_job("u", 3600.0)) is None and not r.stats
     r.learn(_job("u", 3600.0), 360.0)
     assert r.estimate(_job("u", None)) is None
     assert r.estimate(_job("u", 3600.0, vc="other")) is None  # another VC's state
@@ -84,7 +84,7 @@ def test_the_typical_estimate_is_geometric_and_ratios_are_clipped() -> None:
 
 
 def test_recent_jobs_count_more_and_memory_is_bounded() -> None:
-    r = _varied(LimitRatios(alpha=0.1, max_keys=4), "u")
+    r = _varied(LimitRatios(alpha=0.1, max_keys=3), "u")
     for k in range(50):
         r.learn(_job("u", 1000.0, k=k), 100.0)
     for k in range(30):
@@ -93,8 +93,10 @@ def test_recent_jobs_count_more_and_memory_is_bounded() -> None:
     assert "default|v|ul|u|1000" in r.stats
     for u in ("a", "b", "c"):
         r.learn(_job(u, 1000.0), 100.0)
-    assert len(r.stats) == 4 and "default|v|ul|u|1000" not in r.stats  # least recently used
-    assert pickle.loads(pickle.dumps(r)).stats == r.stats
+    assert len(r.stats) == 3 and "default|v|ul|u|1000" not in r.stats  # least recently used
+    assert len(r.habits) == 3 and r._habit_key(_job("u", 1.0)) not in r.habits
+    back = pickle.loads(pickle.dumps(r))
+    assert back.stats == r.stats and back.habits == r.habits
 
 
 def test_a_limit_nobody_varies_tells_nothing() -> None:
@@ -112,6 +114,18 @@ def test_a_limit_nobody_varies_tells_nothing() -> None:
     assert not r.varied(_job("w", 3600.0))  # another user of the same VC
     r.learn(_job(None, 100.0, k=98), 50.0)
     assert r.estimate(_job(None, 7200.0)) is not None  # the user-less VC varies too
+    r.learn(_job("w", 3600.0, k=97), 900.0)
+    r.learn(_job("w", 3600.4, k=96), 900.0)  # the same limit in whole seconds
+    assert not r.varied(_job("w", 3600.0))
+
+
+def test_names_with_the_separator_do_not_collide() -> None:
+    """A VC named ``v|h`` and the habits of a user-less VC ``v`` are kept apart."""
+    r = LimitRatios()
+    r.learn(_job(None, 100.0, vc="v"), 50.0)
+    r.learn(_job(None, 100.0, vc="v|h"), 50.0)
+    r.learn(_job(None, 200.0, vc="v|h"), 50.0)
+    assert not r.varied(_job(None, 100.0, vc="v")) and r.varied(_job(None, 100.0, vc="v|h"))
 
 
 def test_bad_settings_are_refused() -> None:

@@ -152,11 +152,10 @@ class KeyedDurationModel:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        if "limits" not in state:  # pickled before the limit expert: learns it from now
-            self.limits = LimitRatios()
+        if "hedge_limit" not in state:  # pickled before the limit's estimate: from now
             mm = self.mean_mix
+            self.limits = LimitRatios()
             self.mean_mix_limit = MeanMix((*mm.experts, "limit"), share=mm.share)
-        if "hedge_limit" not in state:
             self.hedge_limit = Hedge()
 
     def _mix(self, mean_x: dict[str, float]) -> MeanMix:

@@ -19,7 +19,9 @@ Closed loop: with a :class:`~models.simulator.engine.Ranker` the queue keys come
 the ranker when a job arrives and move when it re-ranks waiting jobs (after an end, as
 in :func:`~models.simulator.engine.simulate_vc`); ``run_time(i)`` then gives the run
 time the reservation assumes for job ``i`` (e.g. its hint's p90; ``None``: unknown, it
-never ends in time), asked when the job is first considered and kept.
+never ends in time), asked when the job is first considered and kept; or, given
+``limits`` instead, the reservations assume the requested limits (a ranked queue under a
+site's own backfill).
 
 >>> from models.simulator.engine import SimJob
 >>> jobs = [SimJob("a", 0, 100, 4), SimJob("b", 1, 10, 8), SimJob("c", 2, 40, 4),
@@ -55,7 +57,8 @@ def simulate_easy(
 
     ``max_job_test``: how many queued jobs behind the head one pass considers for
     backfill (Slurm's ``bf_max_job_test``, default 500): bounded work per event.
-    Either ``keys`` and ``limits``, or (closed loop) ``ranker`` and ``run_time``."""
+    Either ``keys`` and ``limits``, or (closed loop) ``ranker`` and ``run_time`` or
+    ``limits``."""
     n = len(jobs)
     keys_now, lims = _initial(n, keys, limits, ranker is not None, run_time is not None)
     nodes = Nodes(num_nodes, gpus_per_node)
@@ -118,15 +121,18 @@ def _initial(
     timed: bool,
 ) -> tuple[list[float], list[float | None]]:
     """The queue keys and limits to start from: given (a missing limit gets the largest
-    one given), or NaN for the ranker and ``run_time`` to fill in (the closed loop)."""
-    if ranked:
-        if not timed:
-            raise ValueError("a ranker needs run_time (the reservation's run time per job)")
-        if keys is not None or limits is not None:
-            raise ValueError("give keys and limits, or a ranker and run_time, not both")
-        return [math.nan] * n, [math.nan] * n  # NaN: not asked yet
-    if timed:
+    one given), or NaN for the ranker (the keys) and ``run_time`` (the limits) to fill
+    in (the closed loop); a ranker with ``limits`` reserves on those."""
+    if timed and not ranked:
         raise ValueError("run_time goes with a ranker (the closed loop)")
+    if ranked:
+        if keys is not None or (timed and limits is not None):
+            raise ValueError("give keys and limits, or a ranker and run_time, not both")
+        if timed:
+            return [math.nan] * n, [math.nan] * n  # NaN: not asked yet
+        if limits is None:
+            raise ValueError("a ranker needs run_time or limits (the reservation's run times)")
+        keys = [math.nan] * n  # the ranker keys each job at its submit
     if keys is None or limits is None or len(keys) != n or len(limits) != n:
         raise ValueError("one key and one limit per job")
     given = [x for x in limits if x is not None]

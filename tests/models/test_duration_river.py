@@ -313,7 +313,7 @@ def test_a_model_pickled_before_the_limit_expert_restores_and_learns_it() -> Non
         m.predict(job)
         m.learn(job, dur)
     state = dict(m.__dict__)
-    del state["limits"], state["mean_mix_limit"]  # what an older pickle holds
+    del state["limits"], state["mean_mix_limit"], state["hedge_limit"]  # an older pickle
     old = KeyedDurationModel.__new__(KeyedDurationModel)
     old.__setstate__(state)
     back = pickle.loads(pickle.dumps(old))

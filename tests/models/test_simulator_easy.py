@@ -151,6 +151,25 @@ def test_the_two_modes_do_not_mix_and_a_nan_priority_is_refused() -> None:
         simulate_easy(jobs, 1, None, None, ranker=_Fixed([0, float("nan")]), run_time=lambda i: 1.0)
 
 
+def test_a_ranked_queue_can_reserve_on_the_requested_limits() -> None:
+    """A ranker with ``limits`` (a site's backfill under gpuhint's order): a job without a
+    limit is assumed to run the largest one given, as in the unranked mode."""
+    # 1 node: a (4 GPUs, 100 s) runs; head b needs all 8; c (4 GPUs, 20 s) may use the
+    # free 4 only if its limit ends it by a's (the reservation): its limit decides
+    jobs = [SimJob("a", 0, 100, 4), SimJob("b", 1, 10, 8), SimJob("c", 2, 20, 4)]
+    fits = simulate_easy(jobs, 1, None, [100, 10, 30], ranker=_Fixed([0, 1, 2]))
+    assert fits[2].start == 2 and fits[1].start == 100  # backfilled, b not delayed
+    late = simulate_easy(jobs, 1, None, [100, 10, 300], ranker=_Fixed([0, 1, 2]))
+    assert late[2].start > 2  # would end after a's limit: it waits
+    missing = simulate_easy(jobs, 1, None, [None, 10, 3000], ranker=_Fixed([0, 1, 2]))
+    unranked = simulate_easy(jobs, 1, [0, 1, 2], [3000, 10, 3000])
+    assert missing == unranked  # a's missing limit is the largest given: 3000
+    with pytest.raises(ValueError, match="run_time or limits"):
+        simulate_easy(jobs, 1, None, None, ranker=_Fixed([0, 1, 2]))
+    with pytest.raises(ValueError, match="not both"):
+        simulate_easy(jobs, 1, None, [1, 1, 1], ranker=_Fixed([0, 1, 2]), run_time=lambda i: 1.0)
+
+
 def test_an_unknown_or_zero_run_time_is_safe() -> None:
     # 2 nodes: a (8 GPUs, 100 s) runs; head b needs 16; c (8 GPUs, 50 s) arrives at 2.
     # A NaN run time is unknown: c can never promise to end in time, it waits for b. A 0 s

@@ -283,11 +283,13 @@ class _Runs:
                 # closed loop: the hints learn from, re-rank and bound waits in EASY's
                 # schedule; its reservations on their p90s, or on the requested limits
                 easy = ClosedLoopRanker([jobs[k] for k in ks], self.model, wait_bound=self.bound)
-                hinted = spec.run_times == "hint"
-                run_time = easy.run_time if hinted else _limits_of([jobs[k] for k in ks])
-                out = simulate_easy(sj, self.sizes[vc], None, None, ranker=easy, run_time=run_time)
-                if hinted:
+                if spec.run_times == "hint":
+                    out = simulate_easy(
+                        sj, self.sizes[vc], None, None, ranker=easy, run_time=easy.run_time
+                    )
                     self.overdue_easy += easy.engine.stats.overdue
+                else:
+                    out = simulate_easy(sj, self.sizes[vc], None, self._limits(ks), ranker=easy)
             elif spec.easy:
                 keys, lims = self._easy_inputs(spec, vc, ks)
                 out = simulate_easy(sj, self.sizes[vc], keys, lims)
@@ -314,6 +316,10 @@ class _Runs:
         secs = time.perf_counter() - t0
         return PolicyResult(spec, summarize(gpus, jct, queue), jct, secs, wait=wait)
 
+    def _limits(self, ks: list[int]) -> list[float | None]:
+        """The requested limits of these jobs (None: none given)."""
+        return [self.jobs[k].time_limit_s or None for k in ks]
+
     def _easy_inputs(
         self, spec: PolicySpec, vc: str, ks: list[int]
     ) -> tuple[list[float], list[float | None]]:
@@ -321,7 +327,7 @@ class _Runs:
         (``priority="hint"``, open loop only: the closed loop runs its own hint core in
         EASY's schedule) the open loop's hints at submit; the requested limits, or
         (``run_times="hint"``) those hints' p90s."""
-        limits = [self.jobs[k].time_limit_s or None for k in ks]
+        limits = self._limits(ks)
         if spec.priority != "hint":
             return [j.submit for j in self.sim_jobs[vc]], limits
         if self.open_preds is None:
@@ -333,14 +339,6 @@ class _Runs:
             return keys, limits
         run = p.p90 or p.predicted_duration
         return keys, [None if not math.isfinite(run[i]) else run[i] for i in pos]
-
-
-def _limits_of(jobs: Sequence[TraceJob]) -> Callable[[int], float | None]:
-    """The closed loop's EASY run time of job ``i``: its requested limit, or (none
-    given) the largest of the VC's, as the open loop's ``fifo+easy`` assumes."""
-    given = [j.time_limit_s for j in jobs if j.time_limit_s]
-    default = max(given) if given else None
-    return lambda i: jobs[i].time_limit_s or default
 
 
 def _finite_or(x: float, default: float) -> float:

@@ -11,7 +11,6 @@ import pytest
 
 from gpuhint.cli import main
 from gpuhint.lab.evaluation.qssf import (
-    _limits_of,
     band_stats,
     evaluate_qssf,
     predict_online,
@@ -465,16 +464,3 @@ def test_qssf_under_easy_backfill_on_the_users_limits(loop: Literal["closed", "o
         model="history_mix", vc_nodes={"default": 4}, backfill=True, loop=loop,
     )  # fmt: skip
     assert "qssf+easy-limit" not in plain.policies and "qssf+easy" in plain.policies
-
-
-def test_the_closed_loops_easy_run_times_are_the_limits() -> None:
-    """A job without a limit is assumed to run the VC's largest requested limit, as
-    the open loop's fifo+easy assumes."""
-    jobs = [
-        TraceJob("a", 0.0, 10.0, 1, time_limit_s=60.0),
-        TraceJob("b", 1.0, 10.0, 1),
-        TraceJob("c", 2.0, 10.0, 1, time_limit_s=3600.0),
-    ]
-    run_time = _limits_of(jobs)
-    assert [run_time(i) for i in range(3)] == [60.0, 3600.0, 3600.0]
-    assert _limits_of([TraceJob("d", 0.0, 10.0, 1)])(0) is None

@@ -24,7 +24,8 @@ days. On traces without users (ITP) ``habitual`` gives every job one value, from
 whole trace's longest job. Everything else is ``gpuhint evaluate qssf`` (closed loop, default model,
 VCs at load 0.9 or ``--vc-config``): with limits it adds ``sjf-limit``, ``fifo+easy``
 and ``qssf+easy-limit`` (gpuhint's order, EASY on the users' limits: what a Slurm site
-runs with gpuhint's priorities and its own backfill).
+runs with gpuhint's priorities and its own backfill). It also sets gpuhint's expected
+starts beside ``squeue --start``'s estimate from the limits, on the jobs both named.
 
     python bench/eval_limits.py TRACE [--limits noisy] [--vc-config CSV] [--json]
 """
@@ -108,8 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = {p: {k: pol[p].get(k) for k in keys} for p in pol}
     meta = {"trace": a.trace, "limits": a.limits, "seed": a.seed, "model": a.model}
     meta |= {"machine": platform.machine(), "date": str(date.today())}
+    starts = rep.get("expected_start")
     if a.json:
-        print(json.dumps({**meta, "policies": rows}, indent=1))
+        print(json.dumps({**meta, "policies": rows, "expected_start": starts}, indent=1))
         return 0
     print(" ".join(f"{k}={v}" for k, v in meta.items()))
     head = ("policy", "avg JCT (s)", "p99 wait (h)", "max wait (h)", ">2x FIFO")
@@ -119,6 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{p:<17}{r['avg_jct_s']:>13,.0f}{r['p99_wait_s'] / HOUR:>14,.1f}"
             f"{r['max_wait_s'] / HOUR:>14,.1f}{r['share_jct_over_2x_fifo']:>10.1%}"
+        )
+    if starts and starts.get("limit_jobs"):
+        print(
+            f"expected start, median |error| / wait over {starts['limit_jobs']} jobs: "
+            f"gpuhint {starts['median_rel_error_limit_jobs']:.2f}, "
+            f"from the limits (squeue --start) {starts['limit_median_rel_error']:.2f}"
         )
     return 0
 

@@ -11,7 +11,9 @@ run, :func:`start_accuracy` compares both with the simulated start:
   that waited at least a minute and were named by a forecast;
 * ``band_coverage``: the share of those whose actual start fell inside the 80% band;
 * ``limit_median_rel_error``: the same median for the time-limit estimate (None when
-  the trace has no limits).
+  the trace has no limits), over the ``limit_jobs`` it could name;
+* ``median_rel_error_limit_jobs``: gpuhint's median over those same jobs, the figure
+  to set beside it (None without limits).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def start_accuracy(
     """The ``expected_start`` block of ``evaluate qssf --json`` (see the module doc):
     ``runs`` holds, per VC, the jobs' submit and simulated start times (in the order of
     the recorder's job indices) and the recorder."""
-    rel, rel_limit, inside, waited = [], [], 0, 0
+    rel, rel_limit, rel_same, inside, waited = [], [], [], 0, 0
     for submit, start, rec in runs:
         for i, (s, a) in enumerate(zip(submit, start, strict=True)):
             wait = a - s
@@ -96,11 +98,17 @@ def start_accuracy(
             inside += low <= a <= high
             if i in rec.by_limit:
                 rel_limit.append(abs(rec.by_limit[i] - a) / wait)
+                rel_same.append(rel[-1])
     return {
         "jobs_waited": waited,
         "jobs_forecast": len(rel),
-        "median_rel_error": round(statistics.median(rel), 4) if rel else None,
+        "median_rel_error": _median(rel),
         "band_coverage": round(inside / len(rel), 4) if rel else None,
         "limit_jobs": len(rel_limit),
-        "limit_median_rel_error": round(statistics.median(rel_limit), 4) if rel_limit else None,
+        "limit_median_rel_error": _median(rel_limit),
+        "median_rel_error_limit_jobs": _median(rel_same),
     }
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return round(statistics.median(xs), 4) if xs else None

@@ -370,6 +370,11 @@ def test_time_limits_add_sjf_limit_and_easy_backfill() -> None:
     assert pol["fifo+easy"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
     assert pol["sjf-limit"].summary.avg_jct_s < pol["fifo"].summary.avg_jct_s
     assert pol["fifo+easy"].tails is not None and pol["sjf-limit"].tails is not None
+    # squeue --start's estimate from the limits, scored on the jobs it named, beside ours
+    es = rep.expected_start
+    assert es is not None and es["limit_jobs"] > 0
+    assert es["limit_median_rel_error"] is not None
+    assert es["median_rel_error_limit_jobs"] is not None
     no_limits = [TraceJob(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in jobs[:50]]
     plain = evaluate_qssf(no_limits, model="history_mix", vc_nodes={"default": 4})
     assert "sjf-limit" not in plain.policies and "fifo+easy" not in plain.policies

@@ -109,6 +109,14 @@ The starvation bound, top level: wait_bound (the factor used; null in open loop)
 overdue (waiting jobs it moved to the front in the qssf run), overdue_easy (the same
 in the qssf+easy run, which in the closed loop has its own hints and bound; null
 without that policy).
+Expected starts (closed loop; null in open loop), top level expected_start:
+jobs_waited (jobs that waited >= 1 min), jobs_forecast (of those, named by a forecast
+before they started), median_rel_error (median |expected - actual start| / wait of the
+first forecast), band_coverage (share started inside its 80% band),
+exact_median_rel_error (the same for squeue --start had every limit been the job's
+true duration: the part of the error that knowing durations does not remove),
+limit_jobs, limit_median_rel_error, median_rel_error_limit_jobs (where the trace has
+time limits: squeue --start on them, and gpuhint's error on the same jobs).
 """
 
 
@@ -343,6 +351,30 @@ def _print_tails(report: Any) -> None:
         print(
             f"  off by 2x or more: {_fmt_share(b.share_off_2x)} (point forecast), "
             f"{_fmt_share(b.share_off_2x_expected)} (expected duration, as ranked)"
+        )
+    _print_starts(report.expected_start)
+
+
+def _print_starts(es: dict[str, Any] | None) -> None:
+    """The expected starts' accuracy (closed loop), beside squeue --start's estimates."""
+    if not es or not es.get("jobs_forecast"):
+        return
+    print(
+        f"expected starts (first forecast of {es['jobs_forecast']:,} of the "
+        f"{es['jobs_waited']:,} jobs that waited >= 1 min): median |error| "
+        f"{_fmt_share(es['median_rel_error'])} of the wait, inside the 80% band "
+        f"{_fmt_share(es['band_coverage'])}"
+    )
+    if es.get("exact_median_rel_error") is not None:
+        print(
+            f"  squeue --start with exact limits (the true durations, no arrivals): "
+            f"{_fmt_share(es['exact_median_rel_error'])}"
+        )
+    if es.get("limit_median_rel_error") is not None:
+        print(
+            f"  squeue --start on the requested limits: {_fmt_share(es['limit_median_rel_error'])}"
+            f" (gpuhint on the same {es['limit_jobs']:,} jobs: "
+            f"{_fmt_share(es['median_rel_error_limit_jobs'])})"
         )
 
 

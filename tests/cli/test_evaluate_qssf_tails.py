@@ -72,3 +72,18 @@ def test_text_reports_band_coverage_of_the_qssf_hints(capsys: pytest.CaptureFixt
 def test_tails_rows_follow_the_policies_with_backfill(capsys: pytest.CaptureFixture[str]) -> None:
     rows = _tails_rows(_text(capsys, "--no-plot", "--backfill"))
     assert "fifo+backfill" in rows and "srtf+backfill" not in rows
+
+
+def test_text_reports_the_expected_starts_beside_exact_limits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = _text(capsys, "--no-plot")
+    m = re.search(
+        r"expected starts \(first forecast of ([\d,]+) of the ([\d,]+) jobs that waited "
+        r">= 1 min\): median \|error\| (\d+\.\d)% of the wait, inside the 80% band (\d+\.\d)%",
+        out,
+    )
+    assert m, out
+    assert int(m.group(1).replace(",", "")) <= int(m.group(2).replace(",", ""))
+    assert re.search(r"squeue --start with exact limits \(the true durations, no arrivals\): ", out)
+    assert "on the requested limits" not in out  # this trace has no limits

@@ -159,6 +159,7 @@ class ClosedLoopRanker:
             {j.job_id: k for k, j in enumerate(jobs)},
             [j.num_gpus for j in jobs],
             [j.time_limit_s for j in jobs],
+            [j.duration for j in jobs],
         )
         self.snapshot_at = snapshot_at
         self.snapshot: list[tuple[float, int]] | None = None  # (priority, job) waiting then

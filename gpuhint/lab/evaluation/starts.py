@@ -13,7 +13,12 @@ run, :func:`start_accuracy` compares both with the simulated start:
 * ``limit_median_rel_error``: the same median for the time-limit estimate (None when
   the trace has no limits), over the ``limit_jobs`` it could name;
 * ``median_rel_error_limit_jobs``: gpuhint's median over those same jobs, the figure
-  to set beside it (None without limits).
+  to set beside it (None without limits);
+* ``exact_median_rel_error``: the same median for ``squeue --start`` had every user
+  asked for exactly their job's duration (the forward simulation on the true
+  durations, running and waiting; no arrivals expected), over the jobs gpuhint named:
+  what is left of the error when durations are known, from the jobs that arrive later
+  and overtake, re-ranking and placement.
 """
 
 from __future__ import annotations
@@ -30,15 +35,19 @@ from gpuhint.wire.contract import StartForecasts
 
 @dataclass
 class StartRecorder:
-    """The first forecast of each job (index by job id), and the time-limit estimate.
+    """The first forecast of each job (index by job id), the time-limit estimate and the
+    estimate from exact limits (the true durations).
 
-    ``gpus`` and ``limits`` are per job index (a limit None: the job has none)."""
+    ``gpus``, ``limits`` and ``durations`` are per job index (a limit None: the job has
+    none; no ``durations``: no exact estimate)."""
 
     index_of: dict[str, int]
     gpus: Sequence[int]
     limits: Sequence[float | None]
+    durations: Sequence[float] | None = None
     first: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     by_limit: dict[int, float] = field(default_factory=dict)
+    by_exact: dict[int, float] = field(default_factory=dict)
 
     def record(self, forecast: StartForecasts, book: StartBook | None) -> None:
         """Keep the forecast of the jobs it names for the first time."""
@@ -50,31 +59,43 @@ class StartRecorder:
         for i, j in new.items():
             self.first[i] = (j.expected, j.low, j.high)
         if new and book is not None:
-            self._by_limit(forecast, book, set(new))
+            self._squeue_start(forecast, book, set(new), self.limits, self.by_limit)
+            if self.durations is not None:
+                self._squeue_start(forecast, book, set(new), self.durations, self.by_exact)
 
-    def _limit(self, job_id: str) -> float | None:
-        i = self.index_of.get(job_id)
-        return None if i is None else self.limits[i]
+    def _squeue_start(
+        self,
+        forecast: StartForecasts,
+        book: StartBook,
+        wanted: set[int],
+        run_times: Sequence[float | None],
+        into: dict[int, float],
+    ) -> None:
+        """``squeue --start``: the same queue, every job (running or waiting) taking
+        ``run_times`` (per job index), no arrivals expected; kept ``into`` for the
+        ``wanted`` jobs. Nothing when a job in it has no run time (a job without a limit)."""
 
-    def _by_limit(self, forecast: StartForecasts, book: StartBook, wanted: set[int]) -> None:
-        """``squeue --start``: the same queue, every job at its requested time limit."""
+        def run_time(job_id: str) -> float | None:
+            i = self.index_of.get(job_id)
+            return None if i is None else run_times[i]
+
         waiting = []
         for j in forecast.jobs:
-            limit = self._limit(j.job_id)
-            if limit is None:
-                return  # a job without a limit: no limit-based estimate at this moment
+            t = run_time(j.job_id)
+            if t is None:
+                return
             gpus = self.gpus[self.index_of[j.job_id]]
-            waiting.append(Waiting(j.job_id, gpus, 0.0, limit, limit, limit))
+            waiting.append(Waiting(j.job_id, gpus, 0.0, t, t, t))
         runs = {}
         for jid, r in book.running.items():
-            limit = self._limit(jid)
-            if limit is None:
+            t = run_time(jid)
+            if t is None:
                 return
-            runs[jid] = Running(r.start, r.gpus, limit, limit, limit)
+            runs[jid] = Running(r.start, r.gpus, t, t, t)
         plain = StartBook(running=runs, capacity=book.capacity)  # no overtaking
         for jid, f in plain.forecast(forecast.time, waiting, len(waiting)).items():
             if self.index_of[jid] in wanted:
-                self.by_limit[self.index_of[jid]] = f.expected
+                into[self.index_of[jid]] = f.expected
 
 
 def start_accuracy(
@@ -83,7 +104,7 @@ def start_accuracy(
     """The ``expected_start`` block of ``evaluate qssf --json`` (see the module doc):
     ``runs`` holds, per VC, the jobs' submit and simulated start times (in the order of
     the recorder's job indices) and the recorder."""
-    rel, rel_limit, rel_same, inside, waited = [], [], [], 0, 0
+    rel, rel_limit, rel_same, rel_exact, inside, waited = [], [], [], [], 0, 0
     for submit, start, rec in runs:
         for i, (s, a) in enumerate(zip(submit, start, strict=True)):
             wait = a - s
@@ -99,6 +120,8 @@ def start_accuracy(
             if i in rec.by_limit:
                 rel_limit.append(abs(rec.by_limit[i] - a) / wait)
                 rel_same.append(rel[-1])
+            if i in rec.by_exact:
+                rel_exact.append(abs(rec.by_exact[i] - a) / wait)
     return {
         "jobs_waited": waited,
         "jobs_forecast": len(rel),
@@ -107,6 +130,7 @@ def start_accuracy(
         "limit_jobs": len(rel_limit),
         "limit_median_rel_error": _median(rel_limit),
         "median_rel_error_limit_jobs": _median(rel_same),
+        "exact_median_rel_error": _median(rel_exact),
     }
 
 

@@ -375,6 +375,7 @@ def test_time_limits_add_sjf_limit_and_easy_backfill() -> None:
     assert es is not None and es["limit_jobs"] > 0
     assert es["limit_median_rel_error"] is not None
     assert es["median_rel_error_limit_jobs"] is not None
+    assert es["exact_median_rel_error"] is not None  # any trace: the true durations
     no_limits = [TraceJob(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in jobs[:50]]
     plain = evaluate_qssf(no_limits, model="history_mix", vc_nodes={"default": 4})
     assert "sjf-limit" not in plain.policies and "fifo+easy" not in plain.policies

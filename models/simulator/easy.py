@@ -105,7 +105,7 @@ def simulate_easy(
                 keys_now[i] = _key(ranker.submit(i, t), i)
             bisect.insort(queue, (keys_now[i], rank[i], i))
             nxt += 1
-        if ranker is not None:
+        if run_time is not None:  # predicted run times grow; requested limits do not
             _regrow(est_end, start, t)
         _schedule(t, jobs, nodes, queue, est_end, limit, begin, max_job_test)
     return [

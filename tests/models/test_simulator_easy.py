@@ -166,6 +166,24 @@ def test_a_ranked_queue_can_reserve_on_the_requested_limits() -> None:
     assert missing == unranked  # a's missing limit is the largest given: 3000
     with pytest.raises(ValueError, match="run_time or limits"):
         simulate_easy(jobs, 1, None, None, ranker=_Fixed([0, 1, 2]))
+
+
+def test_a_job_past_its_requested_limit_counts_as_ending_now_ranked_or_not() -> None:
+    """A requested limit is not a prediction to grow: a job running past it (a TIMEOUT's
+    grace) is expected to end now, as in the unranked mode; only predicted run times
+    (``run_time``) double when a job outlives them (review, 2026-12-07)."""
+    # a asked for 50 s and runs 100; at 61 the head b (8 GPUs) is reserved for "now",
+    # so c (4 GPUs, limit 30) may not backfill; grown, a's end (100) would let it
+    jobs = [SimJob("a", 0, 100, 4), SimJob("b", 60, 10, 8), SimJob("c", 61, 20, 4)]
+    limits: list[float | None] = [50, 10, 30]
+    unranked = simulate_easy(jobs, 1, [0, 1, 2], limits)
+    ranked = simulate_easy(jobs, 1, None, limits, ranker=_Fixed([0, 1, 2]))
+    assert ranked == unranked
+    assert ranked[2].start == 110  # after b, not backfilled at 61
+    grown = simulate_easy(
+        jobs, 1, None, None, ranker=_Fixed([0, 1, 2]), run_time=limits.__getitem__
+    )
+    assert grown[2].start == 61  # a prediction a job outlives is doubled: c fits by it
     with pytest.raises(ValueError, match="not both"):
         simulate_easy(jobs, 1, None, [1, 1, 1], ranker=_Fixed([0, 1, 2]), run_time=lambda i: 1.0)
 

@@ -64,17 +64,17 @@ class LimitRatios:
     @staticmethod
     def _keys(job: JobEvent, limit: float) -> tuple[str, ...]:
         """The chain of keys, general first: VC, VC and limit, user and limit."""
-        vc = f"{job.cluster}|{job.vc}"
+        vc = _vc_key(job)
         lim = f"{round(limit)}"
         if job.user:
-            return vc, f"{vc}|l|{lim}", f"{vc}|ul|{job.user}|{lim}"
+            return vc, f"{vc}|l|{lim}", f"{vc}|ul|{_escaped(job.user)}|{lim}"
         return vc, f"{vc}|l|{lim}"
 
     @staticmethod
     def _habit_key(job: JobEvent) -> str:
         """Whose habits tell whether a limit says anything: the user's, else the VC's."""
-        vc = f"{job.cluster}|{job.vc}"
-        return f"{vc}|h|{job.user}" if job.user else f"{vc}|h"
+        vc = _vc_key(job)
+        return f"{vc}|h|{_escaped(job.user)}" if job.user else f"{vc}|h"
 
     def varied(self, job: JobEvent) -> bool:
         """Whether the job's user (the VC, without users) has asked for more than one
@@ -140,3 +140,18 @@ class LimitRatios:
         a = max(self.alpha, 1.0 / s[0])  # a plain mean over the first jobs
         s[1] += a * (r - s[1])
         s[2] += a * (lr - s[2])
+
+
+def _escaped(name: str) -> str:
+    r"""A name as one part of a key: ``|`` (the separator) and ``\`` escaped, so that a VC
+    named ``v|l|3600`` is not VC ``v``'s limit 3600; names without them are unchanged
+    (the keys of older pickles still match).
+
+    >>> _escaped("v|l|3600"), _escaped("alice")
+    ('v\\|l\\|3600', 'alice')
+    """
+    return name.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def _vc_key(job: JobEvent) -> str:
+    return f"{_escaped(job.cluster)}|{_escaped(job.vc)}"

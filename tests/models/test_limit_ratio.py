@@ -120,12 +120,20 @@ def test_a_limit_nobody_varies_tells_nothing() -> None:
 
 
 def test_names_with_the_separator_do_not_collide() -> None:
-    """A VC named ``v|h`` and the habits of a user-less VC ``v`` are kept apart."""
+    """A VC named ``v|h`` and the habits of a user-less VC ``v`` are kept apart; so are
+    the shares of VC ``v``'s limit 3600 and of a VC named ``v|l|3600`` (review)."""
     r = LimitRatios()
     r.learn(_job(None, 100.0, vc="v"), 50.0)
     r.learn(_job(None, 100.0, vc="v|h"), 50.0)
     r.learn(_job(None, 200.0, vc="v|h"), 50.0)
     assert not r.varied(_job(None, 100.0, vc="v")) and r.varied(_job(None, 100.0, vc="v|h"))
+    r = LimitRatios()
+    r.learn(_job("a", 3600.0, vc="v"), 3240.0)  # a uses 90% of 3600 s
+    r.learn(_job("a", 600.0, vc="v"), 540.0)  # and varies
+    for _ in range(50):
+        r.learn(_job("b", 3600.0, vc="v|l|3600"), 36.0)  # 1% of it, in another VC
+    est = r.estimate(_job("a", 3600.0, vc="v"))
+    assert est is not None and est[0] > 3000.0
 
 
 def test_bad_settings_are_refused() -> None:

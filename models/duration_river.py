@@ -101,6 +101,9 @@ class _Submitted(NamedTuple):
     shown_log: float = math.nan
     """The point forecast published (``log_pred`` moved by the limit's estimate; NaN:
     ``log_pred``). ``log_pred`` stays the forecast without it, for the shared residuals."""
+    shown_base: float = math.nan
+    """The base ``shown_log`` comes from (``hedge_limit``'s mix; NaN: ``base``): the
+    first reason of the published hint."""
 
 
 _RELATED = frozenset(("burst", "name", "user+gpus"))
@@ -198,7 +201,7 @@ class KeyedDurationModel:
         # without a learner nothing reads ``x`` again: keep none of it per waiting job (a
         # waiting job's memo is pickled with the VC state at every save)
         kept_x = x if self.use_learner else _NO_FEATURES
-        limit_log = shown = math.nan
+        limit_log = shown = base_l = math.nan
         from_limit = self.limits.estimate(job)
         if from_limit is not None:  # a mix of its own: the shared state stays as without
             limit_log = math.log1p(from_limit[1])
@@ -206,7 +209,7 @@ class KeyedDurationModel:
             shown = min(cap, max(0.0, base_l + gate_w * corr))
         return _Submitted(
             kept_x, experts, level, base, corr, gate_w, log_pred, top, expected, mean_x, level,
-            limit_log, shown,
+            limit_log, shown, base_l,
         )  # fmt: skip
 
     def _mean_x(
@@ -284,7 +287,8 @@ class KeyedDurationModel:
         spread = self.hist.spread(job)
         log_std = spread * ABS_TO_STD if spread is not None else self.prior_log_std
         # contributions in log1p-seconds: the base, then what moved it
-        reasons: list[tuple[str, float]] = [(f"history:{sub.level}", round(sub.base, 4))]
+        base = sub.base if math.isnan(sub.shown_base) else sub.shown_base
+        reasons: list[tuple[str, float]] = [(f"history:{sub.level}", round(base, 4))]
         mix = [(f"mix:{n}", round(c, 4)) for n, c in sub.top]
         if self.use_learner:
             reasons.append(("learner:correction", round(sub.gate_weight * sub.correction, 4)))

@@ -277,6 +277,12 @@ def test_a_jobs_time_limit_tells_its_users_short_jobs_from_long_ones() -> None:
     assert short < 0.2 * plain  # without a limit: the user's history, both kinds mixed
     mean_x = m._mean_x(probe, m.hist.expected_parts(probe), 0.0)
     assert mean_x["limit"] == pytest.approx(600.0, rel=0.1)
+    # the hint's reasons start from the base its forecast comes from (review): with the
+    # limit's estimate, its own Hedge's, not the history's without it
+    shown = m.predict_one(probe)
+    first, value = shown.reasons[0]
+    assert first.startswith("history:") and any(r[0] == "mix:limit" for r in shown.reasons)
+    assert value == pytest.approx(math.log1p(shown.duration_s), abs=1e-3)
     weights = [m.mean_mix_limit.weights(c)[-1] for c in m.mean_mix_limit.mix]
     assert max(weights) > 0.5  # the mix learned to trust it
     no_limit = _limited(903, None, t=t + 86400.0)
@@ -302,6 +308,11 @@ def test_one_users_limits_change_nothing_for_the_other_users(
         assert (m.predict(job) == ref.predict(job)) or job.user == "a"
         m.learn(job, dur)
         ref.learn(job, dur)
+        # a newcomer (new user, new GPU count) reads only the shared levels: the VC's
+        # and the global residuals, mixes and Hedge weights (review: the others' own
+        # keys hid a leak into the residuals)
+        new = job.model_copy(update={"job_id": f"new{i}", "user": "z", "num_gpus": 3})
+        assert m.predict_one(new) == ref.predict_one(new)
     assert estimated > 20 and m.mean_mix_limit.mix and not ref.mean_mix_limit.mix
 
 

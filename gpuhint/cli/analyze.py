@@ -392,7 +392,7 @@ def _gpuhint_lines(g: dict[str, Any]) -> list[str]:
         lines.append(
             f"  QSSF ({q['window']})  avg JCT FIFO {_s(q['avg_jct_s']['fifo'])}, QSSF "
             f"{_s(q['avg_jct_s']['qssf'])}, oracle {_s(q['avg_jct_s']['qssf-oracle'])}: "
-            f"{vs_fifo(fq)}, {qo:.2f}x the oracle "
+            f"{vs_fifo(fq)}, {'-' if qo is None else f'{qo:.2f}x'} the oracle "
             f"(VCs {sizing_words(q['vc_sizing'])})"
         )
         wu = q.get("without_users")

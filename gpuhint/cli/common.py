@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import logging
+import math
 import os
 import zlib
 from collections.abc import Callable
@@ -247,3 +249,23 @@ def applier_metrics(kind: str, settings: Any) -> Any:
             f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
             f"{exc.strerror or exc}"
         ) from None
+
+
+def finite(obj: Any) -> Any:
+    """NaN and infinities as None, recursively: JSON has neither."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any, indent: int | None = None) -> str:
+    """``obj`` as strict JSON (NaN and infinities as null), for ``--json`` outputs.
+
+    >>> json_text({"a": float("nan"), "b": [1.0, float("inf")]})
+    '{"a": null, "b": [1.0, null]}'
+    """
+    return json.dumps(finite(obj), indent=indent, allow_nan=False)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuhint.cli.common import UserError, add_trace_args, load_trace, report_skipped
+from gpuhint.cli.common import UserError, add_trace_args, json_text, load_trace, report_skipped
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -160,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         ),
     }
     if args.json:
-        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write(json_text(result, indent=2))
         print()
         return 0
     _print_replay(trace, read, args, s, n, elapsed, store, queues)
@@ -271,7 +270,7 @@ def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
     )
     print(
         f"  average JCT    FIFO {f:,.0f} s | QSSF with gpuhint hints {q:,.0f} s "
-        f"({vs_fifo(f / q if q else None)}, {q / o:.2f}x the oracle) | QSSF oracle {o:,.0f} s"
+        f"({vs_fifo(f / q if q else None)}, {_times(q, o)} the oracle) | QSSF oracle {o:,.0f} s"
     )
     for vc, waiting in sched.queues.items():
         if not waiting:
@@ -287,3 +286,8 @@ def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
                 f"    job {w.job_id:>10}  {w.num_gpus:>3} GPUs  predicted "
                 f"{w.predicted_duration_s / 60:8.1f} min  priority {w.priority:12,.0f} GPU-s"
             )
+
+
+def _times(num: float, den: float) -> str:
+    """``1.23x``, or ``-`` where every job ran 0 s."""
+    return f"{num / den:.2f}x" if den > 0 else "-"

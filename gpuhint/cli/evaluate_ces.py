@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_on_error_arg
+from gpuhint.cli.common import UserError, add_on_error_arg, json_text
 from gpuhint.cli.evaluate_ces_jobs import JOBS_EPILOG
 
 TRACE_FORMATS = ("helios", "philly", "plain", "sacct", "sacct-json")
@@ -229,7 +228,7 @@ def run_series(args: argparse.Namespace) -> int:
                 raise UserError(f"cannot save plot {fpath}: {exc}") from None
             m["frontier_plot"] = fpath
     if args.json:
-        print(json.dumps(m, sort_keys=False))
+        print(json_text(m))
         return 0
     print(_report(m, series.n_slots, cfg))
     return 0

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, load_trace, report_skipped
+from gpuhint.cli.common import UserError, json_text, load_trace, report_skipped
 
 JOBS_EPILOG = """\
 with --trace (one pool of nodes; docs/ces.md for the model and the defaults' sources):
@@ -128,7 +127,7 @@ def run_jobs(args: argparse.Namespace) -> int:
         out["plot"] = path
     out["seconds"] = time.perf_counter() - t0
     if args.json:
-        print(json.dumps(_finite(out)))
+        print(json_text(out))
     else:
         print(report_text(out))
     return 0
@@ -136,16 +135,6 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _row(name: str, p: dict[str, Any], mark: str = "") -> str:

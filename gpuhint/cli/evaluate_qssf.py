@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -14,6 +13,7 @@ from gpuhint.cli.common import (
     UserError,
     add_config_args,
     add_trace_args,
+    json_text,
     load_trace,
     report_skipped,
     settings_from,
@@ -278,21 +278,10 @@ def run(args: argparse.Namespace) -> int:
             "plot": str(plot_path) if plot_path else None,
         }
         out["seconds"]["command"] = round(elapsed, 3)
-        print(json.dumps(_finite(out), indent=2))
+        print(json_text(out, indent=2))
         return 0
     _print_text(args, read.fmt, report, plot_path, elapsed)
     return 0
-
-
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/Infinity: write them as null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _fmt_ratio(x: float | None) -> str:

@@ -246,6 +246,10 @@ def test_progress_lines_while_a_step_runs() -> None:
         ("job_id,x\n1,2\n", "unknown trace format"),
         ("job_id,submission_time,duration,num_gpu\na,0,ten,1\n", "t.csv:2: duration is not"),
         ("job_id,submission_time,duration,num_gpu\n", "no usable jobs"),
+        # rows the wire contract refuses (review, 2026-12-07: pydantic's text, or an
+        # int32 overflow in the frame)
+        ("job_id,submission_time,duration,num_gpu\na,0,10,70000\n", "t.csv:2: num_gpus 70000"),
+        ("job_id,submission_time,duration,num_gpu\na,0,10,1e12\n", "t.csv:2: num_gpus"),
     ],
 )
 def test_bad_input_one_line_exit_2(
@@ -312,3 +316,12 @@ def test_every_trace_format(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
     assert n["format"] == fmt
     assert n["rows"] == len(read_trace(sample).jobs)
     assert "duration" in n["figures"]
+
+
+def test_jobs_that_all_ran_zero_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No ratio to FIFO or the oracle exists: the summary says ``-``, no crash (review)."""
+    p = tmp_path / "zero.csv"
+    p.write_text("job_id,submission_time,duration,num_gpu\n1,0,0,1\n2,0,0,1\n")
+    rc, out, err = _run(capsys, str(p), "-o", str(tmp_path / "out"))
+    assert rc == 0, err
+    assert "- the oracle" in out

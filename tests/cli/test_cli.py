@@ -220,3 +220,54 @@ def test_demo_closes_with_fifo_qssf_oracle_and_a_queue(
     assert sched["vc_sizes"] == {"vcvGl": 20, "vcvlY": 2}
     assert set(sched["vc_sizing"].values()) == {"given"}
     assert main(["demo", "--target-load", "0"]) == 2
+
+
+def _strict_json(text: str) -> object:
+    """Parse as a strict reader would: NaN and Infinity are not JSON."""
+
+    def refuse(name: str) -> object:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+SACCT_ONE_FINISHED = (
+    "JobID|JobName|User|Partition|State|Submit|Start|End|NNodes|NCPUS|AllocTRES|ReqTRES|NodeList\n"
+    "2002|eval|bob|vcB|CANCELLED by 1001|1717000020|1717000030|1717000090|2|32|"
+    "billing=32,cpu=32,gres/gpu:v100=8,node=2|billing=32,cpu=32,gres/gpu=8,node=2|gpu[02-03]\n"
+)
+
+
+def test_demo_json_is_strict_json_and_zero_second_jobs_do_not_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: a VC with no queue printed ``NaN`` (strict parsers refuse
+    it), and a trace whose jobs all ran 0 s divided by zero."""
+    one = tmp_path / "one.sacct"
+    one.write_text(SACCT_ONE_FINISHED)
+    assert main(["demo", "--no-progress", "--trace", str(one), "--json"]) == 0
+    doc = _strict_json(capsys.readouterr().out)
+    assert isinstance(doc, dict)
+    zero = tmp_path / "zero.csv"
+    zero.write_text("job_id,submission_time,duration,num_gpu\n1,0,0,1\n2,0,0,1\n")
+    assert main(["demo", "--no-progress", "--trace", str(zero), "--json"]) == 0
+    doc = _strict_json(capsys.readouterr().out)
+    assert isinstance(doc, dict) and doc["schedule"]["jct_ratio_qssf_over_fifo"] is None
+    assert main(["demo", "--no-progress", "--trace", str(zero)]) == 0
+    assert "- the oracle" in capsys.readouterr().out
+
+
+def test_a_row_the_contract_refuses_is_a_file_line_error_not_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "big.csv"
+    bad.write_text("job_id,submission_time,duration,num_gpu\na,1,2,3\nb,5,2,70000\nc,9,2,1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuhint", "demo", "--no-progress", "--trace", str(bad)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{bad}:3: num_gpus 70000: " in proc.stderr
+    skip = [sys.executable, "-m", "gpuhint", "demo", "--trace", str(bad), "--on-error", "skip"]
+    proc = subprocess.run([*skip, "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rows_skipped"] == 1

@@ -43,13 +43,19 @@ class ScheduleSummary:
             "fifo_avg_jct_s": self.fifo_avg_jct_s,
             "qssf_avg_jct_s": self.qssf_avg_jct_s,
             "oracle_avg_jct_s": self.oracle_avg_jct_s,
-            "jct_ratio_qssf_over_fifo": self.qssf_avg_jct_s / self.fifo_avg_jct_s,
-            "jct_ratio_qssf_over_oracle": self.qssf_avg_jct_s / self.oracle_avg_jct_s,
+            "jct_ratio_qssf_over_fifo": _ratio(self.qssf_avg_jct_s, self.fifo_avg_jct_s),
+            "jct_ratio_qssf_over_oracle": _ratio(self.qssf_avg_jct_s, self.oracle_avg_jct_s),
             "hint_updates": self.hint_updates,
             "snapshot_at": self.snapshot_at,
             "queue_lengths": {vc: len(q) for vc, q in self.queues.items()},
             "queue_times": dict(self.queue_times),
         }
+
+
+def _ratio(num: float, den: float) -> float | None:
+    """``num / den``, None where the denominator is 0 (every job ran 0 s), as
+    ``evaluate qssf``'s ratios."""
+    return num / den if den > 0 else None
 
 
 def schedule_summary(

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from gpuhint.lab.traces.records import (
     OnError,
     TraceError,
@@ -38,7 +40,16 @@ from gpuhint.lab.traces.records import (
     parse_time,
 )
 from gpuhint.lab.traces.sacct import looks_like_sacct, read_sacct_json, read_sacct_parsable
-from gpuhint.wire.contract import JobEvent, JobPhase, JobState
+from gpuhint.wire.contract import (
+    MAX_COUNT,
+    MAX_DURATION_S,
+    MAX_GPUS,
+    MAX_LIST,
+    MAX_TIME,
+    JobEvent,
+    JobPhase,
+    JobState,
+)
 
 TraceFormat = Literal["auto", "helios", "philly", "plain", "sacct", "sacct-json"]
 
@@ -268,8 +279,50 @@ def read_trace(
     else:  # pragma: no cover - guarded by the Literal
         raise ValueError(f"unknown format {fmt!r}")
     out.fmt = kind
+    _check_contract(p, out, on_error)
     out.jobs.sort(key=lambda j: (j.submit_time, j.line))
     return out
+
+
+def _check_contract(path: Path, out: TraceRead, on_error: OnError) -> None:
+    """Records the wire contract refuses (70,000 GPUs, a run of two years, a VC name
+    with a space) are bad records too: ``file:line: reason``, raised or skipped like
+    the others, before they reach the hint core."""
+    bad = []
+    for j in sorted(out.jobs, key=lambda j: j.line):
+        reason = contract_error(j)
+        if reason is not None:
+            err = TraceError(str(path), j.line, reason)
+            if on_error == "stop":
+                raise err
+            out.errors.append(err)
+            bad.append(j)
+    if bad:
+        dropped = {id(j) for j in bad}
+        out.jobs = [j for j in out.jobs if id(j) not in dropped]
+        out.errors.sort(key=lambda e: e.line)
+
+
+def contract_error(job: TraceJob) -> str | None:
+    """Why the wire contract refuses ``job``'s events (its finished event carries every
+    field), or None.
+
+    >>> contract_error(TraceJob("1", 0.0, 60.0, 70_000))
+    'num_gpus 70000: Input should be less than or equal to 65536'
+    """
+    if _within_caps(job):
+        return None  # the common case, without building an event (~10 us a row)
+    phase, t, extra = _phases(job)[-1]
+    try:
+        JobEvent(phase=phase, time=t, **_common(job, "default"), **extra)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        field = ".".join(str(x) for x in e["loc"])
+        field = "end time (start + duration)" if field == "time" else field
+        got = repr(e["input"])
+        got = got if len(got) <= 60 else got[:56] + "...'"
+        return f"{field} {got}: {e['msg']}" if field else str(e["msg"])
+    return None
 
 
 _PHASE_RANK = {JobPhase.SUBMITTED: 0, JobPhase.STARTED: 1, JobPhase.FINISHED: 2}
@@ -283,30 +336,63 @@ def job_events(jobs: Iterable[TraceJob], cluster: str = "default") -> list[JobEv
     """
     events: list[tuple[float, int, int, JobEvent]] = []
     for seq, j in enumerate(jobs):
-        start = j.start_time if j.start_time is not None else j.submit_time
-        start = max(start, j.submit_time)
-        common: dict[str, Any] = {
-            "job_id": j.job_id,
-            "cluster": cluster,
-            "vc": j.vc,
-            "user": j.user,
-            "name": j.name,
-            "num_gpus": j.num_gpus,
-            "num_cpus": j.num_cpus,
-            "num_nodes": j.num_nodes,
-            "time_limit_s": j.time_limit_s,
-            "submit_time": j.submit_time,
-        }
-        for phase, t, extra in (
-            (JobPhase.SUBMITTED, j.submit_time, {}),
-            (JobPhase.STARTED, start, {"start_time": start}),
-            (
-                JobPhase.FINISHED,
-                start + j.duration,
-                {"start_time": start, "duration_s": j.duration, "state": j.state},
-            ),
-        ):
+        common = _common(j, cluster)
+        for phase, t, extra in _phases(j):
             ev = JobEvent(phase=phase, time=t, **common, **extra)
             events.append((t, _PHASE_RANK[phase], seq, ev))
     events.sort(key=lambda e: (e[0], e[1], e[2]))
     return [e[3] for e in events]
+
+
+def _within_caps(j: TraceJob) -> bool:
+    """Whether ``j`` is clearly inside the contract's caps (:class:`JobEvent`'s fields);
+    False sends it to the contract itself for the verdict and the reason."""
+    start = j.start_time if j.start_time is not None else j.submit_time
+    end = max(start, j.submit_time) + j.duration
+    return (
+        0 < len(j.job_id) <= 256
+        and 0 < len(j.vc) <= 128
+        and not any(c == ":" or c.isspace() for c in j.vc)
+        and len(j.user or "") <= 256
+        and len(j.name or "") <= 256
+        and 0 <= j.num_gpus <= MAX_GPUS
+        and 0 <= (j.num_cpus or 0) <= MAX_COUNT
+        and 0 <= (j.num_nodes or 0) <= MAX_LIST
+        and j.submit_time >= 0
+        and start >= 0
+        and end <= MAX_TIME
+        and 0 <= j.duration <= MAX_DURATION_S
+        and (j.time_limit_s is None or 0 <= j.time_limit_s <= MAX_DURATION_S)
+    )
+
+
+def _common(j: TraceJob, cluster: str) -> dict[str, Any]:
+    """The fields every event of a job carries."""
+    return {
+        "job_id": j.job_id,
+        "cluster": cluster,
+        "vc": j.vc,
+        "user": j.user,
+        "name": j.name,
+        "num_gpus": j.num_gpus,
+        "num_cpus": j.num_cpus,
+        "num_nodes": j.num_nodes,
+        "time_limit_s": j.time_limit_s,
+        "submit_time": j.submit_time,
+    }
+
+
+def _phases(j: TraceJob) -> list[tuple[JobPhase, float, dict[str, Any]]]:
+    """(phase, time, the phase's own fields) of a job's submit, start and finish; a job
+    whose start the trace lacks starts at its submit."""
+    start = j.start_time if j.start_time is not None else j.submit_time
+    start = max(start, j.submit_time)
+    return [
+        (JobPhase.SUBMITTED, j.submit_time, {}),
+        (JobPhase.STARTED, start, {"start_time": start}),
+        (
+            JobPhase.FINISHED,
+            start + j.duration,
+            {"start_time": start, "duration_s": j.duration, "state": j.state},
+        ),
+    ]

@@ -46,6 +46,13 @@ def test_helios_rows_are_normalized(tmp_path: Path) -> None:
         ("3,u,vc,1,,1,COMPLETED,,,,10,", "missing submit_time"),
         ("3,u,vc,1,,1,COMPLETED,2020-09-01 00:00:00,,,10,,extra", "fields where the header"),
         (",u,vc,1,,1,COMPLETED,2020-09-01 00:00:00,,,10,", "missing job_id"),
+        # rows the wire contract refuses (review, 2026-12-07: they reached the hint core
+        # and ended in a traceback)
+        ("3,u,vc,70000,,1,COMPLETED,2020-09-01 00:00:00,,,10,", "num_gpus 70000: "),
+        ("3,u,vc,1,,1,COMPLETED,2020-09-01 00:00:00,,,40000000,", "duration_s 40000000.0"),
+        ("3,u,vc,1,,1,COMPLETED,9999-01-01 00:00:00,,,10,", "end time (start + duration)"),
+        ("3,u,vc A,1,,1,COMPLETED,2020-09-01 00:00:00,,,10,", "vc 'vc A': String should"),
+        ("3," + "u" * 300 + ",vc,1,,1,COMPLETED,2020-09-01 00:00:00,,,10,", "uuu...': String"),
     ],
 )
 def test_bad_helios_row_names_file_line_and_reason(tmp_path: Path, row: str, reason: str) -> None:

@@ -50,6 +50,7 @@ PARALLEL_MIN_BYTES = 16 << 20
 
 RowParser = Callable[[dict[str, str], int], TraceJob]
 
+
 # Readers of gpuhint.lab.traces.readers that parse one CSV row at a time: streamed row by row.
 # Every other format is read whole by gpuhint.lab.traces.readers.read_trace, then chunked.
 def _checked(parse: RowParser) -> RowParser:

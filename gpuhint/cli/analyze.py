@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -285,6 +286,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{exc} (--series)") from None
     except ValueError as exc:  # e.g. a CES test window outside the series
         raise UserError(str(exc).replace("--test-", "--ces-test-")) from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a truncated or corrupt gzip
+        raise UserError(f"{args.series}: cannot read: {exc} (--series)") from None
     except OSError as exc:
         raise UserError(f"cannot write into {out_dir}: {exc}") from None
     try:

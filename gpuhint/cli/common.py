@@ -201,7 +201,10 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
         # unreadable, or a damaged / truncated gzip file
         raise UserError(f"{path}: cannot read: {exc}") from None
     if not read.jobs:
-        raise UserError(f"{path}: no usable jobs in the trace")
+        why = "".join(f"\n  skipped {e}" for e in read.errors[:5])
+        if len(read.errors) > 5:
+            why += f"\n  ... and {len(read.errors) - 5} more bad rows"
+        raise UserError(f"{path}: no usable jobs in the trace{why}")
     return read
 
 
@@ -269,3 +272,23 @@ def json_text(obj: Any, indent: int | None = None) -> str:
     '{"a": null, "b": [1.0, null]}'
     """
     return json.dumps(finite(obj), indent=indent, allow_nan=False)
+
+
+def plot_path(path: str) -> str:
+    """Where a plot goes as matplotlib will write it: a name without an extension gets
+    ``.png`` (so the path printed is the file written); an extension matplotlib cannot
+    write is the user's mistake, said before any work.
+
+    >>> plot_path("out/jct"), plot_path("f.svg")
+    ('out/jct.png', 'f.svg')
+    """
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if not suffix:
+        return f"{path}.png"
+    from matplotlib.figure import Figure
+
+    kinds = Figure().canvas.get_supported_filetypes()
+    if suffix not in kinds:
+        names = ", ".join(sorted(kinds))
+        raise UserError(f"cannot write a plot as .{suffix} ({path}): use one of {names}")
+    return path

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_on_error_arg, json_text
+from gpuhint.cli.common import UserError, add_on_error_arg, json_text, plot_path
 from gpuhint.cli.evaluate_ces_jobs import JOBS_EPILOG
 
 TRACE_FORMATS = ("helios", "philly", "plain", "sacct", "sacct-json")
@@ -154,6 +155,8 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.no_plot and args.plot:
+        args.plot = plot_path(args.plot)
     if args.trace is not None:
         from gpuhint.cli.evaluate_ces_jobs import run_jobs
 
@@ -187,7 +190,7 @@ def run_series(args: argparse.Namespace) -> int:
         raise UserError(f"{exc}\n  (use --on-error skip to skip bad rows)") from None
     except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise UserError(f"{args.series}: {exc}") from None
-    except OSError as exc:  # e.g. a corrupt gzip
+    except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip
         raise UserError(f"{args.series}: cannot read: {exc}") from None
     for err in series.errors[:10]:
         print(f"skipped {err}", file=sys.stderr)
@@ -212,16 +215,16 @@ def run_series(args: argparse.Namespace) -> int:
     if not args.no_frontier:
         m.update(_series_frontier(args, series, cfg, factory, rec, lo, hi))
     if not args.no_plot:
-        plot_path = args.plot or "ces_load.png"
+        load_plot = args.plot or "ces_load.png"
         try:
-            ces.plot(rec, plot_path, lo, hi)
+            ces.plot(rec, load_plot, lo, hi)
         except (OSError, ValueError) as exc:
-            raise UserError(f"cannot save plot {plot_path}: {exc}") from None
-        m["plot"] = plot_path
+            raise UserError(f"cannot save plot {load_plot}: {exc}") from None
+        m["plot"] = load_plot
         if "frontier" in m:
             from gpuhint.lab.evaluation.ces_jobs import plot_frontier
 
-            fpath = str(Path(plot_path).with_suffix("")) + "_frontier.png"
+            fpath = str(Path(load_plot).with_suffix("")) + "_frontier.png"
             try:
                 plot_frontier({**m, "mode": "series"}, fpath, f"{m['series']}: energy vs shortfall")
             except (OSError, ValueError) as exc:

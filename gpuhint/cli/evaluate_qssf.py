@@ -15,6 +15,7 @@ from gpuhint.cli.common import (
     add_trace_args,
     json_text,
     load_trace,
+    plot_path,
     report_skipped,
     settings_from,
 )
@@ -231,6 +232,9 @@ def run(args: argparse.Namespace) -> int:
         read_vc_config,
     )
 
+    if not args.no_plot:
+        args.plot = plot_path(args.plot)
+
     if not 0 < args.target_load <= 1:
         raise UserError(f"--target-load must be in (0, 1], got {args.target_load}")
     if args.priority_times_gpus and not args.priorities:
@@ -259,15 +263,15 @@ def run(args: argparse.Namespace) -> int:
         )
     except InputError as exc:
         raise UserError(str(exc).replace("VC config", args.vc_config or "VC sizes")) from None
-    plot_path = None
+    written = None
     if not args.no_plot:
         try:
-            plot_path = plot_jct_cdf(
+            written = plot_jct_cdf(
                 report, args.plot, title=f"{Path(args.trace).name}: JCT by policy"
             ).resolve()
         except OSError as exc:
             raise UserError(f"cannot write the plot to {args.plot}: {exc}") from None
-        _progress(f"plot written to {plot_path}")
+        _progress(f"plot written to {written}")
     elapsed = time.perf_counter() - t0
     if args.json:
         out: dict[str, Any] = {
@@ -275,12 +279,12 @@ def run(args: argparse.Namespace) -> int:
             "format": read.fmt,
             "rows_skipped": len(read.errors),
             **report.as_dict(),
-            "plot": str(plot_path) if plot_path else None,
+            "plot": str(written) if written else None,
         }
         out["seconds"]["command"] = round(elapsed, 3)
         print(json_text(out, indent=2))
         return 0
-    _print_text(args, read.fmt, report, plot_path, elapsed)
+    _print_text(args, read.fmt, report, written, elapsed)
     return 0
 
 

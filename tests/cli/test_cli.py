@@ -271,3 +271,8 @@ def test_a_row_the_contract_refuses_is_a_file_line_error_not_a_traceback(tmp_pat
     proc = subprocess.run([*skip, "--json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows_skipped"] == 1
+    every_bad = tmp_path / "allbad.csv"
+    every_bad.write_text("job_id,submission_time,duration,num_gpu\na,1,2,x\nb,5,2,y\n")
+    proc = subprocess.run([*skip[:5], str(every_bad), *skip[6:]], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no usable jobs" in proc.stderr
+    assert f"skipped {every_bad}:2: " in proc.stderr  # the reasons, not only the verdict

@@ -169,7 +169,7 @@ def _iter_csv(
         gzipped = head.read(2) == b"\x1f\x8b"
     buffered = io.BufferedReader(counter, buffer_size=1 << 20)
     binary: Any = gzip.GzipFile(fileobj=buffered) if gzipped else buffered
-    with io.TextIOWrapper(binary, encoding="utf-8", newline="") as fh:
+    with io.TextIOWrapper(binary, encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise TraceError(str(path), 1, "empty file: no header")
@@ -326,7 +326,7 @@ def _parse_part(
     """In a worker: the jobs of one range of lines, as frames; bad rows as (line, reason)."""
     parse = _ROW_PARSERS[kind]
     with open(path, "rb") as fh:
-        header = fh.readline().decode("utf-8")
+        header = fh.readline().decode("utf-8-sig")
         fh.seek(part[0])
         text = fh.read(part[1] - part[0]).decode("utf-8")
     fields = next(csv.reader([header]))

@@ -66,8 +66,8 @@ def open_text(path: Path) -> TextIO:
     with open(path, "rb") as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
     if gzipped:
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def parse_time(value: str) -> float:

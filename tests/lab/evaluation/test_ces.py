@@ -215,6 +215,31 @@ def test_user_errors_are_one_line(
     assert msg in err and "Traceback" not in err
 
 
+def test_a_truncated_gzip_series_is_a_user_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: ``EOFError`` escaped as a traceback (not an ``OSError``)."""
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(EARTH.read_bytes()[:8000])
+    assert main(["evaluate", "ces", "--no-plot", "--series", str(cut)]) == 2
+    err = capsys.readouterr().err
+    assert f"{cut}: cannot read: " in err and "Traceback" not in err
+    rc = main(["analyze", "--no-progress", "--series", str(cut), "-o", str(tmp_path / "o"),
+               str(DATA / "venus_qssf_300.csv")])  # fmt: skip
+    assert rc == 2 and f"{cut}: cannot read: " in capsys.readouterr().err
+
+
+def test_a_plot_path_is_what_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No extension: ``.png`` is added and the path printed is the file's; an extension
+    matplotlib cannot write is refused before any work (review)."""
+    argv = ["evaluate", "ces", "--series", str(EARTH), "--test-from", "2020-05-21", "--json"]
+    assert main([*argv, "--no-frontier", "--plot", str(tmp_path / "load")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["plot"] == str(tmp_path / "load.png") and (tmp_path / "load.png").is_file()
+    assert main([*argv, "--plot", str(tmp_path / "load.txt")]) == 2
+    assert "cannot write a plot as .txt" in capsys.readouterr().err
+
+
 def test_forecaster_mae_is_reported() -> None:
     s = read_series(EARTH)
     m = summarize(replay(s, forecaster_factory=LoadForecaster, progress=False), 144, 432)

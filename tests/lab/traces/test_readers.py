@@ -68,6 +68,14 @@ def test_bad_helios_row_names_file_line_and_reason(tmp_path: Path, row: str, rea
     assert [e.line for e in skipped.errors] == [3]
 
 
+def test_a_utf8_bom_before_the_header_is_read_past(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM: the header is still the header (review)."""
+    p = tmp_path / "bom.csv"
+    p.write_bytes(b"\xef\xbb\xbfjob_id,submission_time,duration,num_gpu\na,0,10,1\n")
+    read = read_trace(p)
+    assert read.fmt == "plain" and [j.job_id for j in read.jobs] == ["a"]
+
+
 def test_plain_csv_and_gzip(tmp_path: Path) -> None:
     p = tmp_path / "itp.csv.gz"
     with gzip.open(p, "wt") as fh:

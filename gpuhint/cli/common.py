@@ -292,3 +292,14 @@ def plot_path(path: str) -> str:
         names = ", ".join(sorted(kinds))
         raise UserError(f"cannot write a plot as .{suffix} ({path}): use one of {names}")
     return path
+
+
+def name_arg(value: str) -> str:
+    """An argparse ``type`` for a cluster or VC name as the wire contract takes it (1 to
+    128 characters, no ``:`` or whitespace): a bad one is a usage error, not a
+    traceback later."""
+    if not 0 < len(value) <= 128 or any(c == ":" or c.isspace() for c in value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a name: 1 to 128 characters, no ':' and no spaces"
+        )
+    return value

@@ -9,7 +9,14 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuhint.cli.common import UserError, add_trace_args, json_text, load_trace, report_skipped
+from gpuhint.cli.common import (
+    UserError,
+    add_trace_args,
+    json_text,
+    load_trace,
+    name_arg,
+    report_skipped,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -80,7 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         metavar="U",
         help="schedule: size VCs not in --vc-config to this offered load (default: 0.9)",
     )
-    p.add_argument("--cluster", default="demo", help="cluster name on events (default: demo)")
+    p.add_argument(
+        "--cluster", default="demo", type=name_arg, help="cluster name on events (default: demo)"
+    )
     p.add_argument("--top", type=int, default=5, help="queue head to show per VC (default: 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")

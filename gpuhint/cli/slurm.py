@@ -175,7 +175,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     )
     prog.add_argument("action", choices=["suspend", "resume"])
     prog.add_argument("hostlist", help="Slurm host list, e.g. gpu[01-04]")
-    prog.add_argument("--command", required=True, help="per-node command, {node} replaced")
+    prog.add_argument(
+        "--command",
+        dest="node_command",  # not ``command``: that names the subcommand in error messages
+        required=True,
+        help="per-node command, {node} replaced",
+    )
     prog.add_argument("--log", metavar="FILE", help="append what was run and its result")
     prog.add_argument("--timeout", type=float, default=300.0, help="per-node seconds (300)")
     prog.set_defaults(handler=run_power_program)
@@ -408,13 +413,18 @@ def run_power_program(args: argparse.Namespace) -> int:
     nodes = expand_hostlist(args.hostlist)
     if not nodes:
         raise UserError(f"empty host list {args.hostlist!r}")
-    if "{node}" not in args.command:
+    if any(c in "[]" or c.isspace() for node in nodes for c in node):
+        raise UserError(f"not a Slurm host list: {args.hostlist!r} (e.g. gpu[01-04],login1)")
+    if "{node}" not in args.node_command:
         raise UserError("--command must contain {node}")
-    out = open(args.log, "a") if args.log else open(os.devnull, "w")  # noqa: SIM115
+    try:
+        out = open(args.log, "a") if args.log else open(os.devnull, "w")  # noqa: SIM115
+    except OSError as exc:
+        raise UserError(f"cannot open the log {args.log}: {exc.strerror}") from None
     failed = 0
     with out:
         for node in nodes:
-            argv = shlex.split(args.command.replace("{node}", node))
+            argv = shlex.split(args.node_command.replace("{node}", node))
             t0 = time.time()
             try:
                 proc = subprocess.run(

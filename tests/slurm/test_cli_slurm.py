@@ -28,6 +28,13 @@ def test_power_wrapper_runs_the_command_per_node(tmp_path: Path) -> None:
 def test_user_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     r = _run("power", "resume", "gpu01", "--command", "true")
     assert r.returncode == 2 and "must contain {node}" in r.stderr
+    assert r.stderr.startswith("gpuhint slurm: error:")  # not the command as the program
+    r = _run("power", "suspend", "gpu[01-", "--command", "echo {node}")
+    assert r.returncode == 2 and "not a Slurm host list" in r.stderr  # not run on 'gpu[01-'
+    r = _run(
+        "power", "resume", "gpu01", "--command", "echo {node}", "--log", str(tmp_path / "no/x")
+    )
+    assert r.returncode == 2 and "cannot open the log" in r.stderr and "Traceback" not in r.stderr
     r = _run("apply-priorities", "--once", "--slurm-conf", str(tmp_path / "nope.conf"))
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run(

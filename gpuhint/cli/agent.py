@@ -413,6 +413,14 @@ def _kueue_feed(cluster: str) -> Any:
     return KueueFeed(JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED), snapshot)
 
 
+_KNOWN_SOURCES = {
+    "slurm": "squeue, sacct, cmd:COMMAND",
+    "slurm-nodes": "sinfo, cmd:COMMAND",
+    "kubernetes": "kueue, kubectl, cmd:COMMAND",
+}
+"""What each source flag takes besides a file (its error message)."""
+
+
 def _check_source(name: str, source: str | tuple[str, ...]) -> None:
     import shutil
 
@@ -428,7 +436,7 @@ def _check_source(name: str, source: str | tuple[str, ...]) -> None:
     elif not Path(source).is_file():
         raise UserError(
             f"--{name}: {source} is neither a file nor a known source "
-            f"({'squeue, sacct' if name == 'slurm' else 'kubectl'}, cmd:COMMAND)"
+            f"({_KNOWN_SOURCES.get(name, 'cmd:COMMAND')})"
         )
     elif not os.access(source, os.R_OK):
         raise UserError(f"--{name}: {source} is not readable")

@@ -94,7 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
     p.add_argument("--poll", type=float, default=10.0, metavar="S", help="poll every S (10)")
     p.add_argument(
-        "--apply-interval", type=float, metavar="S", help="SiteFactor pass every S (else 60)"
+        "--apply-interval",
+        type=float,
+        metavar="S",
+        help="priority pass every S seconds (else GPUHINT_SLURM_INTERVAL_S, 30; with "
+        "--kueue GPUHINT_KUEUE_INTERVAL_S, 5)",
     )
     p.add_argument("--no-apply", action="store_true", help="write hints only, set no SiteFactor")
     p.add_argument("--dry-run", action="store_true", help="print the scontrol lines, run none")
@@ -261,6 +265,7 @@ def _serve_settings(args: argparse.Namespace) -> tuple[Any, Any]:
     args.metrics_port = getattr(args, "metrics_port", None)
     settings, ss = _settings(
         args,
+        {"interval_s": "--apply-interval"},
         interval_s=args.apply_interval,
         neutral=args.neutral,
         stale_after_s=args.stale_after,

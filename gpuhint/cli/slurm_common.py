@@ -37,7 +37,29 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_config_args(p)
 
 
-def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
+FLAG_OF = {
+    "interval_s": "--interval",
+    "power_interval_s": "--interval",
+    "max_factor": "--max-factor",
+    "rate": "--rate",
+    "max_updates": "--max-updates",
+    "neutral": "--neutral",
+    "stale_after_s": "--stale-after",
+    "fade_s": "--fade",
+    "min_idle": "--min-idle",
+    "min_on": "--min-on",
+    "advice_max_age_s": "--max-age",
+    "exclude_nodes": "--exclude",
+    "resume_timeout_s": "--resume-timeout",
+}
+"""The flag of each ``[slurm]`` setting on ``gpuhint slurm``'s commands (error messages)."""
+
+
+def _settings(
+    args: argparse.Namespace, flags: dict[str, str] | None = None, **slurm: Any
+) -> tuple[Any, Any]:
+    """gpuhint's and the Slurm appliers' settings; ``slurm``: the values of this
+    command's flags by setting, ``flags``: their flag names where not :data:`FLAG_OF`'s."""
     from gpuhint.slurm.settings import SlurmSettings, SlurmSettingsError, load_slurm_settings
 
     fields = set(SlurmSettings.model_fields)
@@ -53,7 +75,11 @@ def _settings(args: argparse.Namespace, **slurm: Any) -> tuple[Any, Any]:
             **section_settings(args, "slurm", fields, conf=args.slurm_conf, **slurm)
         )
     except SlurmSettingsError as exc:
-        raise UserError(str(exc)) from None
+        given = slurm.get(exc.field)
+        if given is None:
+            raise UserError(str(exc)) from None
+        flag = {**FLAG_OF, **(flags or {})}.get(exc.field, exc.field)
+        raise UserError(f"{flag} {given}: {exc.reason}") from None
     if ss.conf is not None:
         from pathlib import Path
 

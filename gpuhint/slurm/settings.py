@@ -7,7 +7,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class SlurmSettingsError(ValueError):
-    """Invalid ``GPUHINT_SLURM_*`` settings (one readable message)."""
+    """Invalid ``GPUHINT_SLURM_*`` settings (one readable message); ``field`` names the
+    setting, ``reason`` what is wrong with it (a command line names its own flag)."""
+
+    def __init__(self, message: str, field: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.field, self.reason = field, reason
 
 
 class SlurmSettings(BaseSettings):
@@ -67,5 +72,7 @@ def load_slurm_settings(**overrides: object) -> SlurmSettings:
         e = exc.errors()[0]
         loc = ".".join(map(str, e["loc"]))
         raise SlurmSettingsError(
-            f"GPUHINT_SLURM_{loc.upper()} / --{loc.replace('_', '-')}: {e['msg']}"
+            f"GPUHINT_SLURM_{loc.upper()} ([slurm] {loc} in the config file): {e['msg']}",
+            field=loc,
+            reason=e["msg"],
         ) from None

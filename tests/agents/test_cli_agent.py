@@ -39,6 +39,9 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], needle: 
         (["--nvml", "fake", "--slurm", "/no/such/file"], "neither a file"),
         (["--nvml", "fake", "--kubernetes", "cmd:no-such-kubectl-xyz get pods"], "not on PATH"),
         (["--nvml", "fake", "--busy-util", "101"], "--busy-util"),
+        # each source flag lists its own choices (review, 2026-12-07)
+        (["--nvml", "fake", "--slurm-nodes", "/no/nodes.json"], "known source (sinfo, cmd"),
+        (["--nvml", "fake", "--kubernetes", "/no/pods.json"], "(kueue, kubectl, cmd:COMMAND)"),
         (["--nvml", "fake", "--config", "/no/such.toml"], "does not exist"),
     ],
 )

@@ -35,10 +35,17 @@ def test_user_errors_are_one_line_exit_2(tmp_path: Path) -> None:
         "power", "resume", "gpu01", "--command", "echo {node}", "--log", str(tmp_path / "no/x")
     )
     assert r.returncode == 2 and "cannot open the log" in r.stderr and "Traceback" not in r.stderr
+    # a bad value names the flag the user typed, not a field name with "-s" (review)
+    r = _run("apply-power", "--once", "--max-age", "-3")
+    assert r.returncode == 2 and "error: --max-age -3.0: " in r.stderr, r.stderr
     r = _run("apply-priorities", "--once", "--slurm-conf", str(tmp_path / "nope.conf"))
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run(
         [*GH, "apply-priorities", "--once", "--max-factor", "0"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert r.returncode == 2 and "MAX_FACTOR" in r.stderr
+    assert r.returncode == 2 and "--max-factor 0: " in r.stderr
+    env = {**__import__("os").environ, "GPUHINT_SLURM_MAX_FACTOR": "0"}
+    r = subprocess.run([*GH, "apply-priorities", "--once"], capture_output=True, text=True,
+                       timeout=60, env=env)  # fmt: skip
+    assert r.returncode == 2 and "GPUHINT_SLURM_MAX_FACTOR" in r.stderr  # set in the env

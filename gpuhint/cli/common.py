@@ -184,6 +184,9 @@ def add_on_error_arg(p: argparse.ArgumentParser) -> None:
 
 def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") -> TraceRead:
     """Read a trace, turning file problems into :class:`UserError`."""
+    p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise UserError(f"{path}: not a regular file (a device or a pipe): save the trace first")
     try:
         read = read_trace(path, fmt, on_error)  # type: ignore[arg-type]
     except TraceError as exc:
@@ -197,7 +200,11 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, not a trace file") from None
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+    except UnicodeDecodeError as exc:
+        line = _first_bad_utf8_line(p)
+        where = f"{path}:{line}" if line else str(path)
+        raise UserError(f"{where}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
+    except (OSError, EOFError, zlib.error) as exc:
         # unreadable, or a damaged / truncated gzip file
         raise UserError(f"{path}: cannot read: {exc}") from None
     if not read.jobs:
@@ -206,6 +213,24 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
             why += f"\n  ... and {len(read.errors) - 5} more bad rows"
         raise UserError(f"{path}: no usable jobs in the trace{why}")
     return read
+
+
+def _first_bad_utf8_line(path: Path) -> int | None:
+    """The number of the first line of ``path`` (gunzipped) that is not UTF-8, if any."""
+    import gzip
+
+    try:
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
+            for n, raw in enumerate(fh, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return n
+    except (OSError, EOFError, zlib.error):
+        return None
+    return None
 
 
 def report_skipped(read: TraceRead, limit: int = 10) -> None:

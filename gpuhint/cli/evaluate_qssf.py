@@ -132,7 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--trace", metavar="FILE", required=True, help="job trace (Helios, Philly, plain)"
+        "--trace", metavar="FILE", required=True, help="job trace (Helios, Philly, plain, sacct)"
     )
     add_trace_args(p)
     p.add_argument(
@@ -442,7 +442,14 @@ def _print_text(
     )
     if plot_path:
         print(f"JCT CDF plot: {plot_path}")
-    print(
-        f"time: predict {r.seconds['predict']:.2f} s, simulate {r.seconds['simulate']:.2f} s, "
-        f"whole command {elapsed:.2f} s"
-    )
+    sec = r.seconds
+    if r.loop == "closed":  # the hint core runs inside the qssf simulations
+        print(
+            f"time: simulations {sec['simulate']:.2f} s (the hint core's share "
+            f"{sec['predict']:.2f} s), whole command {elapsed:.2f} s"
+        )
+    else:
+        print(
+            f"time: predictions {sec['predict']:.2f} s, simulations {sec['simulate']:.2f} s, "
+            f"whole command {elapsed:.2f} s"
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -157,8 +158,8 @@ def _checked(args: argparse.Namespace) -> tuple[Settings, float | None]:
     ``--until`` as a trace time."""
     from gpuhint.lab.traces.readers import parse_time
 
-    if args.speed is not None and args.speed <= 0:
-        raise UserError("--speed must be > 0")
+    if args.speed is not None and not (math.isfinite(args.speed) and args.speed > 0):
+        raise UserError(f"--speed {args.speed}: must be a finite number > 0")
     if args.limit is not None and args.limit < 0:
         raise UserError("--limit must be >= 0")
     if args.spread_vcs < 1:

@@ -258,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.timeout <= 0:
         raise UserError("--timeout must be > 0")
+    if args.max_lag < 0 or not args.max_hint_lag >= 0:
+        raise UserError("--max-lag and --max-hint-lag must be >= 0")
     now = time.time()
     url = settings.redis_url.get_secret_value()
     redis_check, client = check_redis(url, settings.key_prefix, settings.cluster, args.timeout)
@@ -308,7 +310,9 @@ def _print(
         if name in checks:
             c = checks[name]
             print(f"  {name:<26} {c.state:<5} {c.detail}")
-    if not any(k.startswith("applier ") for k in checks):
+    if checks["redis"].state == FAIL:  # where the appliers' records live: nothing known
+        print(f"  {'appliers':<26} {'?':<5} unknown: Redis, where they record, is unreachable")
+    elif not any(k.startswith("applier ") for k in checks):
         print(f"  {'appliers':<26} {NONE:<5} no applier has recorded a pass for {cluster}")
     for p in problems:
         print(f"  ! {p}")

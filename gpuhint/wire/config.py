@@ -372,7 +372,8 @@ def config_path(config_file: str | Path | None = None) -> Path | None:
     path_s = config_file or os.environ.get("GPUHINT_CONFIG")
     path = Path(path_s) if path_s else None
     if path is not None and not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+        what = "is a directory, not a TOML file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {path} {what}")
     return path
 
 

@@ -276,3 +276,18 @@ def test_a_row_the_contract_refuses_is_a_file_line_error_not_a_traceback(tmp_pat
     proc = subprocess.run([*skip[:5], str(every_bad), *skip[6:]], capture_output=True, text=True)
     assert proc.returncode == 2 and "no usable jobs" in proc.stderr
     assert f"skipped {every_bad}:2: " in proc.stderr  # the reasons, not only the verdict
+
+
+def test_a_non_utf8_line_and_a_device_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: a byte offset in a decoder's chunk, and "no such file" for
+    /dev/null, told the user nothing."""
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(b"job_id,submission_time,duration,num_gpu\na,1,2,3\n\xff\xfe,1,2,3\n")
+    assert main(["demo", "--no-progress", "--trace", str(latin)]) == 2
+    assert f"{latin}:3: not UTF-8 text" in capsys.readouterr().err
+    assert main(["demo", "--no-progress", "--trace", "/dev/null"]) == 2
+    assert "/dev/null: not a regular file" in capsys.readouterr().err
+    assert main(["replay", "--trace", str(latin), "--speed", "nan"]) == 2
+    assert "--speed nan: must be a finite number > 0" in capsys.readouterr().err

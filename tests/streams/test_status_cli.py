@@ -136,3 +136,11 @@ def test_status_with_redis_unreachable_is_down(env: dict[str, str]) -> None:
     code, doc = _status({**env, "GPUHINT_REDIS_URL": "redis://127.0.0.1:1/0"}, "--no-kafka")
     assert code == 2 and doc["checks"]["redis"]["state"] == "fail"
     assert "kafka" not in doc["checks"]
+    # the text does not claim "no applier" when it cannot know (review, 2026-12-07)
+    proc = subprocess.run(
+        _gpuhint("status", "--cluster", CLUSTER, "--no-kafka", "--timeout", "10"),
+        env={**env, "GPUHINT_REDIS_URL": "redis://127.0.0.1:1/0"}, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert "unknown: Redis, where they record, is unreachable" in proc.stdout
+    assert "no applier has recorded" not in proc.stdout

@@ -43,6 +43,8 @@ def test_bad_values_name_the_field(monkeypatch: pytest.MonkeyPatch, env: str, fi
 def test_bad_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="is a directory, not a TOML file"):
+        load_settings(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("cluster = \n")
     with pytest.raises(ConfigError):

@@ -171,6 +171,8 @@ def run_series(args: argparse.Namespace) -> int:
 
     if args.format in TRACE_FORMATS:
         raise UserError(f"--format {args.format} is a job trace format: use --trace")
+    if args.nodes is not None:
+        raise UserError("--nodes sizes the pool of a --trace run; a --series has its node counts")
 
     if args.buffer is not None and args.buffer < 0:
         raise UserError("--buffer must be >= 0")

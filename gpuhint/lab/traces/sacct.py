@@ -159,14 +159,19 @@ def read_sacct_parsable(path: Path, on_error: OnError = "stop") -> TraceRead:
     return out
 
 
-def _num(v: Any) -> float | None:
+def _num(v: Any, field: str) -> float | None:
+    """A number of sacct's JSON (plain, or ``{set, infinite, number}``); None when unset.
+    A value that is not a number is a ValueError naming ``field``."""
     if isinstance(v, dict):
         if not v.get("set", True) or v.get("infinite"):
             return None
         v = v.get("number")
     if isinstance(v, bool) or v is None:
         return None
-    return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field}: not a number: {v!r}") from None
 
 
 def _gpus(items: Any) -> int | None:
@@ -176,7 +181,7 @@ def _gpus(items: Any) -> int | None:
     for it in items:
         if isinstance(it, dict) and it.get("type") == "gres":
             name = str(it.get("name") or "")
-            count = int(_num(it.get("count")) or 0)
+            count = int(_num(it.get("count"), "tres.count") or 0)
             if name == "gpu":
                 total = count
             elif name.startswith("gpu:"):
@@ -196,17 +201,17 @@ def _json_job(j: Any, line: int) -> TraceJob | None:
         raise ValueError(f"state: unknown Slurm state {raw!r}")
     status, final = mapped
     arr: dict[str, Any] = j["array"] if isinstance(j.get("array"), dict) else {}
-    array_id = int(_num(arr.get("job_id")) or 0)
-    task = _num(arr.get("task_id"))
+    array_id = int(_num(arr.get("job_id"), "array.job_id") or 0)
+    task = _num(arr.get("task_id"), "array.task_id")
     if status != "finished" or (array_id and task is None and arr.get("task")):
         return None
     job_id = f"{array_id}_{int(task)}" if array_id and task is not None else str(j["job_id"])
     t = j.get("time") or {}
-    submit = _num(t.get("submission"))
+    submit = _num(t.get("submission"), "time.submission")
     if not submit:
         raise ValueError("time.submission: missing")
-    start, end = _num(t.get("start")), _num(t.get("end"))
-    elapsed = _num(t.get("elapsed"))
+    start, end = _num(t.get("start"), "time.start"), _num(t.get("end"), "time.end")
+    elapsed = _num(t.get("elapsed"), "time.elapsed")
     if elapsed is None and start and end:
         elapsed = max(0.0, end - start)
     if elapsed is None or elapsed < 0:
@@ -214,9 +219,11 @@ def _json_job(j: Any, line: int) -> TraceJob | None:
     tres = j.get("tres") or {}
     gpus = _gpus(tres.get("allocated")) or _gpus(tres.get("requested")) or 0
     assoc = j.get("association") or {}
-    nodes = _num(j.get("allocation_nodes"))
+    nodes = _num(j.get("allocation_nodes"), "allocation_nodes")
     limit = t.get("limit")
-    limit_min = None if isinstance(limit, dict) and limit.get("infinite") else _num(limit)
+    limit_min = (
+        None if isinstance(limit, dict) and limit.get("infinite") else _num(limit, "time.limit")
+    )
     return TraceJob(
         job_id=job_id,
         submit_time=submit,

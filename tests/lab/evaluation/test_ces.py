@@ -203,6 +203,7 @@ def test_evaluate_ces_text_and_artifact_policy(capsys: pytest.CaptureFixture[str
         (["--test-from", "2021-01-01"], "is after"),
         (["--test-from", "May"], "not a date"),
         (["--horizon", "40"], "--horizon"),
+        (["--nodes", "5"], "--nodes sizes the pool of a --trace run"),  # not ignored (review)
     ],
 )
 def test_user_errors_are_one_line(

@@ -87,3 +87,9 @@ def test_bad_rows_name_file_and_line(tmp_path: Path) -> None:
     j.write_text('{"jobs": [\n {"job_id": 1, "state": {"current": "WEIRD"}}\n]}')
     with pytest.raises(TraceError, match=r"bad.json:2: state: unknown Slurm state"):
         read_trace(j)
+    j.write_text(
+        '{"jobs": [\n {"job_id": 1, "state": {"current": "COMPLETED"},'
+        ' "time": {"submission": "x"}}\n]}'
+    )
+    with pytest.raises(TraceError, match=r"bad.json:2: time.submission: not a number: 'x'"):
+        read_trace(j)  # the field is named (review, 2026-12-07)

@@ -191,8 +191,8 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
         read = read_trace(path, fmt, on_error)  # type: ignore[arg-type]
     except TraceError as exc:
         hint = (
-            ""
-            if "unknown trace format" in exc.reason
+            ""  # skipping cannot help: the format, or the document itself, is wrong
+            if "unknown trace format" in exc.reason or on_error == "skip"
             else ("\n  (use --on-error skip to skip bad rows and report them)")
         )
         raise UserError(f"{exc}{hint}") from None

@@ -304,12 +304,12 @@ def plot_path(path: str) -> str:
     ``.png`` (so the path printed is the file written); an extension matplotlib cannot
     write is the user's mistake, said before any work.
 
-    >>> plot_path("out/jct"), plot_path("f.svg")
-    ('out/jct.png', 'f.svg')
+    >>> plot_path("out/jct"), plot_path("out/jct."), plot_path("f.svg")
+    ('out/jct.png', 'out/jct.png', 'f.svg')
     """
     suffix = Path(path).suffix.lower().lstrip(".")
     if not suffix:
-        return f"{path}.png"
+        return f"{path.removesuffix('.')}.png"
     from matplotlib.figure import Figure
 
     kinds = Figure().canvas.get_supported_filetypes()
@@ -323,7 +323,8 @@ def name_arg(value: str) -> str:
     """An argparse ``type`` for a cluster or VC name as the wire contract takes it (1 to
     128 characters, no ``:`` or whitespace): a bad one is a usage error, not a
     traceback later."""
-    if not 0 < len(value) <= 128 or any(c == ":" or c.isspace() for c in value):
+    bad = any(c == ":" or c.isspace() or "\ud800" <= c <= "\udfff" for c in value)
+    if not 0 < len(value) <= 128 or bad:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a name: 1 to 128 characters, no ':' and no spaces"
         )

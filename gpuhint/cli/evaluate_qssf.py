@@ -442,6 +442,10 @@ def _print_text(
     )
     if plot_path:
         print(f"JCT CDF plot: {plot_path}")
+    _print_time(r, elapsed)
+
+
+def _print_time(r: Any, elapsed: float) -> None:
     sec = r.seconds
     if r.loop == "closed":  # the hint core runs inside the qssf simulations
         print(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -312,17 +313,22 @@ def contract_error(job: TraceJob) -> str | None:
     """
     if _within_caps(job):
         return None  # the common case, without building an event (~10 us a row)
-    phase, t, extra = _phases(job)[-1]
-    try:
-        JobEvent(phase=phase, time=t, **_common(job, "default"), **extra)
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        field = ".".join(str(x) for x in e["loc"])
-        field = "end time (start + duration)" if field == "time" else field
-        got = repr(e["input"])
-        got = got if len(got) <= 60 else got[:56] + "...'"
-        return f"{field} {got}: {e['msg']}" if field else str(e["msg"])
+    common = _common(job, "default")
+    for (phase, t, extra), when in zip(_phases(job), _WHEN, strict=True):
+        try:
+            JobEvent(phase=phase, time=t, **common, **extra)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            field = ".".join(str(x) for x in e["loc"])
+            field = when if field == "time" else field
+            got = repr(e["input"])
+            got = got if len(got) <= 60 else got[:56] + "...'"
+            return f"{field} {got}: {e['msg']}" if field else str(e["msg"])
     return None
+
+
+_WHEN = ("submit_time", "start_time", "end time (start + duration)")
+"""What an event's ``time`` is, per phase of :func:`_phases` (error messages)."""
 
 
 _PHASE_RANK = {JobPhase.SUBMITTED: 0, JobPhase.STARTED: 1, JobPhase.FINISHED: 2}
@@ -350,7 +356,10 @@ def _within_caps(j: TraceJob) -> bool:
     start = j.start_time if j.start_time is not None else j.submit_time
     end = max(start, j.submit_time) + j.duration
     return (
-        0 < len(j.job_id) <= 256
+        _plain_text(j.job_id, j.vc, j.user, j.name)
+        and all(type(n) is int for n in (j.num_gpus, j.num_cpus or 0, j.num_nodes or 0))
+        and isinstance(j.state, JobState)
+        and 0 < len(j.job_id) <= 256
         and 0 < len(j.vc) <= 128
         and not any(c == ":" or c.isspace() for c in j.vc)
         and len(j.user or "") <= 256
@@ -364,6 +373,20 @@ def _within_caps(j: TraceJob) -> bool:
         and 0 <= j.duration <= MAX_DURATION_S
         and (j.time_limit_s is None or 0 <= j.time_limit_s <= MAX_DURATION_S)
     )
+
+
+def _plain_text(*values: object) -> bool:
+    """Whether every value is None or a ``str`` the contract can take as text: not a
+    number or a list from a JSON trace, no lone surrogates (an escape like ``\\udc80``)."""
+    for v in values:
+        if v is None:
+            continue
+        if type(v) is not str or (not v.isascii() and _SURROGATE.search(v)):
+            return False
+    return True
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _common(j: TraceJob, cluster: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ A bad row raises :class:`~gpuhint.lab.traces.readers.TraceError` ``file:line: re
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from datetime import datetime
@@ -169,9 +170,12 @@ def _num(v: Any, field: str) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
     try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{field}: not a number: {v!r}") from None
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{field}: not a number: {str(v)[:40]!r}") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{field}: not a finite number: {str(v)[:40]!r}")
+    return x
 
 
 def _gpus(items: Any) -> int | None:

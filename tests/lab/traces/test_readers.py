@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhint.lab.traces.readers import TraceError, detect_format, job_events, read_trace
+from gpuhint.lab.traces.readers import TraceError, TraceJob, detect_format, job_events, read_trace
 from gpuhint.wire.contract import JobPhase, JobState
 
 HELIOS_HEADER = (
@@ -171,3 +171,48 @@ def test_bad_time_limit_names_file_line(tmp_path: Path, raw: str, reason: str) -
     )
     with pytest.raises(TraceError, match=rf"{p}:2: .*{reason}"):
         read_trace(p)
+
+
+_NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        TraceJob("1", 0.0, 60.0, 1, user="\udc80"),  # a JSON escape of a lone surrogate
+        TraceJob("1", 0.0, 60.0, 1, name="x\ud800"),
+        TraceJob("1", 0.0, 60.0, 1, vc="v\udc80"),
+        TraceJob("\udc80", 0.0, 60.0, 1),
+        TraceJob("1", 0.0, 60.0, 1, user=["a"]),  # type: ignore[arg-type]  # JSON list
+        TraceJob("1", 0.0, 60.0, 1, user=5),  # type: ignore[arg-type]  # JSON number
+        TraceJob("1", 0.0, 60.0, 2.5),  # type: ignore[arg-type]
+        TraceJob("1", 0.0, 60.0, 1, state="BOGUS"),  # type: ignore[arg-type]
+        TraceJob("1", 0.0, 60.0, 1, start_time=_NAN),
+        TraceJob("1", _NAN, 60.0, 1),
+        TraceJob("1", 0.0, 60.0, 1, time_limit_s=_NAN),
+        TraceJob("1", 0.0, 60.0, 1, vc="a\x85"),
+        TraceJob("1", 0.0, 60.0, 10**30),
+        TraceJob("1", 0.0, 0.0, 1, start_time=4_102_444_801.0),
+        # and some the contract takes
+        TraceJob("1", 0.0, 60.0, 1, vc="a\x1c", user="ünï", name="x" * 256),
+        TraceJob("1", 100.0, 60.0, 1, start_time=50.0),
+        TraceJob("1", 4_102_444_740.0, 60.0, 1),
+        TraceJob("1", 0.0, 31_622_400.0, 0, time_limit_s=0.0),
+    ],
+)
+def test_contract_error_agrees_with_the_contract(job: TraceJob) -> None:
+    """A row is refused at read exactly when its events would be refused later (review,
+    2026-12-07: the quick check let surrogates and non-strings through to a traceback)."""
+    from pydantic import ValidationError
+
+    from gpuhint.lab.traces.readers import contract_error
+
+    try:
+        job_events([job])
+        accepted = True
+    except ValidationError:
+        accepted = False
+    reason = contract_error(job)
+    assert (reason is None) == accepted, reason
+    if reason is not None and job.start_time is not None and job.start_time != job.start_time:
+        assert reason.startswith("start_time nan")  # the column the user wrote

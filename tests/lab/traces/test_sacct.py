@@ -93,3 +93,9 @@ def test_bad_rows_name_file_and_line(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceError, match=r"bad.json:2: time.submission: not a number: 'x'"):
         read_trace(j)  # the field is named (review, 2026-12-07)
+    j.write_text(
+        '{"jobs": [\n {"job_id": 1, "state": {"current": "COMPLETED"}, "allocation_nodes":'
+        ' 1e999, "time": {"submission": 5, "elapsed": 60}}\n]}'
+    )
+    with pytest.raises(TraceError, match=r"bad.json:2: allocation_nodes: not a finite number"):
+        read_trace(j)  # not an OverflowError traceback

@@ -50,7 +50,8 @@ def test_helios_rows_are_normalized(tmp_path: Path) -> None:
         # and ended in a traceback)
         ("3,u,vc,70000,,1,COMPLETED,2020-09-01 00:00:00,,,10,", "num_gpus 70000: "),
         ("3,u,vc,1,,1,COMPLETED,2020-09-01 00:00:00,,,40000000,", "duration_s 40000000.0"),
-        ("3,u,vc,1,,1,COMPLETED,9999-01-01 00:00:00,,,10,", "end time (start + duration)"),
+        ("3,u,vc,1,,1,COMPLETED,9999-01-01 00:00:00,,,10,", "submit_time 253370764800.0: "),
+        ("3,u,vc,1,,1,COMPLETED,2099-12-31 23:59:00,,,120,", "end time (start + duration)"),
         ("3,u,vc A,1,,1,COMPLETED,2020-09-01 00:00:00,,,10,", "vc 'vc A': String should"),
         ("3," + "u" * 300 + ",vc,1,,1,COMPLETED,2020-09-01 00:00:00,,,10,", "uuu...': String"),
     ],

@@ -6,13 +6,13 @@ import argparse
 import difflib
 import json
 import logging
-import math
 import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuhint.lab.json_out import finite
 from gpuhint.lab.traces.readers import OnError, TraceError, TraceRead, read_trace
 from gpuhint.wire.config import (
     ConfigError,
@@ -277,17 +277,6 @@ def applier_metrics(kind: str, settings: Any) -> Any:
             f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}: "
             f"{exc.strerror or exc}"
         ) from None
-
-
-def finite(obj: Any) -> Any:
-    """NaN and infinities as None, recursively: JSON has neither."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite(v) for v in obj]
-    return obj
 
 
 def json_text(obj: Any, indent: int | None = None) -> str:

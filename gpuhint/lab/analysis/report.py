@@ -9,7 +9,6 @@ external reference). The JSON keys are documented in ``docs/analyze.md``.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 from gpuhint.lab.analysis import actions, checks, figures, repetition, stats, whatif
 from gpuhint.lab.analysis.reader import TraceFrame
 from gpuhint.lab.analysis.render import SECTIONS, findings, render_html
+from gpuhint.lab.json_out import finite
 
 SCHEMA_VERSION = 1
 
@@ -44,17 +44,6 @@ class Options:
     ces_test_to: str | None = None
     progress: bool | None = None
     ces_jobs: bool = True
-
-
-def finite(obj: Any) -> Any:
-    """NaN and infinities as None, recursively (JSON has neither)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite(v) for v in obj]
-    return obj
 
 
 def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[str, Any]:

@@ -53,22 +53,9 @@ RowParser = Callable[[dict[str, str], int], TraceJob]
 
 # Readers of gpuhint.lab.traces.readers that parse one CSV row at a time: streamed row by row.
 # Every other format is read whole by gpuhint.lab.traces.readers.read_trace, then chunked.
-def _checked(parse: RowParser) -> RowParser:
-    """``parse``, refusing rows the wire contract refuses (as ``read_trace`` does)."""
-
-    def checked(row: dict[str, str], line: int) -> TraceJob:
-        job = parse(row, line)
-        reason = traces.contract_error(job)
-        if reason is not None:
-            raise ValueError(reason)
-        return job
-
-    return checked
-
-
 _ROW_PARSERS: dict[str, RowParser] = {
-    "helios": _checked(traces._helios_row),
-    "plain": _checked(traces._plain_row),
+    "helios": traces.checked_row(traces._helios_row),
+    "plain": traces.checked_row(traces._plain_row),
 }
 
 Progress = Callable[[int, int], None]

@@ -39,6 +39,7 @@ from gpuhint.lab.traces.records import (
     nonneg_number,
     open_text,
     parse_time,
+    refused_or,
 )
 from gpuhint.lab.traces.sacct import looks_like_sacct, read_sacct_json, read_sacct_parsable
 from gpuhint.wire.contract import (
@@ -248,7 +249,9 @@ def _read_philly(path: Path, on_error: OnError) -> TraceRead:
     collect_jobs(
         path,
         iter_json_array(text),
-        lambda rec, line: dataclasses.replace(_philly_record(rec), line=line),
+        lambda rec, line: refused_or(
+            dataclasses.replace(_philly_record(rec), line=line), contract_error
+        ),
         on_error,
         out,
     )
@@ -269,39 +272,37 @@ def read_trace(
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file")
     kind = detect_format(p) if fmt == "auto" else fmt
+    # rows the wire contract refuses (70,000 GPUs, a run of two years, a VC name with a
+    # space) are bad rows too, checked as they are read: the first bad row in file order
+    # stops the read, whichever kind of bad it is
     if kind == "helios":
-        out = _read_csv(p, _helios_row, on_error)
+        out = _read_csv(p, checked_row(_helios_row), on_error)
     elif kind == "plain":
-        out = _read_csv(p, _plain_row, on_error)
+        out = _read_csv(p, checked_row(_plain_row), on_error)
     elif kind == "philly":
         out = _read_philly(p, on_error)
     elif kind in ("sacct", "sacct-json"):
-        out = (read_sacct_parsable if kind == "sacct" else read_sacct_json)(p, on_error)
+        read = read_sacct_parsable if kind == "sacct" else read_sacct_json
+        out = read(p, on_error, contract_error)
     else:  # pragma: no cover - guarded by the Literal
         raise ValueError(f"unknown format {fmt!r}")
     out.fmt = kind
-    _check_contract(p, out, on_error)
     out.jobs.sort(key=lambda j: (j.submit_time, j.line))
     return out
 
 
-def _check_contract(path: Path, out: TraceRead, on_error: OnError) -> None:
-    """Records the wire contract refuses (70,000 GPUs, a run of two years, a VC name
-    with a space) are bad records too: ``file:line: reason``, raised or skipped like
-    the others, before they reach the hint core."""
-    bad = []
-    for j in sorted(out.jobs, key=lambda j: j.line):
-        reason = contract_error(j)
-        if reason is not None:
-            err = TraceError(str(path), j.line, reason)
-            if on_error == "stop":
-                raise err
-            out.errors.append(err)
-            bad.append(j)
-    if bad:
-        dropped = {id(j) for j in bad}
-        out.jobs = [j for j in out.jobs if id(j) not in dropped]
-        out.errors.sort(key=lambda e: e.line)
+def checked_row(
+    parse: Callable[[dict[str, str], int], TraceJob],
+) -> Callable[[dict[str, str], int], TraceJob]:
+    """``parse``, refusing a row whose job the wire contract refuses (ValueError with
+    :func:`contract_error`'s reason, as any bad row)."""
+
+    def checked(row: dict[str, str], line: int) -> TraceJob:
+        job = refused_or(parse(row, line), contract_error)
+        assert job is not None  # a row parser returns a job or raises
+        return job
+
+    return checked
 
 
 def contract_error(job: TraceJob) -> str | None:

@@ -159,3 +159,16 @@ def collect_jobs(
         if exc.path:
             raise
         raise TraceError(str(path), exc.line, exc.reason) from None
+
+
+Check = Callable[[TraceJob], str | None] | None
+"""Why a parsed job is refused (e.g. the wire contract's caps), checked row by row."""
+
+
+def refused_or(job: TraceJob | None, check: Check) -> TraceJob | None:
+    """``job``, or a ValueError (a bad row) with the reason ``check`` refuses it for."""
+    if job is not None and check is not None:
+        reason = check(job)
+        if reason is not None:
+            raise ValueError(reason)
+    return job

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhint.lab.traces.records import (
+    Check,
     OnError,
     TraceError,
     TraceJob,
@@ -42,6 +43,7 @@ from gpuhint.lab.traces.records import (
     collect_jobs,
     iter_json_array,
     open_text,
+    refused_or,
 )
 from gpuhint.slurm.fields import gpus_from_tres, map_state, parse_timelimit, vc_name
 from gpuhint.wire.contract import JobState
@@ -124,7 +126,7 @@ def _row(row: dict[str, str], line: int) -> TraceJob | None:
     )
 
 
-def read_sacct_parsable(path: Path, on_error: OnError = "stop") -> TraceRead:
+def read_sacct_parsable(path: Path, on_error: OnError = "stop", check: Check = None) -> TraceRead:
     out = TraceRead(jobs=[], fmt="sacct")
     with open_text(path) as fh:
         header_line = fh.readline()
@@ -149,7 +151,7 @@ def read_sacct_parsable(path: Path, on_error: OnError = "stop") -> TraceRead:
                         f"{len(fields)} fields where the header has {len(header)}"
                         " (a '|' inside a job name? export with --delimiter)"
                     )
-                job = _row(dict(zip(header, fields, strict=True)), line)
+                job = refused_or(_row(dict(zip(header, fields, strict=True)), line), check)
                 if job is not None:
                     out.jobs.append(job)
             except ValueError as exc:
@@ -255,11 +257,15 @@ def _jobs_array(text: str) -> Iterator[tuple[int, Any]]:
         yield base + line, obj
 
 
-def read_sacct_json(path: Path, on_error: OnError = "stop") -> TraceRead:
+def read_sacct_json(path: Path, on_error: OnError = "stop", check: Check = None) -> TraceRead:
     with open_text(path) as fh:
         text = fh.read()
     out = TraceRead(jobs=[], fmt="sacct-json")
-    collect_jobs(path, _jobs_array(text), _json_job, on_error, out)
+
+    def parse(rec: Any, line: int) -> TraceJob | None:
+        return refused_or(_json_job(rec, line), check)
+
+    collect_jobs(path, _jobs_array(text), parse, on_error, out)
     if not out.jobs and not out.errors:
         try:
             doc = json.loads(text)

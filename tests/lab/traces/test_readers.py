@@ -217,3 +217,18 @@ def test_contract_error_agrees_with_the_contract(job: TraceJob) -> None:
     assert (reason is None) == accepted, reason
     if reason is not None and job.start_time is not None and job.start_time != job.start_time:
         assert reason.startswith("start_time nan")  # the column the user wrote
+
+
+def test_the_first_bad_row_in_file_order_stops_the_read(tmp_path: Path) -> None:
+    """A row the contract refuses (line 2) before a row that does not parse (line 3): the
+    read stops at line 2, as analyze's does (review, 2026-12-07)."""
+    p = write(
+        tmp_path,
+        "order.csv",
+        "job_id,submission_time,duration,num_gpu\na,0,10,70000\nb,0,ten,1\nc,0,10,1\n",
+    )
+    with pytest.raises(TraceError) as err:
+        read_trace(p)
+    assert err.value.line == 2 and "num_gpus 70000" in err.value.reason
+    skipped = read_trace(p, on_error="skip")
+    assert [e.line for e in skipped.errors] == [2, 3] and [j.job_id for j in skipped.jobs] == ["c"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuhint.lab.json_out import finite
 from gpuhint.lab.traces.readers import OnError, TraceError, TraceRead, read_trace
+from gpuhint.lab.traces.records import open_binary
 from gpuhint.wire.config import (
     ConfigError,
     Settings,
@@ -217,12 +218,8 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
 
 def _first_bad_utf8_line(path: Path) -> int | None:
     """The number of the first line of ``path`` (gunzipped) that is not UTF-8, if any."""
-    import gzip
-
     try:
-        with open(path, "rb") as fh:
-            gz = fh.read(2) == b"\x1f\x8b"
-        with gzip.open(path, "rb") if gz else open(path, "rb") as fh:
+        with open_binary(path) as fh:
             for n, raw in enumerate(fh, 1):
                 try:
                     raw.decode("utf-8")
@@ -312,9 +309,13 @@ def name_arg(value: str) -> str:
     """An argparse ``type`` for a cluster or VC name as the wire contract takes it (1 to
     128 characters, no ``:`` or whitespace): a bad one is a usage error, not a
     traceback later."""
-    bad = any(c == ":" or c.isspace() or "\ud800" <= c <= "\udfff" for c in value)
-    if not 0 < len(value) <= 128 or bad:
+    from pydantic import TypeAdapter, ValidationError
+
+    from gpuhint.wire.contract import Name
+
+    try:
+        return TypeAdapter(Name).validate_python(value)
+    except ValidationError:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a name: 1 to 128 characters, no ':' and no spaces"
-        )
-    return value
+        ) from None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, BinaryIO, Literal, TextIO
 
 from gpuhint.wire.contract import JobState
 
@@ -61,13 +61,16 @@ class TraceRead:
     fmt: str = ""
 
 
-def open_text(path: Path) -> TextIO:
-    """Open a UTF-8 text file for reading; gunzip it if it is gzipped (by its magic bytes)."""
+def open_binary(path: Path) -> BinaryIO:
+    """Open a file's bytes for reading; gunzipped if it is gzipped (by its magic bytes)."""
     with open(path, "rb") as fh:
         gzipped = fh.read(2) == b"\x1f\x8b"
-    if gzipped:
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
+    return gzip.open(path, "rb") if gzipped else open(path, "rb")  # type: ignore[return-value]
+
+
+def open_text(path: Path) -> TextIO:
+    """Open a UTF-8 text file for reading (a BOM skipped); gunzip it if it is gzipped."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline="")
 
 
 def parse_time(value: str) -> float:

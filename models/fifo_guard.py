@@ -29,6 +29,7 @@ import itertools
 import math
 from collections import OrderedDict, deque
 
+from gpuhint.wire.contract import ARRIVAL_ORDER_REASON
 from models.simulator import Outcome, SimJob, simulate_vc
 
 
@@ -127,7 +128,7 @@ class FifoGuard:
 
     def reason(self) -> tuple[str, float]:
         """What goes into a hint's reasons: the mode and the last shadow JCT ratio."""
-        tag = "fifo_guard:fallback" if self.fallback else "fifo_guard:hints"
+        tag = ARRIVAL_ORDER_REASON if self.fallback else "fifo_guard:hints"
         return tag, round(self.ratio, 4) if math.isfinite(self.ratio) else 0.0
 
 

@@ -318,6 +318,12 @@ def _serve_passes(
                         exc,
                     )
                 failing = kind
+            except Exception as exc:  # a bug or an odd value: say it, keep the labels, retry
+                metrics.error("internal")
+                record(ok=False, error=f"{type(exc).__name__}: {exc}")
+                if failing != "internal":
+                    log.exception("pass failed, retrying (labels left as they are)")
+                failing = "internal"
             # a pass every interval; a changed Workload / Job / queue brings it
             # forward (after 0.5 s, so a burst of changes makes one pass)
             if backend.wait_change(ks.interval_s):

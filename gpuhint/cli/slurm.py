@@ -274,11 +274,15 @@ def _priority_passes(
                     with contextlib.suppress(redis.RedisError):
                         last_id = client.last_change_id()
                 result = applier.run_pass()
-            except (redis.RedisError, SlurmCommandError) as exc:
+            except Exception as exc:  # an outage, or a bug: the SiteFactors stay as they are
                 if isinstance(exc, redis.RedisError):
                     metrics.redis_down()
-                else:
+                elif isinstance(exc, SlurmCommandError):
                     metrics.error("scheduler")
+                else:
+                    metrics.error("internal")
+                    if not failures:
+                        log.exception("pass failed")
                 record(exc=exc)
                 failures += 1
                 if args.once:

@@ -16,21 +16,24 @@ class _ClientHints:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.unreadable: Any = None  # an UnreadableHints once a cluster was read
 
     def priorities(self, cluster: str) -> dict[str, float]:
         return self.snapshot(cluster).priorities
 
     def snapshot(self, cluster: str) -> Any:
-        """The hints, and the cluster's last sign of life: its newest hint's
-        ``created_at`` or its newest load summary, whichever is later."""
+        """The hints mapped onto factors (not those of a VC in arrival order, nor values
+        this version cannot read: those jobs count as unhinted), and the cluster's last
+        sign of life: its newest hint's ``created_at`` or its load summary's time
+        (:func:`gpuhint.cores.applier_hints.read_applier_hints`)."""
+        from gpuhint.cores.applier_hints import UnreadableHints, read_applier_hints
         from gpuhint.slurm.priority import HintSnapshot
 
-        hints = self.client.pending_hints(cluster)
-        times = [h.created_at for h in hints]
-        load = self.client.load(cluster)
-        if load is not None:
-            times.append(load.time)
-        return HintSnapshot({h.job_id: h.priority for h in hints}, max(times, default=None))
+        got = read_applier_hints(self.client, cluster)
+        if self.unreadable is None:
+            self.unreadable = UnreadableHints(cluster)
+        self.unreadable.said(got.unreadable)
+        return HintSnapshot(got.services, got.last_alive)
 
     def starts(self, cluster: str) -> dict[str, Any]:
         """job id -> its :class:`~gpuhint.slurm.start_comment.Start` (every VC's forecast)."""

@@ -26,8 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from gpuhint.cores.applier_hints import ApplierHints, UnreadableHints, read_applier_hints
 from gpuhint.cores.freshness import HintFreshness
-from gpuhint.kueue.hints import HintReader, last_alive
+from gpuhint.kueue.hints import HintReader
 from gpuhint.kueue.policy import (
     ClassLadder,
     QueuePolicy,
@@ -37,7 +38,6 @@ from gpuhint.kueue.policy import (
     plan,
 )
 from gpuhint.kueue.start_note import ANNOTATIONS, Annotate, NotePlan, Notes, Start, plan_notes
-from gpuhint.wire.contract import PriorityHint
 
 log = logging.getLogger("gpuhint.kueue")
 
@@ -196,7 +196,8 @@ class Applier:
         self.wall = wall
         self.start_note = start_note
         self.noted: dict[tuple[str, str], Notes] = {}  # what was written (cache lag)
-        self.last_read: tuple[list[PriorityHint], float | None] | None = None
+        self.last_read: ApplierHints | None = None
+        self.unreadable = UnreadableHints(cluster)
         self.freshness = HintFreshness(
             cluster, "Workloads without a hint get the neutral class, hints fade to it"
         )
@@ -204,22 +205,22 @@ class Applier:
     def ensure_classes(self) -> list[str]:
         return self.backend.ensure_classes(self.ladder, self.dry_run)
 
-    def _read(self) -> tuple[list[PriorityHint], float | None, str]:
+    def _read(self) -> tuple[ApplierHints, str]:
         try:
-            hints = self.hints.pending_hints(self.cluster)
-            alive = last_alive(hints, self.hints.load(self.cluster))
+            got = read_applier_hints(self.hints, self.cluster)
         except self.hint_errors as exc:
             if self.last_read is None or self.neutral == "off":
                 self._set_state("redis_down", f"{exc}; no hints read yet: nothing changed")
                 raise
             self._set_state(
                 "redis_down",
-                f"{exc}; using the {len(self.last_read[0])} hints read last (Workloads "
+                f"{exc}; using the {len(self.last_read.services)} hints read last (Workloads "
                 "without one get the neutral class, the others fade once stale)",
             )
-            return self.last_read[0], self.last_read[1], "cache"
-        self.last_read = (hints, alive)
-        return hints, alive, "redis"
+            return self.last_read, "cache"
+        self.unreadable.said(got.unreadable)
+        self.last_read = got
+        return got, "redis"
 
     def _set_state(self, state: str, detail: str) -> None:
         self.freshness.set(state, detail)
@@ -231,10 +232,10 @@ class Applier:
 
     def run_pass(self) -> PassReport:
         t0 = time.perf_counter()
-        hints, alive, source = self._read()
-        services = {h.job_id: h.priority for h in hints}
+        got, source = self._read()
+        services = got.services
         views = self.backend.views()
-        age = None if alive is None else max(0.0, self.wall() - alive)
+        age = None if got.last_alive is None else max(0.0, self.wall() - got.last_alive)
         fresh = age is not None and age <= self.stale_after_s
         if source == "redis":
             self.freshness.observe(age, self.stale_after_s)

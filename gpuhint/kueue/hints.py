@@ -17,7 +17,9 @@ from gpuhint.wire.contract import ClusterLoad, PriorityHint
 
 
 class HintReader(Protocol):
-    def pending_hints(self, cluster: str, vc: str | None = None) -> list[PriorityHint]: ...
+    def pending_hints(
+        self, cluster: str, vc: str | None = None, *, unreadable: list[str] | None = None
+    ) -> list[PriorityHint]: ...
     def load(self, cluster: str) -> ClusterLoad | None: ...
 
 
@@ -43,6 +45,7 @@ class MemoryHints:
         self.loads: dict[str, ClusterLoad] = {}
         self.starts: dict[str, tuple[float, float, float, float]] = {}
         self.down = False  # True: every read raises ConnectionError (Redis down)
+        self.junk: list[str] = []  # keys of hints this version cannot read
 
     def job_starts(self, cluster: str) -> dict[str, tuple[float, float, float, float]]:
         if self.down:
@@ -54,9 +57,15 @@ class MemoryHints:
             raise ConnectionError("redis is down (twin)")
         return self.loads.get(cluster)
 
-    def pending_hints(self, cluster: str, vc: str | None = None) -> list[PriorityHint]:
+    def pending_hints(
+        self, cluster: str, vc: str | None = None, *, unreadable: list[str] | None = None
+    ) -> list[PriorityHint]:
         if self.down:
             raise ConnectionError("redis is down (twin)")
+        if self.junk:
+            if unreadable is None:
+                raise ValueError(f"{self.junk[0]}: not a PriorityHint of this schema (twin)")
+            unreadable.extend(self.junk)
         return [
             h for h in self.hints.values() if h.cluster == cluster and (vc is None or h.vc == vc)
         ]

@@ -223,9 +223,9 @@ def plan(
     ``services`` maps gpuhint job id -> expected service (the hint's ``priority``).
     A Workload already in its class is ``unchanged`` (no patch). With a ``neutral``
     class, a Workload without a hint gets it when its ClusterQueue has hinted waiting
-    Workloads (else it is skipped, ``no-hint``: a queue gpuhint does not rank keeps
-    Kueue's order) and a hinted one is moved ``1 - weight`` of the way towards it
-    (``weight`` 0: stale hints).
+    Workloads or when it still carries one of gpuhint's classes (else it is skipped,
+    ``no-hint``: a queue gpuhint does not rank keeps Kueue's order) and a hinted one is
+    moved ``1 - weight`` of the way towards it (``weight`` 0: stale hints).
     """
     workloads = list(workloads)
     queues = list(queues)
@@ -248,7 +248,9 @@ def plan(
             continue
         service = services.get(w.job_id)
         if service is None:
-            if neutral is None or w.cluster_queue not in served:
+            # a queue gpuhint does not rank keeps Kueue's order, unless gpuhint ranked the
+            # Workload before (its class is one of gpuhint's): that class fades to neutral
+            if neutral is None or (w.cluster_queue not in served and not w.job_class):
                 out.skip("no-hint")
                 continue
             target = neutral

@@ -261,10 +261,15 @@ class HintClient:
         rows.sort(key=lambda e: (e.priority, e.job_id))
         return rows if limit is None else rows[:limit]
 
-    def pending_hints(self, cluster: str, vc: str | None = None) -> list[PriorityHint]:
+    def pending_hints(
+        self, cluster: str, vc: str | None = None, *, unreadable: list[str] | None = None
+    ) -> list[PriorityHint]:
         """The hints of every queued job (of ``vc``, or of all VCs), each VC in queue order.
 
-        A queue member whose hint key has already expired is left out.
+        A queue member whose hint key has already expired is left out. A hint this
+        version cannot read raises :class:`UnreadableValue`, unless ``unreadable`` is
+        given: then its key is appended there and the hint left out (the appliers treat
+        that job as unhinted rather than stop).
         """
         out: list[PriorityHint] = []
         for v in [vc] if vc is not None else self.vcs(cluster):
@@ -273,7 +278,13 @@ class HintClient:
                 chunk = [self.keys.hint(cluster, j) for j in ids[i : i + _MGET_CHUNK]]
                 raws: Any = self.r.mget(chunk)
                 for key, raw in zip(chunk, raws, strict=True):
-                    h = self._parse(key, raw, PriorityHint)
+                    try:
+                        h = self._parse(key, raw, PriorityHint)
+                    except UnreadableValue:
+                        if unreadable is None:
+                            raise
+                        unreadable.append(key)
+                        continue
                     if h is not None:
                         out.append(h)
         return out

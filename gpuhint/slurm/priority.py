@@ -69,6 +69,9 @@ from gpuhint.slurm.start_comment import (
 log = logging.getLogger("gpuhint.slurm")
 
 
+MAX_SITE_FACTOR = 2**31 - 4  # scontrol refuses |v| > NICE_OFFSET - 3 ("out of range")
+
+
 @dataclass(frozen=True)
 class FactorMap:
     """Bounded, monotone (non-increasing) map from hint priority to Slurm site factor."""
@@ -78,8 +81,10 @@ class FactorMap:
     p_max: float = 64 * 30 * 86400.0  # GPU-seconds: 64 GPUs for 30 days gets factor 0
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_factor <= 2**31 - 1:
-            raise ValueError(f"max_factor must be within 1..{2**31 - 1}, got {self.max_factor}")
+        if not 1 <= self.max_factor <= MAX_SITE_FACTOR:
+            raise ValueError(
+                f"max_factor must be within 1..{MAX_SITE_FACTOR}, got {self.max_factor}"
+            )
         if not 0 < self.p0 < self.p_max:
             raise ValueError("need 0 < p0 < p_max")
 

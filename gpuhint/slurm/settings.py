@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpuhint.slurm.priority import MAX_SITE_FACTOR
+
 
 class SlurmSettingsError(ValueError):
     """Invalid ``GPUHINT_SLURM_*`` settings (one readable message); ``field`` names the
@@ -22,7 +24,7 @@ class SlurmSettings(BaseSettings):
 
     conf: str | None = Field(None, description="slurm.conf (else SLURM_CONF / Slurm's default)")
     interval_s: float = Field(30.0, gt=0, le=3600, description="seconds between full passes")
-    max_factor: int = Field(100_000, ge=1, le=2**31 - 1, description="SiteFactor of p = 0")
+    max_factor: int = Field(100_000, ge=1, le=MAX_SITE_FACTOR, description="SiteFactor of p = 0")
     p0: float = Field(60.0, gt=0, description="GPU-seconds at which the log map bends")
     p_max: float = Field(64 * 30 * 86400.0, gt=0, description="GPU-seconds mapped to 0")
     rate: float = Field(2000.0, gt=0, description="at most this many job updates per second")
@@ -55,7 +57,7 @@ class SlurmSettings(BaseSettings):
     @classmethod
     def _neutral(cls, v: str) -> str:
         v = v.strip().lower()
-        if v in ("median", "midpoint", "off") or (v.isdigit() and int(v) <= 2**31 - 1):
+        if v in ("median", "midpoint", "off") or (v.isdigit() and int(v) <= MAX_SITE_FACTOR):
             return v
         raise ValueError("must be median, midpoint, off or a factor (an integer >= 0)")
 

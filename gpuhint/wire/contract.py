@@ -260,6 +260,12 @@ class FeatureContribution(_Part):
     contribution: float
 
 
+ARRIVAL_ORDER_REASON = "fifo_guard:fallback"
+"""The first reason of a hint whose VC follows arrival order (its FIFO guard fell back):
+its ``priority`` is the submit time, not a service, so an applier that maps priorities
+onto levels gives such a job its neutral level (:attr:`PriorityHint.in_arrival_order`)."""
+
+
 class PriorityHint(_Wire):
     """QSSF hint for one pending job: run smaller ``priority`` first.
 
@@ -290,6 +296,14 @@ class PriorityHint(_Wire):
     reasons: Annotated[tuple[FeatureContribution, ...], Field(max_length=64)] = ()
     created_at: Time
     expected_duration_s: NonNegFloat | None = None
+
+    @property
+    def in_arrival_order(self) -> bool:
+        """Whether the VC follows arrival order (first reason :data:`ARRIVAL_ORDER_REASON`):
+        ``priority`` is then the submit time, comparable only with the same VC's such
+        hints, and a scheduler mapping priorities to levels should treat the job as
+        unhinted (neutral) and let its own age order apply."""
+        return bool(self.reasons) and self.reasons[0].feature == ARRIVAL_ORDER_REASON
 
 
 class PowerAction(StrEnum):

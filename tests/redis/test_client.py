@@ -74,6 +74,45 @@ def test_pending_hints_skip_expired_members(pair: tuple[RedisStore, HintClient])
     assert [h.job_id for h in c.pending_hints("c")] == ["kept"]
 
 
+def test_a_hint_this_version_cannot_read_is_listed_not_raised_for_the_appliers(
+    pair: tuple[RedisStore, HintClient],
+) -> None:
+    """A newer worker's hint (one more field) in the queue: a plain read says so; the
+    appliers' read lists its key and goes on, and the SiteFactor pass gives it neutral."""
+    from gpuhint.cli.slurm_hints import _ClientHints
+    from gpuhint.slurm.priority import PriorityApplier, SlurmJob
+
+    store, c = pair
+    for job, prio in (("small", 60), ("mid", 1e5), ("big", 1e7), ("new", 5)):
+        store.put_hint(hint(job, prio))
+    store.flush()
+    raw = hint("new", 5).model_dump_json()[:-1] + ',"a_later_field":1}'
+    c.r.set(c.keys.hint("c", "new"), raw)
+    with pytest.raises(UnreadableValue):
+        c.pending_hints("c")
+    bad: list[str] = []
+    assert [h.job_id for h in c.pending_hints("c", unreadable=bad)] == ["small", "mid", "big"]
+    assert bad == [c.keys.hint("c", "new")]
+
+    class Slurm:
+        def __init__(self) -> None:
+            self.factor: dict[str, str] = {}
+
+        def queue(self) -> list[SlurmJob]:
+            return [SlurmJob(j, "PENDING") for j in ("small", "mid", "big", "new")]
+
+        def apply(self, lines: list[str]) -> list[str]:
+            for line in lines:
+                ids, f = line.removeprefix("update jobid=").split(" SiteFactor=")
+                self.factor.update(dict.fromkeys(ids.split(","), f))
+            return []
+
+    slurm = Slurm()
+    r = PriorityApplier(slurm, _ClientHints(c), "c", wall=lambda: 0.0).run_pass()
+    f = {j: int(v) for j, v in slurm.factor.items()}
+    assert f["new"] == r.neutral_factor and f["small"] > f["new"] > f["big"]
+
+
 def test_advice_and_load(pair: tuple[RedisStore, HintClient]) -> None:
     store, c = pair
     assert c.cluster_advice("c") is None and c.load("c") is None

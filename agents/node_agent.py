@@ -102,30 +102,32 @@ class NodeAgent:
 
     def tick(self) -> None:
         """One round: scheduler events, other nodes' status, GPU samples and this node's
-        status, then a send attempt."""
+        status, then a send attempt (made even when a step before it raised)."""
         now = self.clock()
-        running: set[str] = set()
-        for feed in self.feeds:
-            for ev in feed.poll(now):
-                self.publisher.publish(
-                    self.topics.job_events, job_key(ev.cluster, ev.vc), encode_message(ev)
+        try:
+            running: set[str] = set()
+            for feed in self.feeds:
+                for ev in feed.poll(now):
+                    self.publisher.publish(
+                        self.topics.job_events, job_key(ev.cluster, ev.vc), encode_message(ev)
+                    )
+                running.update(feed.tracker.running_on(self.node))
+            for node_feed in self.node_feeds:
+                for ns in node_feed.poll(now):
+                    key = node_key(ns.cluster, ns.node)
+                    self.publisher.publish(self.topics.node_status, key, encode_message(ns))
+            if self.sampler is not None:
+                result = self.sampler.sample(
+                    running_jobs=sorted(running), samples_dropped=self.publisher.dropped
                 )
-            running.update(feed.tracker.running_on(self.node))
-        for node_feed in self.node_feeds:
-            for ns in node_feed.poll(now):
-                key = node_key(ns.cluster, ns.node)
-                self.publisher.publish(self.topics.node_status, key, encode_message(ns))
-        if self.sampler is not None:
-            result = self.sampler.sample(
-                running_jobs=sorted(running), samples_dropped=self.publisher.dropped
-            )
-            self.last_sample = result
-            for s in result.gpu_samples:
-                self.publisher.publish(self.topics.gpu_samples, self._key, encode_message(s))
-            self.publisher.publish(
-                self.topics.node_status, self._key, encode_message(result.status)
-            )
-        self.publisher.pump()
+                self.last_sample = result
+                for s in result.gpu_samples:
+                    self.publisher.publish(self.topics.gpu_samples, self._key, encode_message(s))
+                self.publisher.publish(
+                    self.topics.node_status, self._key, encode_message(result.status)
+                )
+        finally:  # what is buffered (from earlier ticks too) still goes out
+            self.publisher.pump()
         self.ticks += 1
         self.last_tick_at = now
 

@@ -16,11 +16,15 @@ return code, so callers need not import ``pynvml``.
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
+
+log = logging.getLogger(__name__)
 
 # NVML return codes (nvml.h; the same numbers as pynvml's NVML_ERROR_*).
 NO_PERMISSION = 4
@@ -159,6 +163,7 @@ class RealNvml:
     def __init__(self) -> None:
         self._nv: Any = None
         self._handles: dict[int, Any] = {}
+        self._handle_index: dict[Any, int] = {}  # _handle_key(handle) -> index
         self._event_set: Any = None
         self._uuid_index: dict[str, int] = {}
 
@@ -188,6 +193,7 @@ class RealNvml:
             nv.nvmlShutdown()
         self._nv = None
         self._handles.clear()
+        self._handle_index.clear()
 
     # --- helpers ---------------------------------------------------------
     def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -205,6 +211,8 @@ class RealNvml:
         if h is None:
             h = self._call(self._nv.nvmlDeviceGetHandleByIndex, index)
             self._handles[index] = h
+            with suppress(TypeError):  # an unhashable handle: events map by UUID only
+                self._handle_index[_handle_key(h)] = index
         return h
 
     # --- readings --------------------------------------------------------
@@ -323,6 +331,8 @@ class RealNvml:
                 continue  # unsupported on this device, or it is already lost
 
     def poll_xid(self) -> list[XidEvent]:
+        """Drain pending XID events; an NVML error other than the timeout that ends the
+        drain is logged and stops it, keeping the events already drained."""
         nv = self._nv
         if self._event_set is None:
             return []
@@ -331,17 +341,34 @@ class RealNvml:
             try:
                 data = self._call(nv.nvmlEventSetWait, self._event_set, 0)
             except NvmlError as exc:
-                if exc.code == TIMEOUT:
-                    break
-                raise
-            index: int | None = None
-            try:
-                u = self._call(nv.nvmlDeviceGetUUID, data.device)
-                index = self._uuid_index.get(u.decode() if isinstance(u, bytes) else str(u))
-            except NvmlError:
-                pass
-            out.append(XidEvent(index, int(data.eventData)))
+                if exc.code != TIMEOUT:
+                    log.warning("reading XID events: %s (kept %d drained)", exc, len(out))
+                break
+            out.append(XidEvent(self._event_index(data.device), int(data.eventData)))
         return out
+
+    def _event_index(self, handle: Any) -> int | None:
+        """The index of an event's device: from the handles we hold (works for a GPU that
+        fell off the bus), else through its UUID; None when neither maps it."""
+        try:
+            index = self._handle_index.get(_handle_key(handle))
+        except TypeError:
+            index = None
+        if index is not None:
+            return index
+        try:
+            u = self._call(self._nv.nvmlDeviceGetUUID, handle)
+        except NvmlError:
+            return None
+        return self._uuid_index.get(u.decode() if isinstance(u, bytes) else str(u))
+
+
+def _handle_key(handle: Any) -> Any:
+    """A hashable identity of a device handle: the address a pynvml handle (a ctypes
+    pointer, a new object each time it is read from an event) points at, else itself."""
+    if isinstance(handle, ctypes._Pointer):
+        return ("ptr", ctypes.cast(handle, ctypes.c_void_p).value)
+    return handle
 
 
 def _suppress_nvml(nv: Any) -> AbstractContextManager[None]:

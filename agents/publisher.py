@@ -23,18 +23,22 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from agents.spill import Record, Spill
+
+__all__ = [
+    "BufferedPublisher",
+    "KafkaTransport",
+    "MemoryTransport",
+    "Record",
+    "StdoutTransport",
+    "Transport",
+    "TransportError",
+]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Record:
-    topic: str
-    key: bytes
-    value: bytes
 
 
 class TransportError(Exception):
@@ -140,12 +144,17 @@ class KafkaTransport:
             from kafka import KafkaProducer
             from kafka.errors import KafkaError
 
-            from streams.kafka_io import KafkaSecurityMismatch, probe_broker
+            from streams.kafka_io import (
+                KafkaSecurityMismatch,
+                probe_broker,
+                redact_secrets_in_logs,
+            )
 
             try:  # a broker that answers but not in our security protocol: say so at once
                 probe_broker(self.bootstrap, self.config, 5.0)
             except KafkaSecurityMismatch as exc:
                 raise TransportError(str(exc)) from None
+            redact_secrets_in_logs()  # the producer logs its configuration at DEBUG
             try:
                 self._producer = KafkaProducer(
                     bootstrap_servers=self.bootstrap.split(","), **self.config
@@ -219,79 +228,15 @@ def _close_producer(producer: Any, timeout_s: float) -> None:
         producer._closed = True  # nothing left to close: __del__ must not try again
 
 
-class _Spill:
-    """Disk segments ``seg-<n>.jsonl`` of spilled records, oldest first, bounded in records."""
-
-    def __init__(self, directory: Path, max_records: int) -> None:
-        self.dir = directory
-        self.max_records = max_records
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.segments: deque[tuple[Path, int]] = deque()
-        for p in sorted(self.dir.glob("seg-*.jsonl")):
-            n = sum(1 for _ in p.open("rb"))
-            if n:
-                self.segments.append((p, n))
-            else:
-                p.unlink(missing_ok=True)
-        last = self.segments[-1][0].stem.split("-")[1] if self.segments else "0"
-        self._seq = int(last) + 1
-
-    @property
-    def count(self) -> int:
-        return sum(n for _, n in self.segments)
-
-    def write(self, records: Sequence[Record]) -> int:
-        """Append a segment; return how many records were dropped to stay in the bound."""
-        path = self.dir / f"seg-{self._seq:012d}.jsonl"
-        self._seq += 1
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for r in records:
-                f.write(
-                    json.dumps({"t": r.topic, "k": r.key.decode(), "v": r.value.decode()}) + "\n"
-                )
-        tmp.replace(path)
-        self.segments.append((path, len(records)))
-        dropped = 0
-        while self.count > self.max_records and len(self.segments) > 1:
-            old, n = self.segments.popleft()
-            old.unlink(missing_ok=True)
-            dropped += n
-        return dropped
-
-    def head(self) -> list[Record]:
-        path, _ = self.segments[0]
-        out = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            d = json.loads(line)
-            out.append(Record(d["t"], d["k"].encode(), d["v"].encode()))
-        return out
-
-    def consume_head(self, n: int, records: list[Record]) -> None:
-        """``n`` records of the head segment (read as ``records``) were sent."""
-        path, _ = self.segments.popleft()
-        rest = records[n:]
-        if not rest:
-            path.unlink(missing_ok=True)
-            return
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for r in rest:
-                f.write(
-                    json.dumps({"t": r.topic, "k": r.key.decode(), "v": r.value.decode()}) + "\n"
-                )
-        tmp.replace(path)
-        self.segments.appendleft((path, len(rest)))
-
-
 class BufferedPublisher:
     """Bounded, retrying publisher over a :class:`Transport`; see the module docstring.
 
     ``buffer_max`` bounds the memory buffer (records). With ``spill_dir``, a full buffer
     moves its oldest half to a disk segment instead of dropping, up to
     ``spill_max_records`` on disk (default ``10 * buffer_max``); segments left by a
-    previous run are sent first. Retries back off from ``retry_initial_s`` doubling to
-    ``retry_max_s``.
+    previous run are sent first; a corrupt one is quarantined (:mod:`agents.spill`), its
+    lost lines counted in :attr:`corrupt` and :attr:`dropped`. Retries back off from
+    ``retry_initial_s`` doubling to ``retry_max_s``.
     """
 
     def __init__(
@@ -317,10 +262,14 @@ class BufferedPublisher:
         self.retry_max_s = retry_max_s
         self.clock = clock
         self._buf: deque[Record] = deque()
-        self._spill = (
-            _Spill(Path(spill_dir), spill_max_records or 10 * buffer_max) if spill_dir else None
-        )
         self.dropped = 0
+        self.corrupt = 0
+        """Records lost in corrupt spill segments (also counted in :attr:`dropped`)."""
+        self._spill = (
+            Spill(Path(spill_dir), spill_max_records or 10 * buffer_max, self._count_corrupt)
+            if spill_dir
+            else None
+        )
         self.sent = 0
         self.failures = 0
         self._backoff = 0.0
@@ -328,6 +277,7 @@ class BufferedPublisher:
         self._down_since: float | None = None
         self._last_log = 0.0
         self.log_every_s = 60.0
+        self._abort = False
 
     @property
     def pending(self) -> int:
@@ -351,6 +301,10 @@ class BufferedPublisher:
                 self._count_drop(1)
         self._buf.append(Record(topic, key, value))
 
+    def _count_corrupt(self, n: int) -> None:
+        self.corrupt += n
+        self.dropped += n
+
     def _count_drop(self, n: int) -> None:
         if n <= 0:
             return
@@ -366,7 +320,7 @@ class BufferedPublisher:
         if not force and self.clock() < self._next_try:
             return 0
         sent = 0
-        while self.pending:
+        while self.pending and not self._abort:
             try:
                 n = self._send_some()
             except TransportError as exc:
@@ -386,10 +340,11 @@ class BufferedPublisher:
         return sent
 
     def _send_some(self) -> int:
-        if self._spill is not None and self._spill.segments:
-            records = self._spill.head()
+        spill = self._spill
+        records = spill.head() if spill is not None else []  # quarantines corrupt segments
+        if spill is not None and records:  # spilled records go first
             n = self.transport.send(records, self.send_timeout_s)
-            self._spill.consume_head(n, records)
+            spill.consume_head(n, records)
         else:
             batch = [self._buf[i] for i in range(min(self.batch_max, len(self._buf)))]
             n = self.transport.send(batch, self.send_timeout_s)
@@ -422,13 +377,20 @@ class BufferedPublisher:
 
     def flush(self, timeout_s: float) -> int:
         """Try to send everything within ``timeout_s``; return how many are still pending."""
+        if not timeout_s >= 0:  # NaN too: it would make the deadline pass at once
+            raise ValueError(f"timeout_s must be a number >= 0, got {timeout_s}")
         deadline = self.clock() + timeout_s
-        while self.pending and self.clock() < deadline:
+        while self.pending and self.clock() < deadline and not self._abort:
             before = self.pending
             self.pump(force=True)
             if self.pending and self.pending >= before:
                 time.sleep(min(0.5, max(0.0, deadline - self.clock())))
         return self.pending
+
+    def abort_flush(self) -> None:
+        """Stop a :meth:`flush` in progress (after the send under way) and any later
+        sending; :meth:`close` then keeps the rest at once. Safe in a signal handler."""
+        self._abort = True
 
     def close(self, timeout_s: float = 10.0) -> int:
         """Flush, then keep what is left on disk (with a spill dir) or count it as dropped.

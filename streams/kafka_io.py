@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import ssl
 import struct
@@ -32,6 +33,50 @@ if TYPE_CHECKING:
     from gpuhint.wire.config import Settings
 
 log = logging.getLogger(__name__)
+
+_SECRET = re.compile(
+    r"""(?P<key>['"]?[\w.-]*(?:password|secret|token)[\w.-]*['"]?\s*[:=]\s*)"""
+    r"""(?P<value>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|<[^<>]*>|[^\s,;)}\]]+)""",
+    re.IGNORECASE,
+)
+
+
+class RedactSecrets(logging.Filter):
+    """Masks the value of every secret-looking key (``sasl_plain_password``,
+    ``ssl_password``, ``sasl_oauth_token_provider``...) in a record's message:
+    kafka-python logs its whole configuration at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            msg = record.getMessage()
+        except Exception:  # a broken format: logging reports it itself
+            return True
+        masked = _SECRET.sub(_mask, msg)
+        if masked != msg:
+            record.msg, record.args = masked, None
+        return True
+
+
+def _mask(m: re.Match[str]) -> str:
+    value = m.group("value")
+    return m.group("key") + (value if value in ("None", "''", '""') else "'***'")
+
+
+_REDACT = RedactSecrets()
+
+
+def redact_secrets_in_logs(*handlers: logging.Handler) -> None:
+    """Install :class:`RedactSecrets` on every kafka-python logger there is (a logger's
+    filter sees only its own records, not its children's) and on ``handlers`` (the root
+    logger's see every record). Idempotent; done on import and before each client."""
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith("kafka.")]
+    for name in ["kafka", *names]:
+        logging.getLogger(name).addFilter(_REDACT)  # addFilter skips a filter it has
+    for handler in handlers:
+        handler.addFilter(_REDACT)
+
+
+redact_secrets_in_logs()
 
 
 class KafkaUnavailable(RuntimeError):
@@ -340,6 +385,7 @@ def _admin(
     (:func:`probe_broker`), not after ``timeout_s``.
     """
     probe_broker(bootstrap, security, min(timeout_s, 5.0))
+    redact_secrets_in_logs()  # loggers of kafka modules imported since
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap,
@@ -413,6 +459,7 @@ def make_producer(
     }
     config.update(overrides)
     probe_broker(bootstrap, config, 5.0)
+    redact_secrets_in_logs()
     try:
         return KafkaProducer(**config)
     except KafkaError as exc:

@@ -88,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else getattr(logging, env_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:  # client libraries narrate every connection at INFO
+    if args.verbose:  # client libraries log their configuration, secrets included, at DEBUG
+        _redact_secrets()
+    else:  # client libraries narrate every connection at INFO
         for noisy in ("kafka", "aiokafka", "faust.transport.producer"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         # Faust's changelog back-pressure warns on every table burst; it is not a fault.
@@ -107,6 +109,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         return 0
     return int(rc or 0)
+
+
+def _redact_secrets() -> None:
+    """Mask secret values (SASL password, SSL key password, OAuth token) in every record
+    the root logger's handlers write (:class:`streams.kafka_io.RedactSecrets`)."""
+    try:
+        from streams.kafka_io import redact_secrets_in_logs
+    except ImportError:  # no Kafka client installed: nothing logs its configuration
+        return
+    redact_secrets_in_logs(*logging.getLogger().handlers)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import shlex
@@ -39,7 +40,8 @@ CES, so a Slurm site needs no agent on each GPU host; use one or the other per c
 
 When Kafka is unreachable, records wait in a bounded buffer (--buffer-max, optionally
 spilled to --spill-dir) and sending is retried with backoff; past the bound the oldest
-are dropped and counted in NodeStatus.samples_dropped. SIGTERM flushes and exits.
+are dropped and counted in NodeStatus.samples_dropped. SIGTERM flushes and exits (1 if
+records were lost); a second SIGTERM during the flush stops it and spills at once.
 
 settings (flags override GPUHINT_* env vars, which override --config FILE):
   --bootstrap / GPUHINT_KAFKA_BOOTSTRAP    Kafka, HOST:PORT[,HOST:PORT]
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     from agents.nvml import NvmlUnavailable
 
     settings = _agent_settings(args)
-    node = settings.node_name or socket.gethostname().split(".")[0]
+    node = settings.node_name or _host_node_name()
     nvml = _make_nvml(args)
     feeds = _make_feeds(args, settings)
     node_feeds = _make_node_feeds(args, settings, feeds)
@@ -230,10 +232,10 @@ def _agent_settings(args: argparse.Namespace) -> Settings:
 
     if args.scenario and args.nvml != "fake":
         raise UserError("--scenario needs --nvml fake")
-    if args.busy_util < 0 or args.busy_util > 100:
+    if not 0 <= args.busy_util <= 100:  # NaN too
         raise UserError(f"--busy-util must be within 0..100, got {args.busy_util}")
-    if args.flush_timeout < 0:
-        raise UserError(f"--flush-timeout must be >= 0, got {args.flush_timeout}")
+    if not (math.isfinite(args.flush_timeout) and args.flush_timeout >= 0):
+        raise UserError(f"--flush-timeout must be a finite number >= 0, got {args.flush_timeout}")
     if args.nvml == "none" and not (args.slurm or args.kubernetes or args.slurm_nodes):
         raise UserError(
             "--nvml none publishes nothing without --slurm, --slurm-nodes or --kubernetes"
@@ -242,6 +244,23 @@ def _agent_settings(args: argparse.Namespace) -> Settings:
     if bad and not args.dry_run:
         raise UserError(f"Kafka bootstrap {settings.kafka_bootstrap!r} is not HOST:PORT[,...]")
     return settings
+
+
+def _host_node_name() -> str:
+    """This host's short name, checked like ``--node`` (it goes into keys and messages)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from gpuhint.wire.contract import Name
+
+    name = socket.gethostname().split(".")[0]
+    try:
+        return str(TypeAdapter(Name).validate_python(name))
+    except ValidationError as exc:
+        why = exc.errors(include_url=False)[0]["msg"]
+        raise UserError(
+            f"this host's name {name!r} is not a valid node name ({why}); "
+            "set --node or GPUHINT_NODE_NAME"
+        ) from None
 
 
 def _make_nvml(args: argparse.Namespace) -> Nvml | None:
@@ -381,22 +400,34 @@ def _start_metrics(
 def _run_until_stopped(
     agent: NodeAgent, args: argparse.Namespace, metrics: MetricsServer | None, log: logging.Logger
 ) -> int:
-    """Run until SIGTERM/SIGINT (or one tick with ``--once``), then flush; the records lost."""
+    """Run until SIGTERM/SIGINT (or one tick with ``--once``), then flush; the records lost.
+
+    The handlers stay during the flush: a second signal cuts it short, so what is left
+    is spilled (or counted) at once instead of the process dying with it in memory.
+    """
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: flushing and exiting", signal.Signals(signum).name)
-        stop.set()
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("%s again: stopping the flush, keeping what is left", name)
+            agent.publisher.abort_flush()
+        else:
+            log.info("%s: flushing and exiting", name)
+            stop.set()
 
     old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        agent.run(stop, max_ticks=1 if args.once else None)
+        try:
+            agent.run(stop, max_ticks=1 if args.once else None)
+        finally:
+            stop.set()  # from here on, a signal cuts the flush short
+            lost = agent.close(args.flush_timeout)
+            if metrics is not None:
+                metrics.stop()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        lost = agent.close(args.flush_timeout)
-        if metrics is not None:
-            metrics.stop()
     return lost
 
 

@@ -28,7 +28,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from gpuhint.wire.contract import Limits
+from gpuhint.wire.contract import Limits, Name
 from gpuhint.wire.keys import RedisKeys
 from gpuhint.wire.topics import Topics
 
@@ -233,7 +233,9 @@ class Settings(BaseSettings):
     ces_max_cycles_per_node_day: int = Field(
         6, ge=1, le=1440, description="jobs policy: power-downs of one node in any 24 h, at most"
     )
-    node_name: str | None = Field(None, min_length=1, description="agent: node name (hostname)")
+    node_name: Name | None = Field(
+        None, description="agent: node name (hostname); no ':' or whitespace, <= 128 characters"
+    )
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")
     agent_spill_dir: Path | None = Field(None, description="agent: spill the buffer to disk here")

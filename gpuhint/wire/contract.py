@@ -196,8 +196,18 @@ class JobEvent(_Wire):
         return self
 
 
+# NVML-sized integers, widened in place from NonNegInt (le=1e6), which real hosts exceed:
+# every message valid before is still valid, so no schema_version bump (that is for
+# breaking changes only).
+Pid = Annotated[int, Field(ge=0, le=2**22)]
+"""A Linux PID: ``pid_max`` is at most 2**22 (4194304, systemd's default on 64-bit hosts)."""
+NvmlU64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
+"""An NVML ``unsigned long long``: clock-event reason bitmasks (bit 63,
+0x8000000000000000, is "unknown"), volatile ECC counters, XID event data."""
+
+
 class GpuProcess(_Part):
-    pid: NonNegInt
+    pid: Pid
     used_memory_mb: NonNegFloat | None = None
 
 
@@ -225,10 +235,10 @@ class GpuSample(_Wire):
     energy_mj: NonNegFloat | None = None
     temperature_c: Annotated[float, Field(ge=-100, le=300)] | None = None
     sm_clock_mhz: NonNegFloat | None = None
-    throttle_reasons: NonNegInt | None = None
-    ecc_corrected: NonNegInt | None = None
-    ecc_uncorrected: NonNegInt | None = None
-    xid_errors: Annotated[tuple[NonNegInt, ...], Field(max_length=256)] = ()
+    throttle_reasons: NvmlU64 | None = None
+    ecc_corrected: NvmlU64 | None = None
+    ecc_uncorrected: NvmlU64 | None = None
+    xid_errors: Annotated[tuple[NvmlU64, ...], Field(max_length=256)] = ()
     processes: Annotated[tuple[GpuProcess, ...], Field(max_length=MAX_LIST)] = ()
     mig_instances: Annotated[tuple[MigInstance, ...], Field(max_length=64)] = ()
 

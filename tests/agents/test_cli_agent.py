@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +50,13 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], needle: 
         (["--nvml", "fake", "--slurm-nodes", "/no/nodes.json"], "known source (sinfo, cmd"),
         (["--nvml", "fake", "--kubernetes", "/no/pods.json"], "(kueue, kubectl, cmd:COMMAND)"),
         (["--nvml", "fake", "--config", "/no/such.toml"], "does not exist"),
+        # review 2026-12-07: node names like the contract's; finite numbers only
+        (["--nvml", "fake", "--once", "--dry-run", "--node", "gpu 01"], "node_name"),
+        (["--nvml", "fake", "--once", "--dry-run", "--node", "a:b"], "node_name"),
+        (["--nvml", "fake", "--once", "--dry-run", "--node", "n" * 129], "node_name"),
+        (["--nvml", "fake", "--once", "--dry-run", "--flush-timeout", "nan"], "--flush-timeout"),
+        (["--nvml", "fake", "--once", "--dry-run", "--flush-timeout", "inf"], "--flush-timeout"),
+        (["--nvml", "fake", "--once", "--dry-run", "--busy-util", "nan"], "--busy-util"),
     ],
 )
 def test_bad_config_is_one_line_and_exit_2(
@@ -121,3 +135,49 @@ def test_slurm_nodes_publish_every_node_status(capsys: pytest.CaptureFixture[str
     assert all(isinstance(s, NodeStatus) and s.num_gpus == 8 for s in status.values())
     assert status["venus/n1"].busy_gpus == 3  # type: ignore[union-attr]
     assert not status["venus/n3"].powered_on  # type: ignore[union-attr]
+
+
+def test_a_host_name_that_is_no_node_name_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUHINT_NODE_NAME", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "bad host.example.org")
+    one_line_error(capsys, ["--nvml", "fake", "--once", "--dry-run"], "--node or GPUHINT_NODE")
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu01.example.org")
+    assert main(["agent", "--nvml", "fake", "--once", "--dry-run"]) == 0
+    assert '"key":"default/gpu01"' in capsys.readouterr().out
+
+
+class _Killed(Exception):
+    """What the process's own SIGTERM handler (here: the test's) does: end it."""
+
+
+def _die(signum: int, frame: object) -> None:
+    raise _Killed
+
+
+def test_a_second_sigterm_during_the_exit_flush_spills_at_once(tmp_path: Path) -> None:
+    from agents.fake_nvml import FakeNvml
+    from agents.node_agent import NodeAgent
+    from agents.publisher import BufferedPublisher, MemoryTransport
+    from gpuhint.cli.agent import _run_until_stopped
+
+    t = MemoryTransport()
+    t.down = True  # Kafka away: the exit flush would wait --flush-timeout
+    pub = BufferedPublisher(t, buffer_max=100, spill_dir=tmp_path)
+    agent = NodeAgent(nvml=FakeNvml("steady"), publisher=pub, cluster="c", node="n")
+    args = argparse.Namespace(once=True, flush_timeout=30.0)
+    old = signal.signal(signal.SIGTERM, _die)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        t0 = time.monotonic()
+        lost = _run_until_stopped(agent, args, None, logging.getLogger("test"))
+        took = time.monotonic() - t0
+        assert signal.getsignal(signal.SIGTERM) is _die  # handed back after the flush
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, old)
+    assert lost == 0 and took < 10
+    kept = [x for f in tmp_path.glob("seg-*.jsonl") for x in f.read_text().splitlines()]
+    assert len(kept) == 9  # 8 GPU samples and the node status, on disk

@@ -131,3 +131,60 @@ def test_real_nvml_maps_errors_per_field_and_reads_xid(monkeypatch: pytest.Monke
     assert not r.status.gpu_health[1].ok  # XID 79: fell off the bus
     assert not r.status.gpu_health[2].ok and "lost" in (r.status.gpu_health[2].error or "")
     nv.shutdown()
+
+
+def test_a_failing_event_wait_keeps_the_xids_already_drained(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    m = stub_pynvml(lost=set(), no_temp=set())
+    events = [types.SimpleNamespace(device=("h", 1), eventType=8, eventData=79)]
+
+    def wait(s: str, timeout_ms: int) -> Any:
+        if events:
+            return events.pop()
+        raise StubError(GPU_IS_LOST)  # nvmlEventSetWait: a GPU fell off the bus
+
+    m.nvmlEventSetWait = wait
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    nv = RealNvml()
+    nv.init()
+    nv.watch_xid()
+    r = Sampler(nv, cluster="c", node="n", clock=lambda: 0.0).sample()
+    (g1,) = [g for g in r.gpu_samples if g.gpu_index == 1]
+    assert g1.xid_errors == (79,) and not r.status.gpu_health[1].ok
+    assert any("reading XID events: GPU is lost (kept 1 drained)" in x for x in caplog.messages)
+
+
+def test_an_xid_of_a_gpu_whose_uuid_cannot_be_read_still_marks_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    m = stub_pynvml(lost=set(), no_temp=set())
+    lost: set[int] = set()
+
+    def uuid(h: tuple[str, int]) -> str:
+        if h[1] in lost:
+            raise StubError(GPU_IS_LOST)
+        return f"GPU-{h[1]}"
+
+    m.nvmlDeviceGetUUID = uuid
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    nv = RealNvml()
+    nv.init()
+    nv.watch_xid()  # XID 79 on GPU 1 pending...
+    lost.add(1)  # ... and GPU 1 has fallen off the bus: its UUID no longer reads
+    r = Sampler(nv, cluster="c", node="n", clock=lambda: 0.0).sample()
+    h1 = r.status.gpu_health[1]
+    assert not h1.ok and h1.error == "GPU is lost (xid 79)"
+
+
+def test_pynvml_handles_map_by_the_address_they_point_at() -> None:
+    import ctypes
+
+    from agents.nvml import _handle_key
+
+    class Dev(ctypes.Structure):
+        pass
+
+    raw = (ctypes.c_char * 8)()
+    a, b = ctypes.cast(raw, ctypes.POINTER(Dev)), ctypes.cast(raw, ctypes.POINTER(Dev))
+    assert a is not b and _handle_key(a) == _handle_key(b)  # an event's handle is a new object

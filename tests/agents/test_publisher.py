@@ -6,6 +6,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from agents.publisher import BufferedPublisher, MemoryTransport, Record, StdoutTransport
 
 
@@ -122,3 +124,12 @@ def test_stdout_transport_writes_one_json_line_per_record() -> None:
     n = StdoutTransport(out).send([Record("t1", b"c/n", b'{"a":1}')], 1.0)
     assert n == 1
     assert json.loads(out.getvalue()) == {"topic": "t1", "key": "c/n", "message": {"a": 1}}
+
+
+def test_a_nan_flush_timeout_is_refused_not_a_silent_loss() -> None:
+    t = MemoryTransport()
+    p = BufferedPublisher(t, buffer_max=10)
+    p.publish("x", b"k", b"{}")
+    with pytest.raises(ValueError, match="timeout_s"):
+        p.close(float("nan"))
+    assert p.pending == 1 and p.close(1.0) == 0 and len(t.records) == 1

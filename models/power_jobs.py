@@ -102,20 +102,35 @@ class JobAwareCore:
       the largest such demand of the last ``memory_s`` (log2 buckets: a cluster that saw
       16-node bursts today keeps room for one, a quiet one does not); all nodes stay on
       for ``warmup_s`` while it learns;
-    * the *head's need*: the nodes of the job at the head of the queue, less the GPUs of
-      running jobs *predicted* (gpuhint's duration model, never the true duration) to end
-      within a boot time: its off nodes are woken a boot time ahead of the predicted
-      ends, not after them;
+    * the *head's need*: the nodes of the job at the head of the queue;
     * the *timeout*: the idle age before a node may go down, the one (among bin edges of
       1 min .. 24 h) that would have cost least over the idle periods of the last
       ``history_s`` (idle energy, or off energy + a boot + ``wait_price_w`` x boot time;
       ``None``: the busy draw, a waiting job priced as a busy node) -- nodes freed by
       short jobs that are resubmitted minutes later stay up;
 
-    then wakes nodes when idle + booting < need + reserve, and otherwise powers down the
-    excess idle nodes older than the timeout, longest idle first, skipping any node that
-    reached ``max_cycles_per_day`` power-downs in the last 24 h. Nodes allocated to a job
+    then, with *soon* the nodes' worth (GPUs // GPUs per node) of running jobs
+    *predicted* (gpuhint's duration model, never the true duration) to end within a boot
+    time, counted only while a job waits at the head, it wakes
+    need + reserve - (idle + booting + soon) nodes when that is positive. The nodes those
+    jobs free can serve the head or the arrivals alike, so *soon* counts against the
+    head's need and the reserve together, not against the head's need alone: a reserve
+    that the freed nodes cover is not woken for either (and the head's off nodes are
+    woken a boot time ahead of the predicted ends that do not cover it). Otherwise it
+    powers down the excess idle nodes (idle + booting beyond need + reserve; *soon* not
+    counted) older than the timeout, longest idle first, skipping any node that reached
+    ``max_cycles_per_day`` power-downs in the last 24 h. Nodes allocated to a job
     (booting for it, or the head's) are never idle, so never among them.
+
+    >>> from models.simulator.power import PowerModel
+    >>> core = JobAwareCore(JobAwareConfig(warmup_s=0), PowerModel(), 8, t0=0.0)
+    >>> class View:  # a 1-node head; 2 nodes' worth of jobs end within a boot
+    ...     idle, n_boot = {}, 0
+    ...     def head_gpus(self): return 8
+    ...     def freeing_gpus(self, until): return 16
+    >>> core.reserve = lambda: 3  # 1 + 3 wanted; 0 idle + 0 booting + 2 soon: wake 2
+    >>> core.decide(100.0, View()).wake
+    2
     """
 
     def __init__(self, cfg: JobAwareConfig, pm: PowerModel, gpus_per_node: int, t0: float) -> None:

@@ -23,8 +23,13 @@ the applier moves Slurm towards it, one pass at a time, within these rules:
 * a node that does not come back is a **failed resume**: Slurm marked it DOWN while
   powered down (``down~``, after its ``ResumeTimeout``), or it is still not up
   ``resume_timeout_s`` after the applier's ``power_up``. It is reported (log, the
-  pass's ``resume_failed``, the metric's ``resume_failed`` reason), left out of the
-  plan, so another powered-down node is woken in its place, until it is up again.
+  pass's ``resume_failed``, the metric's ``resume_failed`` reason) and left out of the
+  plan, so another powered-down node is woken in its place (for per-node advice that
+  wakes it by name: as many nodes of ``off_nodes``, kept on while that advice holds),
+  until it is up again, or until it shows powered down cleanly (``idle~``, say after an
+  admin resumed it) ``retry_failed_s`` (1 h) or more after it failed: then it is back
+  in the plan and may be woken again (a node that still cannot boot fails again, so it
+  is retried about once per ``retry_failed_s`` + ``resume_timeout_s``).
 
 >>> nodes = [Node("n1", "allocated"), Node("n2", "idle"), Node("n3", "idle"), Node("n4", "idle")]
 >>> plan_power(nodes, target_on=2, min_idle=1).lines
@@ -173,16 +178,20 @@ def plan_named(
     prefer_down: Sequence[str] = (),
     prefer_up: Sequence[str] = (),
     exclude: Iterable[str] = (),
+    stand_in: int = 0,
 ) -> PowerPlan:
     """Per-node advice: power down the idle nodes named in ``off`` (``prefer_down`` first)
     while the floor allows, power up every powered-down node not named (``prefer_up``
-    first), and more if the floor needs them.
+    first), and more (of ``off``) if the floor needs them, plus ``stand_in`` more in the
+    place of nodes the advice wakes but that failed to resume.
 
     >>> ns = [Node("a", "allocated"), Node("b", "idle"), Node("c", "idle"), Node("d", "idle~")]
     >>> plan_named(ns, off=["b"], min_idle=1).lines
     ['update nodename=b state=power_down_asap', 'update nodename=d state=power_up']
     >>> plan_named(ns, off=["b", "c", "d"], min_idle=1).down  # the floor keeps one idle
     ['b']
+    >>> plan_named(ns, off=["d"], min_idle=1, stand_in=1).up
+    ['d']
     """
     skip, wanted_off = set(exclude), set(off)
     ns = [n for n in nodes if n.name not in skip]
@@ -204,7 +213,8 @@ def plan_named(
         (n for n in wake if n.name not in wanted_off), key=lambda n: n.name not in up_first
     )
     need = max(0, floor - (len(on) - len(plan.down) + len(wanted_on)))
-    plan.up = [n.name for n in wanted_on] + [n.name for n in wake if n.name in wanted_off][:need]
+    more = need + max(0, stand_in)
+    plan.up = [n.name for n in wanted_on] + [n.name for n in wake if n.name in wanted_off][:more]
     plan.target_on = max(floor, len(on) - len(plan.down) + len(plan.up), target_on or 0)
     return plan
 
@@ -274,6 +284,7 @@ class PowerApplier:
         exclude: Sequence[str] = (),
         dry_run: bool = False,
         resume_timeout_s: float = 900.0,
+        retry_failed_s: float = 3600.0,
     ) -> None:
         self.slurm = slurm
         self.advice = advice
@@ -285,10 +296,15 @@ class PowerApplier:
         self.dry_run = dry_run
         self.total_refused = 0
         self.resume_timeout_s = resume_timeout_s
+        self.retry_failed_s = retry_failed_s
         self.waking: dict[str, float] = {}
         """Nodes this applier powered up, and when; watched until they are up."""
         self.failed: dict[str, str] = {}
         """Nodes that did not come back, and why."""
+        self.failed_at: dict[str, float] = {}
+        """When each of :attr:`failed` failed."""
+        self.stand_ins: tuple[float, tuple[str, ...]] = (-1.0, ())
+        """(advice time, nodes woken in the place of failed nodes that advice wakes)."""
 
     def watch_resumes(self, nodes: Sequence[Node], now: float) -> list[str]:
         """Update :attr:`failed` from Slurm's node states; return the newly failed."""
@@ -303,14 +319,27 @@ class PowerApplier:
                     why = f"not up {waited:.0f} s after power_up (state {n.state})"
             if why is not None and n.name not in self.failed:
                 self.failed[n.name] = why
+                self.failed_at[n.name] = now
                 self.waking.pop(n.name, None)
                 newly.append(n.name)
                 log.warning("node %s did not come back: %s; waking another instead", n.name, why)
             elif n.up and (n.name in self.failed or n.name in self.waking):
-                if self.failed.pop(n.name, None) is not None:
+                if self._forgive(n.name):
                     log.info("node %s is up again: back in the power plan", n.name)
                 self.waking.pop(n.name, None)
+            elif n.name in self.failed and n.wakeable and self._may_retry(n.name, now):
+                self._forgive(n.name)
+                log.info("node %s is powered down cleanly again: back in the power plan", n.name)
         return newly
+
+    def _may_retry(self, name: str, now: float) -> bool:
+        """Whether failed node ``name`` has waited out :attr:`retry_failed_s`."""
+        return now - self.failed_at.get(name, now) >= self.retry_failed_s
+
+    def _forgive(self, name: str) -> bool:
+        """Take ``name`` out of :attr:`failed`; whether it was there."""
+        self.failed_at.pop(name, None)
+        return self.failed.pop(name, None) is not None
 
     def run_pass(self, now: float) -> PowerResult:
         adv = self.advice.cluster_advice(self.cluster)
@@ -320,17 +349,7 @@ class PowerApplier:
         newly = self.watch_resumes(nodes, now)
         exclude = (*self.exclude, *self.failed)
         if adv is not None and target is not None and adv.off_nodes is not None:
-            waking = adv.action is PowerAction.WAKE
-            plan = plan_named(
-                nodes,
-                off=adv.off_nodes,
-                target_on=target,
-                min_idle=self.min_idle,
-                min_on=self.min_on,
-                prefer_down=() if waking else named,
-                prefer_up=named if waking else (),
-                exclude=exclude,
-            )
+            plan = self._plan_named(nodes, adv, target, exclude)
         else:
             plan = plan_power(
                 nodes,
@@ -345,6 +364,8 @@ class PowerApplier:
         self.total_refused += len(errors)
         if not self.dry_run and not errors:
             self.waking.update((name, now) for name in plan.up)
+            if adv is not None and target is not None:
+                self._note_stand_ins(adv, plan.up)
         return PowerResult(
             target_on=plan.target_on,
             on=plan.on,
@@ -358,4 +379,44 @@ class PowerApplier:
             errors=errors,
             resume_failed=sorted(self.failed),
             newly_failed=newly,
+        )
+
+    def _lost(self, adv: PowerAdvisory) -> int:
+        """How many nodes per-node ``adv`` wakes by name that failed to resume."""
+        if adv.action is not PowerAction.WAKE or adv.off_nodes is None:
+            return 0
+        return sum(1 for n in adv.nodes if n in self.failed)
+
+    def _note_stand_ins(self, adv: PowerAdvisory, up: Sequence[str]) -> None:
+        """Remember the nodes of ``off_nodes`` woken while ``adv`` wakes failed nodes."""
+        if not self._lost(adv):
+            return
+        kept, off = self._kept(adv), set(adv.off_nodes or ())
+        self.stand_ins = (adv.time, kept + tuple(n for n in up if n in off and n not in kept))
+
+    def _kept(self, adv: PowerAdvisory) -> tuple[str, ...]:
+        """The nodes woken in the place of failed ones while ``adv`` holds (not failed
+        themselves)."""
+        if self.stand_ins[0] != adv.time:
+            return ()
+        return tuple(n for n in self.stand_ins[1] if n not in self.failed)
+
+    def _plan_named(
+        self, nodes: Sequence[Node], adv: PowerAdvisory, target: int, exclude: Sequence[str]
+    ) -> PowerPlan:
+        """The plan of per-node advice; a WAKE of a failed node wakes another in its place
+        (of ``off_nodes``), kept on while that advice holds."""
+        waking = adv.action is PowerAction.WAKE
+        named = tuple(adv.nodes)
+        kept = self._kept(adv)
+        return plan_named(
+            nodes,
+            off=[n for n in adv.off_nodes or () if n not in kept],
+            target_on=target,
+            min_idle=self.min_idle,
+            min_on=self.min_on,
+            prefer_down=() if waking else named,
+            prefer_up=named if waking else (),
+            exclude=exclude,
+            stand_in=max(0, self._lost(adv) - len(kept)),
         )

@@ -132,3 +132,37 @@ def test_applier_uses_the_named_nodes_when_the_advisory_has_them() -> None:
     slurm = _AcceptingSlurm(_nodes("allocated", "idle", "idle", "idle", "idle~"))
     r = PowerApplier(slurm, _Advice(count_only), "c", min_idle=1).run_pass(now=10.0)
     assert r.powered_down == ["n2", "n4"]  # the named one first, then the count's choice
+
+
+def test_a_named_wake_of_a_failed_node_wakes_another_in_its_place() -> None:
+    # per-node advice: wake n3 (one more node on); n4 and n5 stay off in the advice
+    adv = PowerAdvisory(time=0.0, action=PowerAction.WAKE, count=1, nodes=("n3",), reason="t",
+                        active_nodes=3, off_nodes=("n4", "n5"))  # fmt: skip
+    slurm = _AcceptingSlurm(_nodes("allocated", "idle", "down~", "idle~", "idle~"))  # n3 failed
+    a = PowerApplier(slurm, _Advice(adv), "c", min_idle=1)
+    r = a.run_pass(now=10.0)
+    assert r.resume_failed == ["n3"] and r.powered_up == ["n4"], (r.powered_up, r.target_on)
+    slurm._nodes = _nodes("allocated", "idle", "down~", "idle#", "idle~")  # n4 booting
+    assert a.run_pass(now=40.0).lines == []  # one in n3's place, not one more each pass
+    slurm._nodes = _nodes("allocated", "idle", "down~", "idle", "idle~")  # n4 up
+    assert a.run_pass(now=70.0).lines == []  # kept on while that advice holds
+    newer = adv.model_copy(update={"time": 60.0, "action": PowerAction.KEEP, "nodes": ()})
+    a.advice = _Advice(newer)  # CES's next advice still has n4 off: it goes
+    assert a.run_pass(now=80.0).powered_down == ["n4"]
+
+
+def test_a_failed_node_powered_down_cleanly_is_retried_after_the_back_off() -> None:
+    adv = PowerAdvisory(time=0.0, action=PowerAction.KEEP, count=0, reason="t",
+                        active_nodes=3, off_nodes=())  # fmt: skip
+    slurm = _AcceptingSlurm(_nodes("allocated", "idle", "down~"))
+    a = PowerApplier(slurm, _Advice(adv), "c", min_idle=1, max_age_s=1e9)  # retry after 1 h
+    assert a.run_pass(now=10.0).resume_failed == ["n3"]
+    slurm._nodes = _nodes("allocated", "idle", "idle~")  # an admin resumed n3: idle~ again
+    r = a.run_pass(now=20.0)
+    assert r.resume_failed == ["n3"] and r.powered_up == []  # not yet: the back-off
+    r = a.run_pass(now=3610.0)
+    assert r.resume_failed == [] and r.powered_up == ["n3"]  # back in the plan, woken
+    slurm._nodes = _nodes("allocated", "idle", "down~")  # and still broken: failed again
+    assert a.run_pass(now=4000.0).newly_failed == ["n3"]
+    slurm._nodes = _nodes("allocated", "idle", "down~")
+    assert a.run_pass(now=9000.0).resume_failed == ["n3"]  # down~ is never retried

@@ -1,0 +1,301 @@
+"""The job-aware CES engine's belief about a cluster (gpuhint.cores.ces_jobs_state) when
+messages come twice, late or contradict it: resends, failed wakes, advice overtaken by a
+job, nodes of other sizes, and checkpoints taken in the middle of all that."""
+
+from __future__ import annotations
+
+import pickle
+
+from gpuhint.cores.ces_jobs import OFF, JobsCesConfig, JobsCesEngine
+from gpuhint.cores.ces_jobs_state import JobsCluster
+from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor, make_processor
+from gpuhint.wire import pickles
+from gpuhint.wire.contract import JobEvent, NodeStatus
+from models.power_jobs import JobAwareConfig
+
+
+def _ev(
+    phase: str,
+    job: str,
+    t: float,
+    nodes: tuple[str, ...] = (),
+    gpus: int = 8,
+    submit: float = 0.0,
+) -> JobEvent:
+    return JobEvent(
+        phase=phase,  # type: ignore[arg-type]
+        job_id=job,
+        num_gpus=gpus,
+        time=t,
+        submit_time=submit,
+        nodes=nodes,
+    )
+
+
+def _eng(**kw: float) -> JobsCesEngine:
+    return JobsCesEngine(None, JobsCesConfig(JobAwareConfig(warmup_s=0, **kw), keep_decisions=999))  # type: ignore[arg-type]
+
+
+def _ran_one_job(eng: JobsCesEngine) -> None:
+    for n in ("a", "b"):
+        eng.on_message(NodeStatus(node=n, time=0, num_gpus=8))
+    eng.on_message(_ev("submitted", "j", 10, submit=10))
+    eng.on_message(_ev("started", "j", 20, ("a",), submit=10))
+    eng.on_message(_ev("finished", "j", 30, ("a",), submit=10))
+
+
+def _proc(table: dict[str, bytes], **kw: float) -> ClusterLoadProcessor:
+    jcfg = JobsCesConfig(JobAwareConfig(warmup_s=0, **kw), keep_decisions=99)  # type: ignore[arg-type]
+    return make_processor(None, policy="jobs", jobs_config=jcfg, checkpoints=table)
+
+
+# -- resends and late events ---------------------------------------------------------
+
+
+def test_a_resent_submit_of_a_finished_job_does_not_queue_it_again() -> None:
+    eng = _eng()
+    _ran_one_job(eng)
+    c = eng.cluster("default")
+    assert c.core is not None
+    arrivals = len(c.core.arrivals)
+    eng.on_message(_ev("submitted", "j", 10, submit=10))  # the producer's resend
+    assert c.head_gpus() is None, "a finished job at the head of the queue forever"
+    assert len(c.core.arrivals) == arrivals, "a replayed submit counted twice"
+
+
+def test_a_resent_start_of_a_finished_job_does_not_pin_its_node() -> None:
+    eng = _eng()
+    _ran_one_job(eng)
+    eng.on_message(_ev("started", "j", 20, ("a",), submit=10))  # redelivered
+    c = eng.cluster("default")
+    assert c.jobs_on[c.index["a"]] == 0 and "j" not in c.running
+
+
+def test_a_finished_job_resent_keeps_no_node_on() -> None:
+    eng = _eng()
+    _ran_one_job(eng)
+    eng.on_message(_ev("submitted", "j", 10, submit=10))
+    eng.on_message(_ev("started", "j", 20, ("a",), submit=10))
+    c = eng.cluster("default")
+    for t in range(60, 2 * 86400, 300):  # two quiet days, the nodes report
+        for n in ("a", "b"):
+            on = c.state[c.index[n]] != OFF
+            eng.on_message(NodeStatus(node=n, time=t, num_gpus=8, powered_on=on))
+    eng.flush("default")
+    assert all(s == OFF for s in c.state), c.state
+
+
+def test_a_finish_before_its_submit_and_start_wins() -> None:
+    eng = _eng()
+    eng.on_message(NodeStatus(node="a", time=0, num_gpus=8))
+    eng.on_message(_ev("finished", "j", 30, ("a",)))  # out of order: the finish first
+    eng.on_message(_ev("submitted", "j", 10, submit=10))
+    eng.on_message(_ev("started", "j", 20, ("a",)))
+    c = eng.cluster("default")
+    assert c.head_gpus() is None and not c.running and c.jobs_on == [0]
+
+
+def test_a_second_submit_of_a_waiting_job_is_one_arrival() -> None:
+    eng = _eng()
+    eng.on_message(NodeStatus(node="a", time=0, num_gpus=8))
+    eng.on_message(_ev("submitted", "j", 10, gpus=16, submit=10))
+    eng.on_message(_ev("submitted", "j", 10, gpus=16, submit=10))
+    c = eng.cluster("default")
+    assert c.core is not None and list(c.core.arrivals) == [(10.0, 2.0)]
+
+
+def test_the_finished_jobs_survive_a_restart() -> None:
+    table: dict[str, bytes] = {}
+    p = _proc(table)
+    for m in (
+        NodeStatus(node="a", time=0, num_gpus=8),
+        _ev("submitted", "j", 10, submit=10),
+        _ev("finished", "j", 30),
+    ):
+        p.on_message(m)
+        p.checkpoint_dirty()
+    q = _proc(table)
+    q.on_message(_ev("submitted", "j", 10, submit=10))  # resent after the restart
+    assert q.jobs is not None
+    assert q.jobs.clusters["default"].head_gpus() is None
+
+
+# -- checkpoints -------------------------------------------------------------------
+
+
+def _advised_down_then_busy() -> list[NodeStatus]:
+    return [
+        NodeStatus(node="a", time=0, num_gpus=8),
+        NodeStatus(node="b", time=0, num_gpus=8),
+        NodeStatus(node="b", time=1, num_gpus=8),  # the decision at 0: a, b down
+        # a has not gone down yet (the advice is being applied) and reports a job
+        NodeStatus(node="a", time=10, num_gpus=8, busy_gpus=8),
+    ]
+
+
+def test_a_status_in_the_confirm_window_is_checkpointed() -> None:
+    table: dict[str, bytes] = {}
+    p = _proc(table)
+    for m in _advised_down_then_busy():
+        p.on_message(m)
+        p.checkpoint_dirty()
+    assert p.jobs is not None
+    live = p.jobs.clusters["default"]
+    assert live.state[live.index["a"]] == OFF and live.status_busy[live.index["a"]]
+    q = _proc(table)
+    q._restore("default")
+    assert q.jobs is not None
+    assert q.jobs.clusters["default"].status_busy == live.status_busy
+
+
+def test_a_restart_after_a_status_in_the_confirm_window_decides_alike() -> None:
+    table: dict[str, bytes] = {}
+    p = _proc(table)
+    for m in _advised_down_then_busy():
+        p.on_message(m)
+        p.checkpoint_dirty()
+    q = _proc(table)
+    tail = [
+        _ev("started", "j", 20, ("a",)),
+        _ev("finished", "j", 400, ("a",)),
+        NodeStatus(node="b", time=2000, num_gpus=8, powered_on=False),
+    ]
+    for m in tail:
+        p.on_message(m)
+        q.on_message(m)
+    assert p.jobs is not None and q.jobs is not None
+    assert q.jobs.flush("default") == p.jobs.flush("default")
+
+
+def test_a_restart_keeps_the_cycle_limit_after_a_confirmed_power_down() -> None:
+    table: dict[str, bytes] = {}
+    p = _proc(table, max_cycles_per_day=1)
+    head = [
+        NodeStatus(node="a", time=0, num_gpus=8),
+        NodeStatus(node="b", time=0, num_gpus=8),
+        NodeStatus(node="b", time=1, num_gpus=8),  # decision at 0: a, b down (1 of 1)
+        NodeStatus(node="a", time=30, num_gpus=8, powered_on=False),  # a's down confirmed
+    ]
+    for m in head:
+        p.on_message(m)
+        p.checkpoint_dirty()
+    q = _proc(table, max_cycles_per_day=1)
+    tail = [
+        NodeStatus(node="a", time=1000, num_gpus=8),  # a powered on by someone else
+        NodeStatus(node="b", time=2000, num_gpus=8, powered_on=False),
+    ]
+    for m in tail:
+        p.on_message(m)
+        q.on_message(m)
+    assert p.jobs is not None and q.jobs is not None
+    live, back = p.jobs.flush("default"), q.jobs.flush("default")
+    assert len([t for t, _, d in back if "a" in d]) <= 1, back  # one power-down of a a day
+    assert back == live
+
+
+def test_a_checkpoint_of_before_the_new_fields_still_loads() -> None:
+    eng = _eng()
+    _ran_one_job(eng)
+    c = eng.cluster("default")
+    for name in ("finished", "woken", "wake_failed", "node_gpus", "gpu_nodes", "g"):
+        del c.__dict__[name]
+    old = pickle.dumps(c, protocol=0).replace(
+        b"gpuhint.cores.ces_jobs_state", b"gpuhint.cores.ces_jobs"
+    )  # the module the class lived in then
+    back = pickles.loads(old)
+    assert isinstance(back, JobsCluster)
+    assert (back.finished, back.node_gpus, back.g) == ({}, [0, 0], 8)
+    eng.clusters["default"] = back
+    eng.on_message(NodeStatus(node="a", time=100, num_gpus=4))
+    assert back.g == 4
+
+
+# -- wakes that fail, nodes of another size, advice overtaken --------------------------
+
+
+def test_a_failed_wake_is_not_retried_on_the_same_node_forever() -> None:
+    eng = _eng()
+    for n in ("a", "b", "c"):
+        eng.on_message(NodeStatus(node=n, time=0, num_gpus=8))
+    eng.on_message(NodeStatus(node="a", time=60, num_gpus=8))
+    c = eng.cluster("default")
+    assert all(s == OFF for s in c.state)
+    eng.on_message(_ev("submitted", "big", 100, submit=100))  # the head needs one node
+    t = 100
+    for _ in range(4):  # the woken nodes never come up (off after a boot + confirm_s)
+        t += 700
+        for n in ("a", "b", "c"):
+            eng.on_message(NodeStatus(node=n, time=t, num_gpus=8, powered_on=False))
+    woken = [w for _, w, _ in eng.flush("default") if w]
+    assert any("c" in w for w in woken), woken  # c, off and never failed, is tried
+    assert woken[2][0] == "c"  # first, once a and b failed
+
+
+def test_a_wake_is_given_a_boot_and_the_confirm_window() -> None:
+    eng = _eng()
+    for n in ("a", "b"):
+        eng.on_message(NodeStatus(node=n, time=0, num_gpus=8))
+    eng.on_message(NodeStatus(node="a", time=60, num_gpus=8))
+    eng.on_message(_ev("submitted", "big", 100, submit=100))
+    (_, woke, _) = eng.flush("default")[-1]  # woken at 100, up at 400 (boot_s 300)
+    c = eng.cluster("default")
+    i = c.index[woke[0]]
+    eng.on_message(NodeStatus(node=c.names[i], time=500, num_gpus=8, powered_on=False))
+    assert c.state[i] != OFF and not c.wake_failed  # still booting, slower than boot_s
+    eng.on_message(NodeStatus(node=c.names[i], time=701, num_gpus=8, powered_on=False))
+    assert c.state[i] == OFF and i in c.wake_failed
+
+
+def test_the_heads_need_uses_the_nodes_gpu_count() -> None:
+    eng = _eng()
+    names = [f"n{k}" for k in range(8)]
+    for n in names:
+        eng.on_message(NodeStatus(node=n, time=0, num_gpus=4))  # 4-GPU nodes
+    eng.on_message(NodeStatus(node="n0", time=60, num_gpus=4, powered_on=False))
+    c = eng.cluster("default")
+    assert all(s == OFF for s in c.state) and c.g == 4
+    eng.on_message(_ev("submitted", "j", 100, gpus=16, submit=100))  # needs 4 nodes
+    eng.on_message(NodeStatus(node="n0", time=101, num_gpus=4, powered_on=False))
+    first_wake = next(w for _, w, _ in eng.flush("default") if w)
+    assert len(first_wake) >= 4, first_wake
+
+
+def test_the_gpus_per_node_is_the_most_common_count() -> None:
+    eng = _eng()
+    assert eng.cluster("default").g == 8  # the setting, until a node reports
+    for k, g in enumerate((4, 4, 8, 0)):  # 0: a node without GPUs counts not
+        eng.on_message(NodeStatus(node=f"n{k}", time=0, num_gpus=g))
+    c = eng.cluster("default")
+    assert c.g == 4 and c.core is not None and c.core.g == 4
+    eng.on_message(NodeStatus(node="n0", time=1, num_gpus=8))  # n0 re-fitted
+    assert c.g == 8 and c.core.g == 8
+
+
+def test_a_power_down_overtaken_by_a_job_does_not_count_as_a_cycle() -> None:
+    eng = _eng(max_cycles_per_day=1)
+    for n in ("a", "b"):
+        eng.on_message(NodeStatus(node=n, time=0, num_gpus=8))
+    eng.on_message(NodeStatus(node="b", time=1, num_gpus=8))  # decision at 0: a, b down
+    c = eng.cluster("default")
+    i = c.index["a"]
+    assert c.state[i] == OFF and c.cycles[i] == 1
+    # Slurm placed a job on a before apply-power acted: a never went down
+    eng.on_message(_ev("started", "j", 10, ("a",)))
+    for t in (20, 100, 200, 400, 700):
+        eng.on_message(NodeStatus(node="a", time=t, num_gpus=8, busy_gpus=8))
+    assert c.core is not None
+    assert c.cycles[i] == 0 and len(c.core.downs[i]) == 0 and c.state[i] != OFF
+
+
+def test_a_power_down_that_happened_before_the_job_still_counts() -> None:
+    eng = _eng(max_cycles_per_day=1)
+    for n in ("a", "b"):
+        eng.on_message(NodeStatus(node=n, time=0, num_gpus=8))
+    eng.on_message(NodeStatus(node="b", time=1, num_gpus=8))
+    c = eng.cluster("default")
+    i = c.index["a"]
+    eng.on_message(_ev("started", "j", 10, ("a",)))  # Slurm resumes a for the job
+    eng.on_message(NodeStatus(node="a", time=20, num_gpus=8, powered_on=False))  # it was off
+    for t in (320, 400, 700):
+        eng.on_message(NodeStatus(node="a", time=t, num_gpus=8, busy_gpus=8))
+    assert c.cycles[i] == 1 and c.state[i] != OFF

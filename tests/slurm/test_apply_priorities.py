@@ -269,7 +269,8 @@ def test_expected_start_goes_into_the_comment_of_pending_jobs(
         doc = json.loads(dry.stdout)
         assert f"scontrol update jobid={plain} Comment={want}" in doc["lines"]
         assert f"scontrol update jobid={old} Comment=" in doc["lines"]
-        assert not any(noted in ln and "Comment" in ln for ln in doc["lines"])
+        # (by its jobid= field: a bare job id such as "19" can be part of a time, T06:19Z)
+        assert not any(f"jobid={noted} " in ln and "Comment" in ln for ln in doc["lines"])
         assert doc["start_comment"] is True
         got = {k: doc[k] for k in ("comments_set", "comments_cleared", "comments_user_kept")}
         assert got == {"comments_set": 1, "comments_cleared": 1, "comments_user_kept": 1}

@@ -3,7 +3,8 @@
 The guard keeps the last ``window`` jobs of one VC *in submit order* whose true
 durations are known (submit time, duration, GPUs and the last priority the model gave
 them while they waited): a job enters when it and every job submitted before it have finished (a
-straggler more than ``4 * window`` submits behind is dropped). Every ``every`` such
+straggler more than ``4 * window`` submits behind is dropped, a job cancelled without a
+duration at once: :meth:`FifoGuard.forget`). Every ``every`` such
 jobs it schedules them twice on a VC of the size seen in use (the most GPUs running at once,
 in whole nodes), by the model's priorities (QSSF) and by arrival (FIFO), with the same
 simulator as ``gpuhint evaluate qssf``. When the hints' average JCT is above FIFO's the
@@ -90,6 +91,29 @@ class FifoGuard:
             return False
         e[3] = max(0.0, duration)
         self.max_running = max(self.max_running, int(e[1]))
+        return self._drain()
+
+    def forget(self, job_id: str) -> bool:
+        """A job left without a duration (cancelled while it waited, or a finish that
+        says no run time): drop its entry, so that the jobs submitted after it are not
+        held behind it, and drain as :meth:`observe` does; True when the guard changed
+        state. An unknown job changes nothing.
+
+        >>> g = FifoGuard()
+        >>> g.submit("c", priority=1.0, submit_time=0.0, gpus=8)
+        >>> g.submit("a", priority=1.0, submit_time=1.0, gpus=8)
+        >>> _ = g.observe("a", duration=10.0, running_gpus=8)
+        >>> g.shadow.jobs, g.forget("c"), g.shadow.jobs, list(g.open)
+        (0, False, 1, [])
+        """
+        if self.open.pop(job_id, None) is None:
+            return False
+        return self._drain()
+
+    def _drain(self) -> bool:
+        """Move the finished jobs at the head of :attr:`open` (submit order) to
+        :attr:`recent` and :attr:`shadow`, and compare with FIFO when due; True when
+        the guard changed state."""
         op = self.open
         while op:
             jid, first = next(iter(op.items()))

@@ -1,7 +1,8 @@
 """The paper's history rule: predict a job's duration from its user's past jobs.
 
 Mean duration of the same user with the same GPU count, else of the same user, else
-of the whole VC, else a prior. Statistics are kept per ``cluster/vc`` so that the
+of the whole VC, else a prior (the expected duration; the point forecast is that mean
+kept within the 80% band, which is built in log). Statistics are kept per ``cluster/vc`` so that the
 state of one VC lives on the Kafka partition that carries that VC's events.
 
 The state is any ``MutableMapping[str, list[float]]``: a dict in embedded mode, a
@@ -17,6 +18,7 @@ changelog-backed Faust table in the streaming worker.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import MutableMapping
 
@@ -59,10 +61,10 @@ class HistoryEstimator:
         """Pure. A job's time limit bounds the prediction (it cannot outrun it)."""
         p = self._predict(job)
         lim = job.time_limit_s
-        if lim is None or lim <= 0 or p.duration_s <= lim:
+        if lim is None or lim <= 0 or p.expected_s <= lim:
             return p
         return DurationPrediction.from_log(
-            min(math.log1p(lim), math.log1p(p.duration_s)),
+            math.log1p(lim),
             p.log_std,
             point_s=lim,
             reasons=(*p.reasons, ("time_limit", lim)),
@@ -76,9 +78,13 @@ class HistoryEstimator:
                 mean_log = slog / n
                 var = max(0.0, slog2 / n - mean_log * mean_log)
                 std = math.sqrt(var) if n > 1 else self.prior_log_std
-                return DurationPrediction.from_log(
-                    mean_log, std, point_s=total / n, reasons=((f"history:{level}", n),)
+                p = DurationPrediction.from_log(
+                    mean_log, std, reasons=((f"history:{level}", n),), expected_s=total / n
                 )
+                # the point forecast is the mean, kept inside the band (built in log:
+                # a heavy tail can put the mean past its p90); QSSF ranks by the mean
+                point = min(max(p.expected_s, p.p10_s), p.p90_s)
+                return dataclasses.replace(p, duration_s=point)
         return DurationPrediction.from_log(
             math.log1p(self.prior_duration_s),
             self.prior_log_std,

@@ -16,7 +16,10 @@ same answer as one.
 * ``started``:   remove the hint (the scheduler has placed the job); the job's running
   time now counts as evidence about its burst's waiting siblings.
 * ``finished``:  remove the hint, learn from the true duration, score the prediction,
-  then **update the hints of the waiting jobs it bears on** (hint updates, below).
+  then **update the hints of the waiting jobs it bears on** (hint updates, below). A
+  finish without a duration (a job cancelled, waiting or running) learns nothing; the
+  FIFO guard forgets the job (:meth:`models.fifo_guard.FifoGuard.forget`), so that the
+  jobs submitted after it still reach its shadow.
 
 Hint updates (QSSF semantics, the same code in the worker and the embedded core): a
 VC's waiting jobs are indexed by the history keys their prediction depends on
@@ -56,7 +59,10 @@ recently finished, a ``started`` of a job running or recently finished and a
 ``finished`` of a job recently finished (the VC's last :data:`RECENT_FINISHED_MAX`
 finished ids, :attr:`VcState.recent_finished`) change no state either: counted as
 ``EngineStats.duplicates``, their job's current store writes re-emitted. A ``finished``
-of a job never seen (a replay that starts mid-way) is learned, once.
+of a job never seen (a replay that starts mid-way) is learned, once. A ``started`` of
+a job not waiting (it arrived before its ``submitted``, or the job ran before the core
+did) records the job as running, its GPUs counted, with no forecast to score: its
+later ``submitted`` and a resent ``started`` are duplicates.
 
 The engine's parts: its state (:mod:`gpuhint.cores.qssf_state`: :class:`VcState`,
 :class:`PendingJob`, :class:`EngineStats`), hint updates and the starvation bound
@@ -207,7 +213,8 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
         st = self.state(ev.cluster, ev.vc)
         if offset is not None and offset <= st.applied_offset:
             return self._reemit(st, ev)
-        if self._is_duplicate(st, ev):
+        duplicate = self._is_duplicate(st, ev)
+        if duplicate:
             s.duplicates += 1
             if ev.job_id in st.recent_finished:
                 st.remember_finished(ev.job_id)  # an LRU: a hit is recent again
@@ -218,6 +225,8 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             self._track_starts(st, ev, waiting, hint)
         if st.bound.heap:
             self._enforce_bound(st, ev.time)
+        if not duplicate:  # after the bound: the starts list a promoted job at the front
+            self._publish_starts(st, ev)
         if offset is not None:
             st.applied_offset = offset
         self.states[state_key(ev.cluster, ev.vc)] = st  # mark dirty
@@ -264,13 +273,19 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
                 st.running[ev.job_id] = point
                 st.index.remove(ev.job_id)
                 st.model_priority.pop(ev.job_id, None)
-                _observe_start(st.model, ev)
-                st.running_gpus += ev.num_gpus
+            else:  # never seen waiting: a start before its submit (out of order), or a
+                # job that ran before this core did; running, so that its submit and a
+                # resent start are duplicates. No submit-time forecast to score (NaN).
+                st.running[ev.job_id] = math.nan
+            _observe_start(st.model, ev)
+            st.running_gpus += ev.num_gpus
             return None
         s.finished += 1
         job = st.pending.pop(ev.job_id, None)
         was_running = ev.job_id in st.running
         predicted = st.running.pop(ev.job_id, None)
+        if predicted is not None and math.isnan(predicted):
+            predicted = None  # started without a submit seen: nothing to score
         if job is not None:
             predicted = st.submit_point.pop(ev.job_id, job.hint.predicted_duration_s)
             st.index.remove(ev.job_id)
@@ -289,6 +304,14 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             flipped = st.guard.observe(ev.job_id, ev.duration_s, running)
             st.bound.scale = st.guard.shadow.max_wait
             self._rerank(st, ev.time, keys, everyone=flipped)
+        else:  # cancelled (waiting or running): no duration for the guard to replay;
+            # later jobs must not wait behind its entry to reach FIFO's shadow
+            seen = st.guard.shadow.jobs
+            flipped = st.guard.forget(ev.job_id)
+            if st.guard.shadow.jobs != seen:  # the jobs held behind it reached the shadow
+                st.bound.scale = st.guard.shadow.max_wait
+            if flipped:
+                self._rerank(st, ev.time, (), everyone=True)
         if was_running:
             st.running_gpus = max(0, st.running_gpus - ev.num_gpus)
         st.remember_finished(ev.job_id)

@@ -199,13 +199,19 @@ class StartBook:
         ]
 
     def forecast(
-        self, now: float, waiting: Sequence[Waiting], limit: int = 64, busy_gpus: int = 0
+        self,
+        now: float,
+        waiting: Sequence[Waiting],
+        limit: int = 64,
+        busy_gpus: int = 0,
+        overtake: bool = True,
     ) -> dict[str, StartForecast]:
         """Expected start and band of the first ``limit`` of ``waiting`` (rank order).
 
         ``busy_gpus``: GPUs the VC's jobs hold now; those of jobs the book never saw
         start (running before gpuhint did) are taken to free up after the longest
-        expected duration among the waiting jobs (nothing better is known of them)."""
+        expected duration among the waiting jobs (nothing better is known of them).
+        ``overtake`` False: no later arrival overtakes (step 3 off: arrival order)."""
         self.band.overdue(now)
         head = list(waiting[:limit])
         if not head:
@@ -221,7 +227,10 @@ class StartBook:
         for pick in _PICKS:
             running = [(now + _remaining(r, pick(r), now), r.gpus) for r in runs]
             sims.append(_simulate(now, capacity, running, head, [pick(w) for w in head]))
-        loads = self.overtake_loads([w.priority for w in head], now)
+        if overtake:
+            loads = self.overtake_loads([w.priority for w in head], now)
+        else:
+            loads = [0.0] * len(head)
         scales = self._scales()
         for w, exp, low, high, load in zip(head, *sims, loads, strict=True):
             stretch_by = 1.0 / (1.0 - load)
@@ -242,8 +251,15 @@ class StartBook:
 
 
 def _capped(now: float, expected: float, low: float, high: float) -> StartForecast:
-    """A forecast whose times the wire contract accepts (none past ``MAX_TIME``)."""
-    return StartForecast(*(min(x, MAX_TIME) for x in (expected, low, high)))
+    """A forecast whose times the wire contract accepts (none past ``MAX_TIME``), its
+    band around its expected start (``low <= expected <= high``: before calibration the
+    p10 run of a job past its p10 duration can end after the expected run's end).
+
+    >>> _capped(0.0, 100.0, 150.0, 90.0)
+    StartForecast(expected=100.0, low=100.0, high=100.0)
+    """
+    expected = min(expected, MAX_TIME)
+    return StartForecast(expected, min(low, expected), min(max(high, expected), MAX_TIME))
 
 
 class _Pending(Protocol):
@@ -263,9 +279,11 @@ def forecast_vc(
     now: float,
     limit: int,
     busy_gpus: int = 0,
+    overtake: bool = True,
 ) -> StartForecasts:
     """The VC's expected starts as published: its first ``limit`` waiting jobs by rank
-    (priority, then submit time and id, as the simulator and the appliers order them)."""
+    (priority, then submit time and id, as the simulator and the appliers order them);
+    ``overtake`` as in :meth:`StartBook.forecast`."""
     head = heapq.nsmallest(
         limit, pending, key=lambda j: (j.hint.priority, j.event.submit_time, j.event.job_id)
     )
@@ -283,7 +301,7 @@ def forecast_vc(
                 pred if h.duration_p90_s is None else h.duration_p90_s,
             )
         )
-    starts = book.forecast(now, waiting, limit, busy_gpus)
+    starts = book.forecast(now, waiting, limit, busy_gpus, overtake)
     jobs = tuple(
         ExpectedStart.model_construct(job_id=w.job_id, **starts[w.job_id]._asdict())
         for w in waiting

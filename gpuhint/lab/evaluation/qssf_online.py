@@ -36,6 +36,18 @@ class OnlinePredictions:
     p10: list[float] = field(default_factory=list)
     p90: list[float] = field(default_factory=list)
     submit_priority: list[float] = field(default_factory=list)
+    # the expected duration the hint ranked by at submit (``expected_duration_s``; a
+    # hint without it: priority / GPUs), which stays right when the priority is an
+    # override (the FIFO guard's fallback publishes the submit time)
+    submit_expected: list[float] = field(default_factory=list)
+
+
+def expected_at_submit(hint: PriorityHint) -> float:
+    """The expected duration a hint ranks by (``expected_duration_s``, else priority /
+    GPUs, the hints of before that field)."""
+    if hint.expected_duration_s is not None:
+        return hint.expected_duration_s
+    return hint.priority / max(hint.num_gpus, 1)
 
 
 def predict_online(
@@ -58,6 +70,7 @@ def predict_online(
     predicted = [math.nan] * len(jobs)
     p10 = [math.nan] * len(jobs)
     p90 = [math.nan] * len(jobs)
+    expected = [math.nan] * len(jobs)
     events = job_events(jobs, cluster=cluster)
     t0 = time.perf_counter()
     for ev in events:
@@ -67,6 +80,7 @@ def predict_online(
             priority[k] = hint.priority
             predicted[k] = hint.predicted_duration_s
             p10[k], p90[k] = _band(hint)
+            expected[k] = expected_at_submit(hint)
     engine.store.flush()
     s = engine.stats
     return OnlinePredictions(
@@ -82,6 +96,7 @@ def predict_online(
         p10=p10,
         p90=p90,
         submit_priority=list(priority),
+        submit_expected=expected,
     )
 
 
@@ -173,6 +188,7 @@ class ClosedLoopRanker:
         self.p10: list[float] = [math.nan] * len(jobs)  # the band at submit
         self.p90: list[float] = [math.nan] * len(jobs)
         self.submit_priority: list[float] = [math.nan] * len(jobs)
+        self.submit_expected: list[float] = [math.nan] * len(jobs)
         self.hint_updates = 0
         self.model_version = ""
         self.events = 0
@@ -252,6 +268,7 @@ class ClosedLoopRanker:
         self.predicted[i] = hint.predicted_duration_s
         self.p10[i], self.p90[i] = _band(hint)
         self.submit_priority[i] = hint.priority
+        self.submit_expected[i] = expected_at_submit(hint)
         self.model_version = hint.model_version
         return hint.priority
 
@@ -311,6 +328,7 @@ class ClosedLoopRanker:
             p10=self.p10,
             p90=self.p90,
             submit_priority=self.submit_priority,
+            submit_expected=self.submit_expected,
         )
 
 
@@ -324,6 +342,7 @@ def merge_predictions(
     p10 = [math.nan] * n
     p90 = [math.nan] * n
     submit_priority = [math.nan] * n
+    submit_expected = [math.nan] * n
     for ks, p in per_vc:
         for pos, k in enumerate(ks):
             priority[k] = p.priority[pos]
@@ -331,6 +350,8 @@ def merge_predictions(
             if p.p10:
                 p10[k], p90[k] = p.p10[pos], p.p90[pos]
                 submit_priority[k] = p.submit_priority[pos]
+            if p.submit_expected:
+                submit_expected[k] = p.submit_expected[pos]
     parts = [p for _, p in per_vc]
     scored = sum(p.scored for p in parts)
     mae = sum((p.mae_log or 0.0) * p.scored for p in parts) / scored if scored else None
@@ -349,4 +370,5 @@ def merge_predictions(
         p10=p10,
         p90=p90,
         submit_priority=submit_priority,
+        submit_expected=submit_expected,
     )

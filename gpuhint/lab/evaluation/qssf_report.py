@@ -55,8 +55,9 @@ class BandStats:
     [p10, p90] (over ``band_jobs``: the jobs whose hint has a band). ``share_off_2x``:
     share whose point forecast (``predicted_duration_s``) is off from the true duration
     by a factor of 2 or more either way; ``share_off_2x_expected`` the same for the
-    expected duration the priority ranks by (priority / GPUs). Both over ``jobs``, with
-    durations floored at 1 s so a 0-second job is not infinitely far off.
+    expected duration the priority ranks by (``expected_duration_s`` at submit). Both
+    over ``jobs``, with durations floored at 1 s so a 0-second job is not infinitely far
+    off.
     """
 
     jobs: int
@@ -250,16 +251,24 @@ def policy_specs(
 def score_hints(
     jobs: Sequence[TraceJob], idx: Sequence[int], preds: OnlinePredictions
 ) -> BandStats:
-    """The scheduled jobs' hints at submit (band, point forecast, expected duration =
-    priority at submit / GPUs) against their true durations."""
+    """The scheduled jobs' hints at submit (band, point forecast, the expected duration
+    they ranked by) against their true durations."""
 
     def at(xs: list[float]) -> list[float]:
         return [xs[k] for k in idx] if xs else [math.nan] * len(idx)
 
+    expected = (
+        at(preds.submit_expected)
+        if preds.submit_expected
+        else [
+            p / max(jobs[k].num_gpus, 1)
+            for p, k in zip(at(preds.submit_priority), idx, strict=True)
+        ]
+    )
     return band_stats(
         [jobs[k].duration for k in idx],
         at(preds.predicted_duration),
-        [p / max(jobs[k].num_gpus, 1) for p, k in zip(at(preds.submit_priority), idx, strict=True)],
+        expected,
         at(preds.p10),
         at(preds.p90),
     )

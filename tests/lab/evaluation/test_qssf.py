@@ -470,3 +470,36 @@ def test_qssf_under_easy_backfill_on_the_users_limits(loop: Literal["closed", "o
         model="history_mix", vc_nodes={"default": 4}, backfill=True, loop=loop,
     )  # fmt: skip
     assert "qssf+easy-limit" not in plain.policies and "qssf+easy" in plain.policies
+
+
+def test_the_expected_duration_scored_is_the_hints_not_an_override_priority() -> None:
+    """While a VC's FIFO guard has fallen back, the priority published is the submit
+    time: ``share_off_2x_expected`` scores the hint's expected duration, not 1.7e9 / GPUs."""
+    from gpuhint.lab.evaluation.qssf_online import OnlinePredictions, expected_at_submit
+    from gpuhint.lab.evaluation.qssf_report import score_hints
+    from gpuhint.wire.contract import ARRIVAL_ORDER_REASON, FeatureContribution, PriorityHint
+
+    jobs = [TraceJob(k, submit_time=1.7e9, duration=3600, num_gpus=8, user="u") for k in "ab"]
+    guard = (FeatureContribution(feature=ARRIVAL_ORDER_REASON, contribution=1.2),)
+    hints = [
+        PriorityHint(job_id="a", num_gpus=8, submit_time=1.7e9, predicted_duration_s=3600,
+                     priority=8 * 3600.0, expected_duration_s=3600, model="m",
+                     model_version="1", created_at=1.7e9),
+        PriorityHint(job_id="b", num_gpus=8, submit_time=1.7e9, predicted_duration_s=3600,
+                     priority=1.7e9, expected_duration_s=3600, model="m", model_version="1",
+                     created_at=1.7e9, reasons=guard),
+    ]  # fmt: skip
+    preds = OnlinePredictions(
+        priority=[h.priority for h in hints],
+        predicted_duration=[3600.0, 3600.0],
+        model="m",
+        model_version="1",
+        events=4,
+        seconds=0.0,
+        mae_log=None,
+        median_abs_pct_error=None,
+        scored=0,
+        submit_priority=[h.priority for h in hints],
+        submit_expected=[expected_at_submit(h) for h in hints],
+    )
+    assert score_hints(jobs, [0, 1], preds).share_off_2x_expected == 0.0

@@ -23,7 +23,11 @@ redelivers uncommitted events: those whose state was saved change nothing (the o
 watermark in each VcState), the others are re-applied to the older saved state; their
 Redis writes are re-emitted (idempotent). Redis coming back empty is detected by a
 marker key; the worker then rewrites every pending hint from the VcStates it owns and
-adds a ``rebuilt`` entry to the change stream.
+adds a ``rebuilt`` entry to the change stream; a process's first flush, and partitions
+newly assigned to it, rebuild its VCs' hints too (another worker may have re-created the
+marker meanwhile: :mod:`gpuhint.cores.pipeline.store_flush`). The cluster-load agent
+flushes the shared store under the job-event routine's batch lock
+(:meth:`~gpuhint.cores.pipeline.checkpoint.BatchRoutine.flush`).
 
 Partitions: when a worker joins or leaves, the leader deals the job-event partitions
 by their load (lag + recent rate, sampled from the broker) rather than by count when
@@ -141,13 +145,21 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
         dead_letter_max_bytes=settings.dead_letter_max_bytes,
     )
 
+    def owned() -> set[int]:
+        """The job-event partitions this worker holds now (none before its consumer runs)."""
+        if running_thread(app.consumer) is None:
+            return set()
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic == ch.job_topic}
+
     def owned_vcs() -> list[str]:
         """VC keys on the job-event partitions this worker holds now (the table also
         keeps revoked partitions' last state, which another worker may have moved on)."""
-        mine = {tp.partition for tp in app.consumer.assignment() if tp.topic == ch.job_topic}
+        mine = owned()
         return [k for k in list(states) if partition_for(k.encode(), settings.partitions) in mine]
 
-    sink = Sink(store, lambda: engine.rebuild(owned_vcs()))
+    # a flush rebuilds the owned VCs' hints when Redis came back empty, at this process's
+    # first flush, and when partitions new to it were assigned (store_flush.Sink)
+    sink = Sink(store, lambda: engine.rebuild(owned_vcs()), owned)
     routine: BatchRoutine[Any] = BatchRoutine(
         handler,
         states,
@@ -176,7 +188,7 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     load_view = _load_sampler(app, settings, ch)
     _housekeeping(app, settings, store)
     if settings.ces_enabled:
-        _ces_agents(app, settings, ch, handler, sink, ces, ces_partition)
+        _ces_agents(app, settings, ch, handler, routine, ces, ces_partition)
     worker = Worker(app, handler.stats, engine, handler, states, sink, routine)
     app.timer(interval=60.0, name="report")(partial(_report, worker, load_view))
     return worker
@@ -283,11 +295,13 @@ def _ces_agents(
     settings: Settings,
     ch: Channels,
     handler: MessageHandler,
-    sink: Sink,
+    routine: BatchRoutine[Any],
     ces: ClusterLoadProcessor,
     ces_partition: dict[str, int],
 ) -> None:
-    """Node status re-keyed by cluster, and the cluster-load agent (CES)."""
+    """Node status re-keyed by cluster, and the cluster-load agent (CES). The agent
+    flushes the shared store through the job-event routine, under its batch lock: a
+    flush that rebuilds hints never walks a VC state while a batch changes it."""
 
     @app.agent(ch.node_status, concurrency=1, name="node-status")
     async def route_node_status(stream: Any) -> None:
@@ -307,7 +321,7 @@ def _ces_agents(
                 if msg.key is not None:
                     ces_partition[msg.key.decode(errors="replace")] = msg.partition
                 await ch.emit(handler.telemetry(msg))
-            await sink.flush()
+            await routine.flush()
             ces.checkpoint_dirty()
 
 

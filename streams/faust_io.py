@@ -114,7 +114,9 @@ class FaustEdge:
 
     async def committed(self, partition: int) -> int | None:
         """The group's commit for ``partition``, asked of the broker (Faust's own record
-        of it may predate this assignment); None when it cannot be read."""
+        of it may predate this assignment); None when the group never committed it.
+        Raises when it cannot be read (the routine holds the partition and asks again:
+        the first event delivered is never trusted as the start)."""
         thread = running_thread(self.app.consumer)
         if thread is None:
             return None  # no running consumer (an agent test): take what comes
@@ -126,15 +128,14 @@ class FaustEdge:
             meta = got.get(tp)
             return None if meta is None or meta.offset < 0 else int(meta.offset)
 
-        try:
-            offset: int | None = await thread.call_thread(read)
-        except Exception as exc:  # broker busy: the first event delivered is the start
-            log.warning("committed offset of partition %d not read (%s)", partition, exc)
-            return None
+        offset: int | None = await thread.call_thread(read)
         return offset
 
     async def first_offset(self, partition: int, at: int) -> int | None:
-        """The first record at or after ``at`` in the log (a short-lived consumer)."""
+        """The first record at or after ``at`` in the log (a short-lived consumer; None
+        without a running consumer: an agent test, no broker to ask)."""
+        if running_thread(self.app.consumer) is None:
+            return None
         return await asyncio.to_thread(_first_offset, self.settings, self.topic, partition, at)
 
     async def seek(self, partition: int, offset: int) -> None:
@@ -153,6 +154,10 @@ def _first_offset(settings: Settings, topic: str, partition: int, at: int) -> in
     )
     try:
         consumer.assign([tp])
+        # not below the log's start (retention, compaction): an offset out of range
+        # would make the consumer jump to the end
+        begin = consumer.beginning_offsets([tp]).get(tp)
+        at = max(at, begin or 0)
         consumer.seek(tp, at)
         for _ in range(5):
             got = consumer.poll(timeout_ms=1000, max_records=1).get(tp)

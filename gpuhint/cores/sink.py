@@ -139,11 +139,24 @@ class StoreReads(Protocol):
     def counters(self) -> dict[str, int]: ...
 
 
+class SinkError(Exception):
+    """A store's flush failed (the sink is down or refused the batch): an outage, never a
+    bad event. Raised by a write that flushed on its own (:attr:`BufferedStore.auto_flush`);
+    the message path lets it through instead of dead-lettering the event."""
+
+
 class BufferedStore(abc.ABC):
     """Buffers write operations; subclasses apply a batch in :meth:`_apply`.
 
     Thread-safe: a stream processor may append while another thread flushes.
-    ``max_buffer`` triggers an automatic flush so memory stays bounded.
+
+    ``max_buffer``: when that many writes are buffered the store is :attr:`full`. A store
+    used on its own (a replay, the lab) then flushes from the write itself
+    (:attr:`auto_flush`), so memory stays bounded. A store behind the worker's sink
+    (:class:`gpuhint.cores.pipeline.store_flush.Sink`) never does: a write on the event
+    path must not do I/O (a sink outage there would fail the event, not pause the work);
+    the batch routine flushes a full store through the sink between events, with its
+    retries.
     """
 
     def __init__(self, max_buffer: int = 10_000) -> None:
@@ -151,6 +164,8 @@ class BufferedStore(abc.ABC):
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self.max_buffer = max_buffer
+        self.auto_flush = True
+        """Flush from the write that fills the buffer (off behind a sink: only it flushes)."""
         self.ops_written = 0
         self.empty_detected = False
         """Set by a flush that found the sink had lost its data: it had to create the
@@ -198,9 +213,18 @@ class BufferedStore(abc.ABC):
     def _add(self, op: Op) -> None:
         with self._lock:
             self._ops.append(op)
-            full = len(self._ops) >= self.max_buffer
+            full = self.auto_flush and len(self._ops) >= self.max_buffer
         if full:
-            self.flush()
+            try:
+                self.flush()
+            except Exception as exc:  # the writes stay buffered (flush puts them back)
+                raise SinkError(f"automatic flush failed: {type(exc).__name__}: {exc}") from exc
+
+    @property
+    def full(self) -> bool:
+        """``max_buffer`` writes or more are buffered: time to flush."""
+        with self._lock:
+            return len(self._ops) >= self.max_buffer
 
     def put_hint(self, hint: PriorityHint, *, rebuilt: bool = False) -> None:
         """Write a waiting job's hint; ``rebuilt``: re-written from state after the sink
@@ -246,6 +270,12 @@ class BufferedStore(abc.ABC):
                 raise
             self.ops_written += len(ops)
             return len(ops)
+
+    def read_epoch(self) -> None:
+        """Learn the sink's epoch marker (creating it, as a flush does) without writing
+        anything: a flush with nothing buffered does not ask."""
+        with self._flush_lock:
+            self._apply([])
 
     def close(self) -> None:
         self.flush()

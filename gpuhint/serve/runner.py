@@ -187,7 +187,7 @@ class OneProcess:
             msg = Message(self.topics.node_status, PARTITION, -1, key, encode_message(ns))
             self.edge.apply(self.handler.handle(msg))
             n += 1
-        asyncio.run(self.sink.flush())
+        asyncio.run(self.routine.flush())
         self.commit()
         return n
 

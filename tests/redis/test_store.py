@@ -153,6 +153,30 @@ def test_epoch_marker_tells_each_worker_that_redis_lost_its_data(
     assert last == {b"type": b"rebuilt", b"hints": b"3", b"reason": b"redis_empty"}
 
 
+def test_read_epoch_learns_the_marker_without_writing(redis_url: str, unique_prefix: str) -> None:
+    """A process whose first flush has nothing to write still learns Redis's epoch (the
+    sink then rebuilds what it owns: it cannot know what happened since its state was
+    saved), and a fresh Redis gets its marker from it."""
+    keys = RedisKeys(unique_prefix)
+    a, b = (ReadableRedisStore(redis.Redis.from_url(redis_url), keys) for _ in range(2))
+    a.read_epoch()
+    assert a.take_empty() and a.epoch_seen is not None  # a fresh Redis: a made the marker
+    b.read_epoch()
+    assert not b.take_empty() and b.epoch_seen == a.epoch_seen
+    assert b.counters() == {} and b.queue("default", "a") == []  # nothing else written
+
+
+def test_a_write_behind_a_sink_never_reaches_redis(redis_url: str, unique_prefix: str) -> None:
+    from gpuhint.cores.pipeline.store_flush import Sink
+
+    s = ReadableRedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix), max_buffer=2)
+    Sink(s, lambda: 0)
+    for i in range(5):
+        s.put_hint(hint(f"j{i}", i))
+    assert s.pending == 5 and s.queue("default", "a") == []  # held for the sink's flush
+    assert s.flush() == 5 and len(s.queue("default", "a")) == 5
+
+
 def test_update_hint_moves_a_waiting_job_and_announces_it(
     store: ReadableRedisStore, redis_url: str, unique_prefix: str
 ) -> None:

@@ -191,3 +191,25 @@ def test_cluster_load_agent_feeds_ces_and_checkpoints_the_cluster(tmp_path: Path
         assert load is not None and load.total_nodes == 2 and load.used_nodes == 1
 
     _run(tmp_path, scenario)
+
+
+def test_cluster_load_agent_flushes_under_the_job_routines_batch_lock(tmp_path: Path) -> None:
+    """The cluster-load agent's flush can find Redis empty and rebuild hints from the VC
+    states: it waits for the job-event batch under way (its lock), never walks a state
+    that batch is changing. A record keyed by another cluster is dead-lettered."""
+
+    async def scenario(built: Built) -> None:
+        w, store, producer = built
+        ns = NodeStatus(cluster="c", node="n1", time=0.0, num_gpus=8)
+        async with w.app.agents["cluster-load"].test_context() as agent:
+            async with w.routine.batch_lock:  # a job-event batch under way
+                await agent.put(encode_message(ns), key=b"elsewhere")
+                await _settle(lambda: bool(producer.sent_to("dead-letter")))
+                await asyncio.sleep(0.3)
+                assert store.pending == 1  # its dead-letter count: not flushed meanwhile
+            await _settle(lambda: store.pending == 0)
+        assert store.counters()["dead_letter"] == 1
+        (dead,) = producer.sent_to("dead-letter")
+        assert "is not the record's cluster b'c'" in json.loads(dead[2] or b"")["reason"]
+
+    _run(tmp_path, scenario)

@@ -14,10 +14,19 @@ The order, per batch and per save (quix-streams names it ``Checkpoint.commit()``
    events were skipped on the way (a fetch or recovery race), so the partition is
    sought back to the first missing offset, said in the log and counted
    (:attr:`BatchRoutine.gaps`), and its events are discarded until that offset comes
-   again. A partition never moves past an offset it has not handled.
+   again. A partition never moves past an offset it has not handled. The first event
+   of a partition is checked against the group's commit, or, for a partition never
+   committed, the log's first offset; while the commit cannot be read the partition is
+   *held* (its events discarded, sought back, asked again): a first delivery is never
+   trusted as the start.
 2. **handle** each admitted event (:class:`~gpuhint.cores.pipeline.handler.MessageHandler`);
+   writing to the store never flushes it (no I/O on the event path); a store that
+   reaches ``max_buffer`` buffered writes is flushed between two events through the
+   sink, with its retries;
 3. **flush** the store's buffered writes (retried while the sink is down: consumption
-   pauses, nothing is dropped);
+   pauses, nothing is dropped; :class:`~gpuhint.cores.pipeline.store_flush.Sink`, which
+   also rebuilds the owned VCs' hints when Redis does not hold them). Another agent that
+   shares the store flushes it with :meth:`BatchRoutine.flush`, under the batch lock;
 4. **hold** each event's acknowledgement under the VC whose state it changed
    (:class:`~gpuhint.cores.pipeline.state_table.SaveCadence`); dead-lettered events change no state
    and are released at once;
@@ -67,7 +76,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from gpuhint.cores.pipeline.cadence import SaveCadence
 from gpuhint.cores.pipeline.handler import Message, MessageHandler, Outcome
+from gpuhint.cores.pipeline.list_edge import ListEdge
 from gpuhint.cores.pipeline.state_table import TableStates
+from gpuhint.cores.pipeline.store_flush import Sink
 from gpuhint.cores.sink import BufferedStore
 
 log = logging.getLogger(__name__)
@@ -94,7 +105,8 @@ class Admission(Enum):
     SEEN = "seen"
     """Below the next expected offset: handled already in this assignment."""
     DISCARD = "discard"
-    """Delivered while its partition is sought back past a gap: it comes again."""
+    """Delivered while its partition is sought back past a gap, or held (its start not
+    read yet): it comes again."""
 
 
 class Edge(Protocol[E_contra]):
@@ -117,7 +129,9 @@ class Edge(Protocol[E_contra]):
         ...
 
     async def committed(self, partition: int) -> int | None:
-        """The group's committed offset of ``partition`` (None: never committed)."""
+        """The group's committed offset of ``partition`` (None: never committed; the
+        routine then starts at the log's first offset). Raises when it cannot be read
+        (the routine holds the partition and asks again)."""
         ...
 
     async def first_offset(self, partition: int, at: int) -> int | None:
@@ -152,6 +166,11 @@ class PartitionProgress:
     seeking: int | None = None
     sought_at: float = 0.0
     """When the last seek back was asked (the routine's clock)."""
+    start_known: bool = True
+    """False while the partition is held: its start (the group's commit) could not be
+    read; ``seeking`` is then the offset that asks again."""
+    failed_at: float = 0.0
+    """When the start was last asked for and not read (the routine's clock)."""
 
     def open_offset(self, offset: int) -> None:
         self.open[offset] = None
@@ -178,9 +197,15 @@ class RoutineStats:
     """Events delivered again within one assignment (skipped)."""
     discarded: int = 0
     """Events dropped while their partition was sought back (they come again)."""
+    held: int = 0
+    """Times a partition's start could not be read and it was held (sought back)."""
     flow_reseeks: int = 0
     """Partitions sought to :meth:`BatchRoutine.redelivery_offset` because the driver
     dropped the events it had queued (the worker: Faust, each time flow resumes)."""
+
+
+HOLD_RETRY_S = 1.0
+"""A held partition asks for its start again at most this often."""
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -234,12 +259,44 @@ class BatchRoutine(Generic[E]):
         p = self.partitions.get(partition)
         return None if p is None else p.committable()
 
-    async def _admit(self, msg: Message) -> Admission:
+    async def _start(self, msg: Message) -> PartitionProgress | None:
+        """The progress of ``msg``'s partition, its start read on first sight: the
+        group's commit, else (never committed) the log's first offset, so the gap guard
+        holds from the first event. A commit (or log start) that cannot be read *holds*
+        the partition: its events are discarded and it is sought back to this one, which
+        asks again when it comes (at most every :data:`HOLD_RETRY_S`); None meanwhile."""
         p = self.partitions.get(msg.partition)
-        if p is None:
-            p = self.partitions[msg.partition] = PartitionProgress(
-                next_offset=await self.edge.committed(msg.partition)
+        if p is not None and p.start_known:
+            return p
+        now = self.clock()
+        if p is not None and (msg.offset != p.seeking or now - p.failed_at < HOLD_RETRY_S):
+            return None  # held: only the offset sought back asks again, paced
+        try:
+            start = await self.edge.committed(msg.partition)
+            if start is None:
+                start = await self.edge.first_offset(msg.partition, 0)
+        except Exception as exc:  # broker busy: trust nothing, hold the partition
+            self.stats.held += 1
+            log.warning(
+                "partition %d: committed offset not read (%s: %s); held, offset %d comes again",
+                msg.partition,
+                type(exc).__name__,
+                exc,
+                msg.offset,
             )
+            self.partitions[msg.partition] = PartitionProgress(
+                start_known=False, seeking=msg.offset, sought_at=now, failed_at=now
+            )
+            await self.edge.seek(msg.partition, msg.offset)
+            return None
+        p = self.partitions[msg.partition] = PartitionProgress(next_offset=start)
+        return p
+
+    async def _admit(self, msg: Message) -> Admission:
+        p = await self._start(msg)
+        if p is None:
+            self.stats.discarded += 1
+            return Admission.DISCARD
         off = msg.offset
         if p.seeking is not None:
             if off != p.seeking:
@@ -330,10 +387,10 @@ class BatchRoutine(Generic[E]):
                     self.partition_of[outcome.state_key] = msg.partition
                 by_key.setdefault(outcome.state_key, []).append(event)
                 await self.edge.emit(outcome)
+                if self._store_full():  # memory bound: flush between events, retried
+                    await self._flush_store()
             self.probe("handled")
-            done = self._flush()
-            if done is not None and hasattr(done, "__await__"):
-                await done
+            await self._flush_store()
             self.probe("flushed")
             for key, events in by_key.items():
                 if key is None:  # dead-lettered: no state to save
@@ -349,6 +406,22 @@ class BatchRoutine(Generic[E]):
         over = len(self.cadence.keys()) - self.states.max_live // 2
         if over > 0:  # backpressure: unsaved (dirty) states cannot be evicted
             await self.save(self.cadence.keys()[:over])
+
+    def _store_full(self) -> bool:
+        store = self.handler.engine.store
+        return isinstance(store, BufferedStore) and store.full
+
+    async def _flush_store(self) -> None:
+        done = self._flush()
+        if done is not None and hasattr(done, "__await__"):
+            await done
+
+    async def flush(self) -> None:
+        """Flush the store under the batch lock: what another agent sharing the store
+        calls (the worker's cluster-load agent), so the flush's rebuild never walks a VC
+        state while a batch changes it."""
+        async with self.batch_lock:
+            await self._flush_store()
 
     def _release(self, event: E) -> None:
         msg = self.edge.message(event)
@@ -410,89 +483,3 @@ class BatchRoutine(Generic[E]):
         self.states.forget()
         self.partitions.clear()
         return held
-
-
-class ListEdge:
-    """An :class:`Edge` over plain :class:`Message` objects (tests, doctests).
-
-    ``committed`` gives each partition's starting offset; ``log`` (partition -> offsets
-    the log holds) answers :meth:`first_offset` (default: every offset exists).
-    """
-
-    def __init__(
-        self, committed: dict[int, int] | None = None, log: dict[int, list[int]] | None = None
-    ) -> None:
-        self.committed_offsets = dict(committed or {})
-        self.log = log
-        self.acked: list[Message] = []
-        self.emitted: list[Outcome] = []
-        self.seeks: list[tuple[int, int]] = []
-
-    def message(self, event: Message) -> Message:
-        return event
-
-    def hold(self, event: Message) -> None:
-        pass
-
-    def ack(self, event: Message) -> None:
-        self.acked.append(event)
-
-    async def emit(self, outcome: Outcome) -> None:
-        self.emitted.append(outcome)
-
-    async def committed(self, partition: int) -> int | None:
-        return self.committed_offsets.get(partition)
-
-    async def first_offset(self, partition: int, at: int) -> int | None:
-        if self.log is None:
-            return at
-        return next((o for o in self.log.get(partition, []) if o >= at), None)
-
-    async def seek(self, partition: int, offset: int) -> None:
-        self.seeks.append((partition, offset))
-
-
-class Sink:
-    """The store's flush, off the event loop, retried until it succeeds; when the flush
-    finds the store came back empty, ``rebuild()`` rewrites the pending hints."""
-
-    def __init__(self, store: BufferedStore, rebuild: Callable[[], int]) -> None:
-        self.store = store
-        self.rebuild = rebuild
-        self.failures = 0
-        self.rebuilds = 0
-        self.max_backoff_s = 5.0
-
-    async def flush(self) -> None:
-        delay = 0.05
-        while True:
-            try:
-                await asyncio.to_thread(self._flush_once)
-                return
-            except Exception as exc:  # Redis down: hold the batch (and its offsets), retry
-                self.failures += 1
-                log.warning(
-                    "store flush failed (%s: %s); %d writes held, retrying in %.2f s",
-                    type(exc).__name__,
-                    exc,
-                    self.store.pending,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(self.max_backoff_s, delay * 2)
-
-    def _flush_once(self) -> None:
-        self.store.flush()
-        if self.store.empty_detected:  # Redis was empty: rewrite from state
-            self.rebuilds += 1
-            n = self.rebuild()  # if it raises, the flag stays set: retried with the flush
-            self.store.take_empty()
-            reason = self.store.empty_reason
-            log.log(
-                logging.WARNING if reason == "redis_empty" else logging.INFO,
-                "re-wrote %d pending hints from state (%s)",
-                n,
-                reason,
-            )
-            self.store.mark_rebuilt(n)
-            self.store.flush()

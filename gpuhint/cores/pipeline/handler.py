@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
 from gpuhint.cores.pipeline.dead_letter import DEFAULT_MAX_BYTES, dead_letter_record
 from gpuhint.cores.qssf import HintEngine, state_key
+from gpuhint.cores.sink import SinkError
 from gpuhint.wire.contract import (
     DEFAULT_LIMITS,
     InvalidMessage,
@@ -41,6 +42,11 @@ from gpuhint.wire.contract import (
 from gpuhint.wire.topics import Topics, cluster_key, job_key
 
 log = logging.getLogger(__name__)
+
+OUTAGES = (SinkError, ConnectionError, TimeoutError)
+"""Errors of the sink (or a connection), not of the message: let through, never
+dead-lettered as a processing error (the driver pauses or restarts; the event comes
+again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +141,8 @@ class MessageHandler:
             return self._dead(msg, exc.reason)
         try:
             hint = self.engine.on_job_event(ev, offset=msg.offset)
+        except OUTAGES:  # the sink, not the event: pause the work (never dead-letter)
+            raise
         except Exception as exc:  # a bug must not lose the event nor stop the worker
             log.exception("processing failed for job %s", ev.job_id)
             return self._dead(msg, f"processing error: {type(exc).__name__}: {exc}")
@@ -174,10 +182,18 @@ class MessageHandler:
             m = decode_message(msg.value, self.limits)
             if not isinstance(m, NodeStatus | JobEvent | PriorityHint):
                 raise InvalidMessage(f"unexpected kind {m.kind!r}")
+            want = cluster_key(m.cluster)
+            if msg.key != want:  # its cluster's checkpoint would have no partition
+                raise InvalidMessage(
+                    f"key {msg.key!r} is not the record's cluster {want!r} "
+                    "(a cluster's state must stay on one partition)"
+                )
         except InvalidMessage as exc:
             return self._dead(msg, exc.reason)
         try:
             self.ces.on_message(m)
+        except OUTAGES:
+            raise
         except Exception as exc:
             log.exception("cluster-load processing failed")
             return self._dead(msg, f"processing error: {type(exc).__name__}: {exc}")

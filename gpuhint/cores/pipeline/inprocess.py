@@ -182,7 +182,7 @@ class InProcessPipeline:
                 k for k in states if partition_for(k.encode(), self.n_partitions) in w.partitions
             ]
 
-        sink = Sink(store, lambda: engine.rebuild(owned()))
+        sink = Sink(store, lambda: engine.rebuild(owned()), lambda: w.partitions)
         routine: BatchRoutine[Message] = BatchRoutine(
             handler,
             states,

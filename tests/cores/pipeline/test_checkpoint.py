@@ -290,3 +290,49 @@ def test_events_dropped_before_the_routine_took_them_are_not_lost() -> None:
     asyncio.run(routine.run_batch(msgs[start:]))
     assert routine.committable(0) == 10 and routine.stats.seen == 0
     assert len(edge.acked) == 10
+
+
+def test_a_never_committed_partition_starts_at_the_log_start() -> None:
+    """No commit yet (a fresh group): the gap guard holds from the first event. A fetch
+    race that delivers 5.. first is sought back to the log's first offset, 0."""
+    edge = ListEdge(committed={}, log={0: list(range(10))})
+    routine, store = _routine(edge)
+    msgs = [_msg(o, job=f"j{o}") for o in range(10)]
+    asyncio.run(routine.run_batch(msgs[5:]))
+    assert edge.seeks == [(0, 0)] and routine.stats.gaps == 1
+    assert routine.committable(0) == 0 and store.queue("default", "a") == []
+    asyncio.run(routine.run_batch(msgs))
+    assert routine.committable(0) == 10 and len(store.queue("default", "a")) == 10
+
+
+def test_a_log_that_starts_later_is_not_a_gap() -> None:
+    edge = ListEdge(committed={}, log={0: [7, 8]})  # 0..6 deleted by retention
+    routine, _ = _routine(edge)
+    asyncio.run(routine.run_batch([_msg(7), _msg(8)]))
+    assert edge.seeks == [] and routine.committable(0) == 9
+
+
+def test_a_commit_that_cannot_be_read_holds_the_partition() -> None:
+    """The broker busy: the partition's start is unknown, so nothing is applied (a first
+    delivery past the commit would move the commit over offsets never handled); the
+    partition is sought back to the event and asks again when it comes."""
+    now = [0.0]
+    edge = ListEdge(committed={0: 2}, failing_reads=2)
+    routine, store = _routine(edge, now=now)
+    msgs = [_msg(o, job=f"j{o}") for o in range(8)]
+    asyncio.run(routine.run_batch(msgs[4:]))  # 2 and 3 were skipped on the way
+    assert edge.seeks == [(0, 4)] and routine.stats.held == 1
+    assert routine.committable(0) is None and store.queue("default", "a") == []
+    asyncio.run(routine.run_batch(msgs[4:]))  # at once: not asked again yet
+    assert edge.seeks == [(0, 4)] and routine.stats.held == 1
+    now[0] = 2.5
+    asyncio.run(routine.reseek_stalled())
+    assert edge.seeks[-1] == (0, 4)
+    asyncio.run(routine.run_batch(msgs[4:]))  # asked again: fails again
+    assert routine.stats.held == 2 and routine.committable(0) is None
+    now[0] = 5.0
+    asyncio.run(routine.run_batch(msgs[4:]))  # read: 2, so 2..3 are sought back
+    assert edge.seeks[-1] == (0, 2) and routine.stats.gaps == 1
+    asyncio.run(routine.run_batch(msgs[2:]))
+    assert routine.committable(0) == 8
+    assert [j for j, _ in store.queue("default", "a")] == [f"j{o}" for o in range(2, 8)]

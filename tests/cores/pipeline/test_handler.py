@@ -97,3 +97,68 @@ def test_the_job_aware_ces_gets_every_job_event_and_the_submit_hint() -> None:
     assert h.ces.jobs.cluster("c").head_gpus() == 8
     finished = encode_message(job("finished", time=5, state="CANCELLED"))
     assert len(h.job_event(msg(finished)).forwards) == 1  # no placement, still forwarded
+
+
+def test_telemetry_keyed_by_another_cluster_is_dead_lettered() -> None:
+    """The CES checkpoint of a cluster goes to the partition its key came on: a record
+    keyed otherwise would leave its cluster's checkpoint without one (the worker used to
+    crash there, and again on every redelivery)."""
+    from gpuhint.cores.pipeline.cluster_load import processor_from_settings
+    from gpuhint.cores.pipeline.state_table import owner_key
+    from gpuhint.wire.config import Settings
+
+    settings, store = Settings(), InMemoryStore()
+    ces_partition: dict[str, int] = {}
+    table: dict[str, bytes] = {}
+
+    def on_save(k: str, blob: bytes) -> None:  # as streams/app.py::_ces_processor
+        table[k] = blob
+        _ = ces_partition[owner_key(k)]
+
+    ces = processor_from_settings(settings, store, checkpoints=table, on_save=on_save)
+    h = MessageHandler(HintEngine(HistoryEstimator, store), settings.topics, ces)
+    ns = encode_message(NodeStatus(cluster="venus", node="n1", time=100, num_gpus=8))
+    for key in (b"other", None):
+        m = Message(settings.topics.cluster_telemetry, 2, 0, key, ns)
+        if m.key is not None:  # what the cluster-load agent does before handling
+            ces_partition[m.key.decode(errors="replace")] = m.partition
+        out = h.telemetry(m)
+        assert out.dead_letter is not None and (out.reason or "").startswith("key "), out
+        assert "is not the record's cluster b'venus'" in (out.reason or "")
+    ces.checkpoint_dirty()  # nothing of venus to save: no partition needed
+    assert table == {} and h.stats.dead_letter == 2
+
+
+def test_a_key_that_is_not_utf8_survives_in_the_dead_letter() -> None:
+    import base64
+
+    key = b"default/\xff"
+    out = handler().job_event(msg(b"not json", key=key))
+    rec = json.loads(out.dead_letter or b"")
+    assert rec["key"] is None and base64.b64decode(rec["key_b64"]) == key
+
+
+def test_a_long_key_with_the_smallest_record_limit_is_dead_lettered() -> None:
+    """A 1,000-byte key of control characters (6 bytes each in JSON) named twice (key
+    and reason) used to make the record builder raise at 4,096 bytes: the batch failed
+    and the partition stopped on that message for ever."""
+    import asyncio
+
+    from gpuhint.cores.pipeline.checkpoint import BatchRoutine, ListEdge
+    from gpuhint.cores.pipeline.state_table import TableStates
+    from gpuhint.wire.config import Settings
+
+    settings = Settings(dead_letter_max_bytes=4096)  # the setting's own minimum
+    store, states = InMemoryStore(), TableStates({})
+    h = MessageHandler(
+        HintEngine(HistoryEstimator, store, states=states),
+        dead_letter_max_bytes=settings.dead_letter_max_bytes,
+    )
+    edge = ListEdge(committed={0: 0})
+    routine = BatchRoutine(h, states, edge, flush=store.flush, save_interval_s=0)
+    bad = Message("gpuhint.job-events", 0, 0, b"\x01" * 1000, encode_message(job()))
+    asyncio.run(routine.run_batch([bad]))
+    (out,) = edge.emitted
+    assert out.dead_letter is not None and len(out.dead_letter) <= 4096
+    assert json.loads(out.dead_letter)["key_truncated"] is True
+    assert routine.committable(0) == 1  # released: the partition goes on

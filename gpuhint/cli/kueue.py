@@ -379,13 +379,18 @@ def _clear(backend: Any, ladder: Any, args: argparse.Namespace) -> int:
     """Remove gpuhint's class label from every waiting Job and its expected-start
     annotations from every waiting Workload (admitted ones are left)."""
     from gpuhint.kueue.applier import clear_all
+    from gpuhint.kueue.kube import KubeError
 
-    backend.sync()
+    try:
+        backend.sync()
+    except KubeError as exc:
+        raise UserError(f"Kubernetes API: {exc}") from None
     done = clear_all(backend, ladder, dry_run=args.dry_run)
     verb = "would clear" if args.dry_run else "cleared"
+    failed = f"; {done.failed} failed (see the log), run it again" if done.failed else ""
     print(
         f"{verb} gpuhint's class on {done.classes} waiting Job(s) and the expected-start "
-        f"annotations of {done.notes} waiting Workload(s)",
+        f"annotations of {done.notes} waiting Workload(s){failed}",
         file=sys.stderr,
     )
-    return 0
+    return 1 if done.failed else 0

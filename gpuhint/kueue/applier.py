@@ -63,23 +63,38 @@ class Cleared:
     """Waiting Jobs whose gpuhint class label went (Kueue's default priority again)."""
     notes: int
     """Waiting Workloads whose expected-start annotations went."""
+    failed: int = 0
+    """Patches the API server failed (logged): those Jobs / Workloads keep gpuhint's."""
 
 
 def clear_all(backend: KueueBackend, ladder: ClassLadder, dry_run: bool = False) -> Cleared:
     """Turn gpuhint off on a cluster: remove its class from every waiting Job and its
-    expected-start annotations from every waiting Workload (admitted ones are left)."""
+    expected-start annotations from every waiting Workload (admitted ones are left).
+    One failed patch is logged and counted; the others go on."""
     views = backend.views()
+    failed = 0
+
+    def done(what: str, patch: Callable[..., bool], *args: Any) -> bool:
+        nonlocal failed
+        if dry_run:
+            return True
+        try:
+            return patch(*args)
+        except Exception as exc:  # one refused Job must not stop turning gpuhint off
+            log.warning("clear %s: %s", what, exc)
+            failed += 1
+            return False
+
     classes = 0
     for v in views:
         if v.pending and v.job_name and ladder.owns(v.job_class):
-            if not dry_run:
-                backend.unlabel(v.namespace, v.job_name)
-            classes += 1
-    notes = plan_notes(views, {})  # no forecast: every annotated Workload is cleared
-    if not dry_run:
-        for a in notes.patches:
-            backend.annotate(a.namespace, a.workload, a.notes)
-    return Cleared(classes, notes.cleared)
+            where = f"{v.namespace}/{v.job_name}"
+            classes += done(where, backend.unlabel, v.namespace, v.job_name)
+    notes = 0
+    for a in plan_notes(views, {}).patches:  # no forecast: every annotated one is cleared
+        where = f"{a.namespace}/{a.workload}"
+        notes += done(where, backend.annotate, a.namespace, a.workload, a.notes)
+    return Cleared(classes, notes, failed)
 
 
 class TokenBucket:

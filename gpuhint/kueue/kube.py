@@ -67,7 +67,10 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
 
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         cfg = client.Configuration()
-        config.load_incluster_config(client_configuration=cfg)
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException as exc:
+            raise KubeError(0, f"in-cluster service account: {exc}") from None
         return client.ApiClient(cfg)
     try:
         return config.new_client_from_config(config_file=kubeconfig, context=context)
@@ -108,28 +111,40 @@ class KubeApi:
 
     def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         resp = self._call(method, path, **kw)
-        data = resp.read()
-        if resp.status >= 400:
-            try:
-                message = json.loads(data).get("message", "")
-            except ValueError:
-                message = data[:200].decode(errors="replace")
-            raise KubeError(resp.status, f"{method} {path}: {message}")
-        return json.loads(data) if data else {}
+        try:  # a body cut off (connection reset mid-answer) is an API error, retried
+            data = resp.read()
+            if resp.status < 400:
+                return json.loads(data) if data else {}
+        except Exception as exc:
+            raise KubeError(0, f"{method} {path}: unreadable answer: {exc}") from None
+        try:
+            message = str(json.loads(data).get("message", ""))
+        except (ValueError, AttributeError):
+            message = data[:200].decode(errors="replace")
+        raise KubeError(resp.status, f"{method} {path}: {message}")
 
     def list_all(
         self, path: str, label_selector: str | None = None, page: int = 500
     ) -> tuple[list[dict[str, Any]], str]:
-        """Every object of a collection (paged) and the list's resourceVersion."""
+        """Every object of a collection (paged) and the list's resourceVersion. A continue
+        token that expired meanwhile (410) starts the list over, once."""
         items: list[dict[str, Any]] = []
         cont = ""
+        restarts = 1
         while True:
             query = [("limit", str(page))]
             if label_selector:
                 query.append(("labelSelector", label_selector))
             if cont:
                 query.append(("continue", cont))
-            doc = self.request("GET", path, query=query)
+            try:
+                doc = self.request("GET", path, query=query)
+            except KubeError as exc:
+                if not (cont and exc.status == 410 and restarts):
+                    raise
+                log.info("%s: list continue token expired; listing again", path)
+                items, cont, restarts = [], "", restarts - 1
+                continue
             items.extend(doc.get("items") or [])
             meta = doc.get("metadata") or {}
             cont = meta.get("continue") or ""
@@ -284,8 +299,10 @@ class KubeKueue:
             self.api, PATHS["clusterqueues"], queue_policy
         )
         # classes this process wrote that the Job cache has not shown yet (watch lag):
-        # without it, a pass right after a patch would patch the same Job again
-        self._written: dict[str, tuple[str, float]] = {}  # Job -> (class, when)
+        # without it, a pass right after a patch would patch the same Job again. Each
+        # with the cached (uid, resourceVersion) it was written over: once the cache
+        # shows another (a newer Job, or one re-created), the cache is the truth
+        self._written: dict[str, tuple[str, float, tuple[str, str]]] = {}
         self._written_lock = threading.Lock()
         self._reflectors: list[Reflector[Any]] = [
             self.cluster_queues,
@@ -333,7 +350,7 @@ class KubeKueue:
         with self._written_lock:
             now = time.monotonic()
             self._written = {k: v for k, v in self._written.items() if now - v[1] < 60.0}
-            written = {k: c for k, (c, _t) in self._written.items()}
+            written = {k: (c, seen) for k, (c, _t, seen) in self._written.items()}
         out = []
         for w in self.workloads.snapshot():
             job = jobs.get(f"{w.namespace}/{w.job_name}") if w.job_name else None
@@ -342,12 +359,13 @@ class KubeKueue:
             job_class = job.priority_class if job else w.class_name
             if job is not None:
                 k = f"{job.namespace}/{job.name}"
-                wrote = written.get(k)
+                wrote, seen = written.get(k, (None, None))
                 if wrote is not None:
-                    if wrote == job_class:  # the cache has caught up
-                        with self._written_lock:
+                    if wrote == job_class or seen != (job.uid, job.resource_version):
+                        with self._written_lock:  # the cache has caught up or moved on
                             self._written.pop(k, None)
-                    job_class = wrote
+                    else:
+                        job_class = wrote
             cq = w.admitted_queue
             if cq is None and w.queue_name:
                 cq = lq.get(f"{w.namespace}/{w.queue_name}")
@@ -363,6 +381,7 @@ class KubeKueue:
                     pending=w.pending,
                     class_kind=w.class_kind,
                     notes=w.notes,
+                    holds_quota=(w.reserved or w.admitted) and not w.finished,
                 )
             )
         return out
@@ -423,8 +442,11 @@ class KubeKueue:
             if exc.status in (404, 409, 422):  # gone, or no longer suspended
                 return False
             raise
+        k = f"{namespace}/{job}"
+        cached = self.jobs.get(k)
+        seen = (cached.uid, cached.resource_version) if cached else ("", "")
         with self._written_lock:
-            self._written[f"{namespace}/{job}"] = (class_name, time.monotonic())
+            self._written[k] = (class_name, time.monotonic(), seen)
         return True
 
     def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool:

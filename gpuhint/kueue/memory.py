@@ -58,6 +58,13 @@ class InMemoryKueue:
         job.view = replace(job.view, pending=False)
         job.suspended = False
 
+    def finish(self, namespace: str, name: str) -> None:
+        """The Job ran to its end: its Workload is kept (as while the Job exists), not
+        waiting, and holds no quota any more (nothing to preempt)."""
+        job = self.jobs[f"{namespace}/{name}"]
+        job.view = replace(job.view, pending=False, holds_quota=False)
+        job.suspended = False
+
     def views(self) -> list[WorkloadView]:
         return [j.view for j in self.jobs.values()]
 

@@ -19,7 +19,7 @@ batch/v1 Job managed by Kueue is one job, read through the API (the official cli
 with its Workload. Its ``job_id`` is the Job's ``gpuhint.io/job-id`` label, else the
 Job's UID: the id ``gpuhint kueue apply-priorities`` looks hints up by. The VC is the
 ClusterQueue (the admission's, else the LocalQueue's), else the namespace; GPUs are
-``parallelism`` x the pod template's GPUs. Steps::
+``min(parallelism, completions)`` (Kueue's pod count) x the pod template's GPUs. Steps::
 
     Job created, Workload waiting -> submitted
     Workload Admitted             -> started (at the admission time)
@@ -197,6 +197,16 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+def _pods_count(spec: dict[str, Any]) -> int:
+    """The pods of a Job that run at once, as Kueue counts them for its quota:
+    ``min(parallelism, completions)`` (at least 1)."""
+    pods = max(1, _qty(spec.get("parallelism") or 1))
+    completions = spec.get("completions")
+    if completions is not None and 0 < _qty(completions) < pods:
+        pods = _qty(completions)
+    return pods
+
+
 def kueue_job(
     job: dict[str, Any],
     workload: dict[str, Any] | None,
@@ -211,7 +221,8 @@ def kueue_job(
     status = job.get("status") or {}
     labels = meta.get("labels") or {}
     pod_spec = ((spec.get("template") or {}).get("spec")) or {}
-    gpus = pod_gpus(pod_spec, resource) * max(1, _qty(spec.get("parallelism") or 1))
+    pods = _pods_count(spec)
+    gpus = pod_gpus(pod_spec, resource) * pods
     if gpus <= 0 or not meta.get("name"):
         return None
     ns = meta.get("namespace") or "default"
@@ -254,7 +265,7 @@ def kueue_job(
         vc=cq or ns,
         name=labels.get("gpuhint.io/name") or meta.get("generateName") or meta["name"],
         num_gpus=gpus,
-        num_nodes=max(1, _qty(spec.get("parallelism") or 1)),
+        num_nodes=pods,
         # the Job's deadline; else its pods' (the pod template's), which bounds each pod
         time_limit_s=time_limit(spec) or time_limit(pod_spec),
     )

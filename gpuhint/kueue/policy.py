@@ -16,7 +16,8 @@ preemption policies are all ``Never`` (Kueue's default) no relabelling can preem
 anything. Otherwise a waiting Workload is given at most a class *strictly below* the lowest
 priority admitted in its ClusterQueue (its whole cohort, when it has one), so it can never
 become a preemptor because of gpuhint; when even the lowest class is too high, it is left
-alone and counted as skipped (``preemption-guard``).
+alone and counted as skipped (``preemption-guard``), unless it carries a higher one of
+gpuhint's classes: that one goes down to the lowest.
 
 gpuhint down (docs/operations.md): a waiting Workload **without a hint** gets the
 **neutral class** (by default the median class of the hinted waiting Workloads, the
@@ -79,7 +80,11 @@ class ClassLadder:
         return PriorityClass(f"{self.prefix}{k:02d}", self.base + k)
 
     def owns(self, name: str | None) -> bool:
-        return bool(name) and name in {c.name for c in self.all()}
+        """One of gpuhint's classes: of this ladder, or of one with other ``classes``
+        (``gpuhint-NN``): a Job labelled before the ladder shrank is still gpuhint's to
+        move, not an owner's own class that outranks the whole ladder for ever."""
+        rung = name[len(self.prefix) :] if name and name.startswith(self.prefix) else ""
+        return len(rung) == 2 and rung.isascii() and rung.isdigit()
 
     def neutral_class(self, mode: str | int, hinted: Sequence[int]) -> PriorityClass:
         """The class of a Workload without a (fresh) hint: ``median`` (median rung of
@@ -114,6 +119,13 @@ class WorkloadView:
     pending: bool  # no quota reserved, not admitted, not finished, active
     class_kind: str | None = None  # spec.priorityClassRef.kind (e.g. PriorityClass)
     notes: tuple[str | None, ...] = (None, None, None)  # its expected-start annotations
+    # quota reserved or admitted, and not finished: a possible preemption target
+    # (None: whenever not pending)
+    holds_quota: bool | None = None
+
+    @property
+    def running(self) -> bool:
+        return (not self.pending) if self.holds_quota is None else self.holds_quota
 
 
 @dataclass(frozen=True)
@@ -191,7 +203,7 @@ def priority_ceilings(
     queues = list(queues)
     low_by_cq: dict[str, int] = {}
     for w in workloads:
-        if not w.pending and w.cluster_queue:
+        if w.running and w.cluster_queue:  # a finished one cannot be preempted
             cur = low_by_cq.get(w.cluster_queue)
             low_by_cq[w.cluster_queue] = w.priority if cur is None else min(cur, w.priority)
     members: dict[str, list[str]] = {}
@@ -266,10 +278,12 @@ def plan(
         cap = ceilings.get(w.cluster_queue) if w.cluster_queue else None
         if cap is not None and target.value > cap:
             k = cap - ladder.base
-            if k < 0:
+            if k < 0 and (not w.job_class or w.job_class == ladder.at(0).name):
                 out.skip("preemption-guard")
                 continue
-            target = ladder.at(min(k, ladder.classes - 1))
+            # even gpuhint-00 is too high: one of gpuhint's higher classes (given before
+            # a lower one was admitted) still goes down to it, the least it can do
+            target = ladder.at(max(0, min(k, ladder.classes - 1)))
         if target.name == w.job_class:
             out.unchanged += 1
             continue

@@ -144,3 +144,20 @@ def test_worker_down_and_redis_down(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(ConnectionError):
         Applier(k, down, "c", hint_errors=(ConnectionError,)).run_pass()
     assert k.patches == patches
+
+
+def test_finished_jobs_of_a_preempting_queue_do_not_hold_its_waiting_ones_down() -> None:
+    from gpuhint.kueue.policy import QueuePolicy
+
+    k = InMemoryKueue([QueuePolicy("cq", within_cluster_queue="LowerPriority")])
+    k.add_job("ns", "done", job_id="d", priority=0)
+    k.finish("ns", "done")  # finished long ago at Kueue's default priority
+    k.add_job("ns", "new", job_id="n")
+    a = Applier(k, MemoryHints({"n": _hint("n", 60.0)}), "c", rate=0)
+    a.ensure_classes()
+    r = a.run_pass()
+    assert r.relabelled == 1 and k.jobs["ns/new"].job_class == "gpuhint-09"
+    k.add_job("ns", "run", job_id="r", priority=0, admitted=True)  # a running one does
+    k.add_job("ns", "new2", job_id="n2")
+    a.hints.hints["n2"] = _hint("n2", 60.0)  # type: ignore[attr-defined]
+    assert a.run_pass().skipped.get("preemption-guard") == 1

@@ -95,3 +95,15 @@ def test_not_a_snapshot() -> None:
         parse_kueue('{"items": []}')
     with pytest.raises(SchedulerError, match="does not parse"):
         parse_kueue("{")
+
+
+def test_gpus_count_the_pods_kueue_admits_not_more_than_completions() -> None:
+    """Kueue's pod count of a Job is min(parallelism, completions): a Job that runs
+    one pod at a time is not a 4-pod job because parallelism says 4."""
+    job = _job("j", "u1", parallelism=4, gpus=2)
+    job["spec"]["completions"] = 1
+    got = parse_kueue({"jobs": [job], "workloads": [], "localqueues": []})
+    assert (got[0].num_gpus, got[0].num_nodes) == (2, 1)
+    job["spec"]["completions"] = 8  # more completions than parallelism: parallelism
+    got = parse_kueue({"jobs": [job], "workloads": [], "localqueues": []})
+    assert (got[0].num_gpus, got[0].num_nodes) == (8, 4)

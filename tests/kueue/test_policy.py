@@ -37,7 +37,7 @@ def test_ladder_is_monotone_and_bounded() -> None:
     assert values == sorted(values, reverse=True)  # smaller service, higher priority
     assert values[0] == values[1] == 9 and values[-1] == values[-2] == 0
     assert {c.name for c in LADDER.all()} == {f"gpuhint-{k:02d}" for k in range(10)}
-    assert LADDER.owns("gpuhint-03") and not LADDER.owns("gpuhint-10")
+    assert LADDER.owns("gpuhint-03") and not LADDER.owns("gpuhint-100")
     assert not LADDER.owns(None) and not LADDER.owns("high")
 
 
@@ -157,3 +157,30 @@ def test_stale_hints_fade_to_the_neutral_class() -> None:
     gone = plan(wls, services, LADDER, neutral=neutral, weight=0.0)
     assert {r.new_class.name for r in gone.relabel} == {"gpuhint-05"}  # Kueue's FIFO again
     assert [fade_weight(a, 100, 100, 4) for a in (None, 100, 150, 200)] == [1.0, 1.0, 0.5, 0.0]
+
+
+def test_guard_lowers_a_class_gpuhint_gave_before_a_lower_one_was_admitted() -> None:
+    """A Workload labelled gpuhint-07 while nothing was admitted; since then a priority-0
+    Workload was admitted in its preempting queue. Left at 7 it would preempt that one
+    because of gpuhint's label: it goes down to gpuhint-00, the lowest gpuhint has (no
+    longer above the admitted one)."""
+    lower = QueuePolicy("cq", within_cluster_queue="LowerPriority")
+    admitted = _wl("run", "jr", prio=0, pending=False)
+    waiting = _wl("w", "jw", cls="gpuhint-07", prio=7)
+    p = plan([admitted, waiting], {"jw": 1000.0}, LADDER, [lower])
+    assert [r.new_class.name for r in p.relabel] == ["gpuhint-00"]
+    # already at the bottom, or not labelled by gpuhint: left alone, as before
+    for cls in ("gpuhint-00", None):
+        p = plan([admitted, _wl("w", "jw", cls=cls)], {"jw": 1000.0}, LADDER, [lower])
+        assert p.relabel == [] and p.skipped["preemption-guard"] == 1
+
+
+def test_a_class_of_a_longer_ladder_is_still_gpuhints_after_classes_shrinks() -> None:
+    """An operator goes from 10 classes to 5: a waiting Job labelled gpuhint-07 by the
+    old ladder (value 7, above every new class) is moved onto the new ladder, not left
+    as an owner's own class jumping the queue for ever."""
+    five = ClassLadder(classes=5, base=0, min_service_s=600, max_service_s=5_529_600)
+    assert five.owns("gpuhint-07") and five.owns("gpuhint-99")
+    assert not five.owns("gpuhint-7") and not five.owns("gpuhint-x1") and not five.owns("urgent")
+    p = plan([_wl("w", "jw", cls="gpuhint-07", prio=7)], {"jw": 1e12}, five)
+    assert [r.new_class.name for r in p.relabel] == ["gpuhint-00"] and not p.skipped

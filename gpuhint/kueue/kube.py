@@ -15,16 +15,17 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
+from gpuhint.kueue.errors import Gone as _Gone
+from gpuhint.kueue.errors import KubeError
 from gpuhint.kueue.objects import (
     QUEUE_NAME_LABEL,
     JobRef,
     WorkloadRef,
     job_ref,
-    key,
     local_queue_target,
     queue_policy,
     workload_ref,
@@ -37,6 +38,7 @@ from gpuhint.kueue.policy import (
     QueuePolicy,
     WorkloadView,
 )
+from gpuhint.kueue.reflector import Reflector
 
 log = logging.getLogger("gpuhint.kueue")
 
@@ -48,15 +50,6 @@ PATHS = {
     "workloadpriorityclasses": f"{KUEUE_API}/workloadpriorityclasses",
     "jobs": "/apis/batch/v1/jobs",
 }
-T = TypeVar("T")
-
-
-class KubeError(RuntimeError):
-    """An API request failed: ``status`` is the HTTP code (0: no answer)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}" if status else message)
-        self.status = status
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -177,107 +170,6 @@ class KubeApi:
         finally:
             with contextlib.suppress(Exception):
                 resp.response.release_conn()
-
-
-class Reflector(Generic[T]):
-    """A cache of one kind: ``items`` maps ``namespace/name`` to ``transform(object)``."""
-
-    def __init__(
-        self,
-        api: KubeApi,
-        path: str,
-        transform: Callable[[dict[str, Any]], T],
-        label_selector: str | None = None,
-        watch_timeout_s: int = 300,
-    ) -> None:
-        self.api = api
-        self.path = path
-        self.transform = transform
-        self.label_selector = label_selector
-        self.watch_timeout_s = watch_timeout_s
-        self.items: dict[str, T] = {}
-        self.resource_version = ""
-        self.events = 0
-        self.changed = threading.Event()  # set on every change; the applier waits on it
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def relist(self) -> None:
-        objs, rv = self.api.list_all(self.path, self.label_selector)
-        fresh = {key(o): self.transform(o) for o in objs}
-        with self._lock:
-            self.items = fresh
-            self.resource_version = rv
-        self.changed.set()
-
-    def snapshot(self) -> list[T]:
-        with self._lock:
-            return list(self.items.values())
-
-    def get(self, k: str) -> T | None:
-        with self._lock:
-            return self.items.get(k)
-
-    def start(self, stop: threading.Event) -> None:
-        self.relist()
-        self._thread = threading.Thread(
-            target=self._run, args=(stop,), name=f"watch {self.path}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, stop: threading.Event) -> None:
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                for ev in self.api.watch(
-                    self.path, self.resource_version, self.label_selector, self.watch_timeout_s
-                ):
-                    if stop.is_set():
-                        return
-                    self._apply(ev)
-                backoff = 1.0
-            except _Gone:
-                log.info("%s: resourceVersion too old, re-listing", self.path)
-                self._relist_quietly(stop)
-            except KubeError as exc:
-                if stop.is_set():
-                    return
-                log.warning("%s: watch failed (%s); retrying in %.0f s", self.path, exc, backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-                if exc.status in (0, 410):
-                    self._relist_quietly(stop)
-
-    def _relist_quietly(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                self.relist()
-                return
-            except KubeError as exc:
-                log.warning("%s: list failed (%s); retrying", self.path, exc)
-                stop.wait(5.0)
-
-    def _apply(self, ev: dict[str, Any]) -> None:
-        kind, obj = ev.get("type"), ev.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise _Gone()
-            raise KubeError(int(obj.get("code") or 0), str(obj.get("message")))
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
-        with self._lock:
-            if kind in ("ADDED", "MODIFIED"):
-                self.items[key(obj)] = self.transform(obj)
-            elif kind == "DELETED":
-                self.items.pop(key(obj), None)
-            if rv:
-                self.resource_version = str(rv)
-        if kind != "BOOKMARK":
-            self.events += 1
-            self.changed.set()
-
-
-class _Gone(Exception):
-    pass
 
 
 class KubeKueue:

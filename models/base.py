@@ -15,6 +15,9 @@ from typing import Protocol, runtime_checkable
 from gpuhint.wire.contract import JobEvent
 
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+MAX_BAND_S = 1e15
+"""The band's upper bound: a hint's duration fields are at most 1e15 s
+(``gpuhint.wire.contract.NonNegFloat``); an erratic key's spread can reach past it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,7 @@ class DurationPrediction:
         the mean duration if the model knows it, else the point value)."""
         log_std = max(0.0, log_std)
         lo = max(0.0, math.expm1(log_mean - Z90 * log_std))
-        hi = max(0.0, math.expm1(min(log_mean + Z90 * log_std, 40.0)))
+        hi = min(MAX_BAND_S, max(0.0, math.expm1(min(log_mean + Z90 * log_std, 40.0))))
         point = point_s if point_s is not None else max(0.0, math.expm1(min(log_mean, 40.0)))
         return cls(
             duration_s=point,

@@ -177,9 +177,10 @@ class KeyedDurationModel:
         return []
 
     # -- DurationModel ----------------------------------------------------------------
-    def _submit(self, job: JobEvent) -> _Submitted:
-        # the context features feed only the learner: a model without one skips them
-        x, experts, level, parts = self.hist.features_parts(job, context=self.use_learner)
+    def _submit(self, job: JobEvent, touch: bool = True) -> _Submitted:
+        # the context features feed only the learner: a model without one skips them;
+        # ``touch=False`` (predict_one): the keys' LRU order stays as it was
+        x, experts, level, parts = self.hist.features_parts(job, self.use_learner, touch)
         base, top = self.hedge.predict(level, experts)
         if self.use_learner:
             get = experts.get
@@ -188,9 +189,9 @@ class KeyedDurationModel:
         corr = 0.0
         gate_w = 0.0
         if self.use_learner:
-            corr = max(-MAX_CORRECTION, min(MAX_CORRECTION, self._correct(x)))
-            if not math.isfinite(corr):
-                corr = 0.0
+            corr = self._correct(x)
+            # NaN first: ``min(6, nan)`` is 6, a NaN would be the largest correction
+            corr = max(-MAX_CORRECTION, min(MAX_CORRECTION, corr)) if corr == corr else 0.0
             gate_w = self.gate.weights(level, ["mix", "learner"])[1]
         cap = MAX_LOG
         if job.time_limit_s is not None and job.time_limit_s > 0:
@@ -243,7 +244,7 @@ class KeyedDurationModel:
 
     def predict_one(self, job: JobEvent) -> DurationPrediction:
         """River's convention: the prediction from what the model knows now; pure."""
-        return self._prediction(job, self._submit(job))
+        return self._prediction(job, self._submit(job, touch=False))
 
     def learn_one(self, job: JobEvent, duration_s: float) -> None:
         """River's convention: :meth:`learn`."""
@@ -277,6 +278,13 @@ class KeyedDurationModel:
             mx = self._mean_x(job, parts, sub.gate_weight * sub.correction)
             self._pending[jk] = sub._replace(mean_x=mx, mean_ctx=parts[0])
         self.hist.observe_start(job)
+
+    def forget(self, job: JobEvent) -> None:
+        """A job ended without a duration (cancelled, waiting or running): nothing to
+        learn, but it no longer waits or runs (its running time stops counting as its
+        burst's evidence, its queue state and submit memo are released)."""
+        self._pending.pop(self.hist.job_key(job), None)
+        self.hist.forget(job)
 
     def related_keys(self, job: JobEvent) -> tuple[str, ...]:
         """History keys whose change moves this job's expected duration, most specific

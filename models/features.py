@@ -201,7 +201,7 @@ class HistoryFeatures:
         return x, experts, level
 
     def features_parts(
-        self, job: JobEvent, context: bool = True
+        self, job: JobEvent, context: bool = True, touch: bool = True
     ) -> tuple[dict[str, float], dict[str, float], str, tuple[str, float, float, float]]:
         """``(context, experts, level, parts)`` for a job about to be submitted.
 
@@ -214,15 +214,17 @@ class HistoryFeatures:
         ``parts``: :meth:`expected_parts` at submit time, from the same key lookups.
         Pure with respect to the state: calling it twice gives the same answer.
         ``context=False`` leaves ``context`` empty (a model without a learner reads only
-        the experts, the level and the parts).
+        the experts, the level and the parts). ``touch=False`` leaves the keys' LRU
+        order as it was (a pure prediction must not change which keys are evicted).
         """
         x: dict[str, float] = {}
         if context:
             self._job_context(job, x)
         found: dict[str, KeyStats] = {}
         level = "global" if self.global_stats.count else "prior"
+        get = self._get if touch else self.stats.get
         for lv, key in reversed(self.job_keys(job)):
-            s = self._get(key)
+            s = get(key)
             if s is not None and s.count > 0:
                 found[lv] = s
                 level = lv
@@ -392,6 +394,9 @@ class HistoryFeatures:
             r = self.running[b] = [0.0, 0.0]
         r[0] += 1
         r[1] += start
+        # bounded like the pending jobs: a job cancelled while running is never learned
+        while len(self.run_of) > self.max_pending:
+            self._end_run(next(iter(self.run_of)))
 
     def _end_run(self, jk: str) -> None:
         got = self.run_of.pop(jk, None)
@@ -449,18 +454,25 @@ class HistoryFeatures:
             else:
                 self.inflight.pop(skey, None)
 
-    def update(self, job: JobEvent, log_duration: float, abs_error: float | None = None) -> None:
-        """Learn a finished job's ``log1p(duration)`` (and the model's error on it)."""
+    def forget(self, job: JobEvent) -> None:
+        """A job ended (or was cancelled): it no longer waits or runs. What :meth:`update`
+        does first; alone, for a job that ends without a duration (nothing to learn),
+        whose running time would otherwise count as its burst's evidence for ever."""
         jk = self.job_key(job)
-        if jk not in self.burst_of:  # never seen at submit (e.g. before a restart)
-            self.burst_of[jk] = self.bursts.assign(job)
-        keys = self.job_keys(job)
         self._end_run(jk)
         self.burst_of.pop(jk, None)
         self._keys.pop(jk, None)
         subs = self.pending.pop(jk, None)
         if subs is not None:
             self._release(subs)
+
+    def update(self, job: JobEvent, log_duration: float, abs_error: float | None = None) -> None:
+        """Learn a finished job's ``log1p(duration)`` (and the model's error on it)."""
+        jk = self.job_key(job)
+        if jk not in self.burst_of:  # never seen at submit (e.g. before a restart)
+            self.burst_of[jk] = self.bursts.assign(job)
+        keys = self.job_keys(job)
+        self.forget(job)
         a = self.ewm_alpha
         p = f"{job.cluster}|{job.vc}|"
         d = math.expm1(log_duration)

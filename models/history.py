@@ -24,13 +24,14 @@ from collections.abc import MutableMapping
 
 from gpuhint.wire.contract import JobEvent
 from models.base import DurationPrediction
+from models.limit_ratio import _escaped
 
 # Stats vector: [count, sum of durations, sum of log1p, sum of log1p squared]
 Stats = list[float]
 
 
-def _key(job: JobEvent, *parts: object) -> str:
-    return "|".join((job.cluster, job.vc, *map(str, parts)))
+def _prefix(job: JobEvent) -> str:
+    return f"{_escaped(job.cluster)}|{_escaped(job.vc)}|"
 
 
 class HistoryEstimator:
@@ -38,23 +39,32 @@ class HistoryEstimator:
 
     name = "history"
     version = "1"
+    max_keys = 200_000
+    """At most this many keys (least recently learned dropped); also what a state
+    pickled before the bound gets."""
 
     def __init__(
         self,
         state: MutableMapping[str, Stats] | None = None,
         prior_duration_s: float = 3600.0,
         prior_log_std: float = 2.0,
+        max_keys: int = 200_000,
     ) -> None:
         self.state: MutableMapping[str, Stats] = state if state is not None else {}
         self.prior_duration_s = prior_duration_s
         self.prior_log_std = prior_log_std
+        self.max_keys = max_keys
 
     def _keys(self, job: JobEvent) -> list[tuple[str, str]]:
+        # names escaped: a user named ``alice|g|1`` is not alice's 1-GPU key (names
+        # without ``|`` or ``\\`` keep the keys they had, so older pickles match)
+        p = _prefix(job)
         keys = []
         if job.user:
-            keys.append(("user+gpus", _key(job, "u", job.user, "g", job.num_gpus)))
-            keys.append(("user", _key(job, "u", job.user)))
-        keys.append(("vc", _key(job, "all")))
+            u = _escaped(job.user)
+            keys.append(("user+gpus", f"{p}u|{u}|g|{job.num_gpus}"))
+            keys.append(("user", f"{p}u|{u}"))
+        keys.append(("vc", f"{p}all"))
         return keys
 
     def predict(self, job: JobEvent) -> DurationPrediction:
@@ -102,6 +112,9 @@ class HistoryEstimator:
     def observe_start(self, job: JobEvent) -> None:
         """Nothing to do: the paper's rule learns at finish only."""
 
+    def forget(self, job: JobEvent) -> None:
+        """Nothing to do: the paper's rule keeps no state per waiting or running job."""
+
     def expected_one(self, job: JobEvent, now: float | None = None) -> float:
         """Expected duration now (pure): the point value, a mean of durations."""
         return self.predict(job).expected_s
@@ -112,7 +125,11 @@ class HistoryEstimator:
 
     def learn(self, job: JobEvent, duration_s: float) -> None:
         lg = math.log1p(max(0.0, duration_s))
+        state = self.state
         for _, key in self._keys(job):
-            s = self.state.get(key) or [0.0, 0.0, 0.0, 0.0]
-            # Write a new list: a Faust table only records a change on assignment.
-            self.state[key] = [s[0] + 1, s[1] + duration_s, s[2] + lg, s[3] + lg * lg]
+            # popped and written anew: a new list (a Faust table only records a change
+            # on assignment), and the key moves to the end (least recently learned first)
+            s = state.pop(key, None) or [0.0, 0.0, 0.0, 0.0]
+            state[key] = [s[0] + 1, s[1] + duration_s, s[2] + lg, s[3] + lg * lg]
+        while len(state) > self.max_keys:  # bounded: many distinct users over a long run
+            del state[next(iter(state))]

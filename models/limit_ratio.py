@@ -150,6 +150,8 @@ def _escaped(name: str) -> str:
     >>> _escaped("v|l|3600"), _escaped("alice")
     ('v\\|l\\|3600', 'alice')
     """
+    if "|" not in name and "\\" not in name:  # the common case, without copies
+        return name
     return name.replace("\\", "\\\\").replace("|", "\\|")
 
 

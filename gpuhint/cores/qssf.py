@@ -305,13 +305,18 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             st.bound.scale = st.guard.shadow.max_wait
             self._rerank(st, ev.time, keys, everyone=flipped)
         else:  # cancelled (waiting or running): no duration for the guard to replay;
-            # later jobs must not wait behind its entry to reach FIFO's shadow
+            # later jobs must not wait behind its entry to reach FIFO's shadow, and the
+            # model stops counting it as waiting or running (its siblings' evidence)
+            keys = _related_keys(st.model, ev)
+            forget = getattr(st.model, "forget", None)
+            if forget is not None:
+                forget(ev)
             seen = st.guard.shadow.jobs
             flipped = st.guard.forget(ev.job_id)
             if st.guard.shadow.jobs != seen:  # the jobs held behind it reached the shadow
                 st.bound.scale = st.guard.shadow.max_wait
-            if flipped:
-                self._rerank(st, ev.time, (), everyone=True)
+            if flipped or keys:
+                self._rerank(st, ev.time, keys, everyone=flipped)
         if was_running:
             st.running_gpus = max(0, st.running_gpus - ev.num_gpus)
         st.remember_finished(ev.job_id)

@@ -90,3 +90,30 @@ def test_a_cancelled_overdue_job_releases_the_front() -> None:
         JobEvent(phase="finished", job_id="a", num_gpus=1, time=131, submit_time=100)
     )
     assert [h.job_id for h in engine.updates] == ["b"]
+
+
+def test_a_job_cancelled_while_running_stops_raising_its_siblings_hints() -> None:
+    """The model forgets a cancelled running job: its running time no longer counts as
+    evidence that its waiting sibling runs long (before: that sibling's expected
+    duration grew with the clock for ever, the engine never told the model)."""
+    from models.registry import make_model
+
+    def sibling(jid: str, t: float, **kw: object) -> JobEvent:
+        return _ev(kw.pop("phase", "submitted"), jid, t, t, name="train", **kw)  # type: ignore[arg-type]
+
+    engine = HintEngine(lambda: make_model("history_mix"), InMemoryStore(), clock=lambda: 0.0)
+    for i in range(10):  # the user's jobs of this name run 600 s
+        t = 1000.0 * i
+        engine.on_job_event(sibling(f"h{i}", t))
+        engine.on_job_event(sibling(f"h{i}", t, phase="started", start_time=t))
+        engine.on_job_event(
+            sibling(f"h{i}", t + 600, phase="finished", start_time=t, duration_s=600.0)
+        )
+    engine.on_job_event(sibling("c", 20_000.0))
+    engine.on_job_event(sibling("w", 20_010.0))
+    engine.on_job_event(sibling("c", 20_020.0, phase="started", start_time=20_020.0))
+    st = engine.states["default/default"]
+    w = st.pending["w"].event
+    engine.on_job_event(sibling("c", 20_030.0, phase="finished", state="CANCELLED"))
+    later = st.model.expected_one(w, 20_030.0 + 11 * 86400.0)  # type: ignore[attr-defined]
+    assert later < 10 * 600.0

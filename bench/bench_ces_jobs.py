@@ -10,7 +10,8 @@ path around it is tested in tests/cores/test_ces_jobs.py), every node reporting 
 the start. Reports whether every decision matched (time, nodes woken, nodes powered
 down), the engine's time per message, and the size of one cluster's checkpoint (the
 pickled :class:`~gpuhint.cores.ces_jobs.JobsCluster`, saved after every batch that
-touched the cluster) at its largest over the run.
+touched the cluster, without the decision record kept here to compare) at its largest
+over the run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuhint.cores.ces_jobs import JobsCesConfig, JobsCesEngine
+from gpuhint.cores.ces_jobs_state import JobsCluster
 from gpuhint.lab.evaluation.ces_jobs import cluster_nodes, prepare
 from gpuhint.lab.traces.readers import read_trace
 from gpuhint.wire.contract import JobEvent, NodeStatus, PriorityHint
@@ -47,6 +49,16 @@ class Recording(JobAware):
         down = tuple(n for n in before if n not in sim.idle and sim.state[n] == OFF)
         if woke or down:
             self.decisions.append((t, woke, down))
+
+
+def _checkpoint_bytes(c: JobsCluster) -> int:
+    """The cluster's checkpoint as the worker writes it: without the decision record the
+    bench keeps to compare (the worker's ``keep_decisions`` is 0)."""
+    kept, c.decisions = c.decisions, []
+    try:
+        return len(pickle.dumps(c, protocol=pickle.HIGHEST_PROTOCOL))
+    finally:
+        c.decisions = kept
 
 
 def main() -> None:
@@ -92,8 +104,7 @@ def main() -> None:
         eng.on_message(m)
         clock += time.perf_counter() - t1
         if k % every == 0:
-            c = eng.clusters["default"]
-            biggest = max(biggest, len(pickle.dumps(c, protocol=pickle.HIGHEST_PROTOCOL)))
+            biggest = max(biggest, _checkpoint_bytes(eng.clusters["default"]))
     got = eng.flush("default")
     idx = {f"n{k:05d}": k for k in range(nodes)}
     online = [(t, tuple(sorted(idx[n] for n in w)), tuple(idx[n] for n in d)) for t, w, d in got]

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from models.packed import pack_columns, unpack_columns
 from models.simulator.power import PowerModel
 
 DAY_S = 86400.0
@@ -274,6 +275,26 @@ class _History:
             _, old = times.popleft()
             del srt[bisect.bisect_left(srt, old)]
 
+    def __getstate__(self) -> dict[str, object]:
+        """Packed columns (models.packed): ~100x smaller than the tuples; the sorted
+        lists are rebuilt on load."""
+        states = list(self.times)
+        cols = [tuple(zip(*self.times[s], strict=True)) or ((), ()) for s in states]
+        times, xs = [c[0] for c in cols], [c[1] for c in cols]
+        return {"keep_s": self.keep_s, "states": states, "packed": pack_columns(times, xs)}
+
+    def __setstate__(self, st: dict[str, object]) -> None:
+        if "packed" not in st:  # a checkpoint of before 2026-12-07: the tuples themselves
+            self.__dict__.update(st)
+            return
+        self.keep_s = st["keep_s"]  # type: ignore[assignment]
+        times, xs = unpack_columns(st["packed"])  # type: ignore[arg-type]
+        states: list[int | None] = st["states"]  # type: ignore[assignment]
+        self.times = {
+            s: deque(zip(t, x, strict=True)) for s, t, x in zip(states, times, xs, strict=True)
+        }
+        self.sorted = {s: sorted(x) for s, x in zip(states, xs, strict=True)}
+
     def quantile(self, state: int | None, q: float, min_n: int) -> int | None:
         srt = self.sorted.get(state)
         if not srt or len(srt) < min_n:
@@ -325,6 +346,19 @@ class _Gaps:
             _, ob, og = self.items.popleft()
             self.count[ob] -= 1
             self.total[ob] -= og
+
+    def __getstate__(self) -> dict[str, object]:
+        """The idle periods as packed columns (models.packed); the bins' running sums as
+        they are (recomputing them could differ in the last bit)."""
+        ts, bins, gaps = tuple(zip(*self.items, strict=True)) or ((), (), ())
+        packed = pack_columns([ts, gaps], [bins])
+        return {"keep_s": self.keep_s, "count": self.count, "total": self.total, "packed": packed}
+
+    def __setstate__(self, st: dict[str, object]) -> None:
+        if "packed" in st:
+            (ts, gaps), (bins,) = unpack_columns(st.pop("packed"))  # type: ignore[arg-type]
+            st["items"] = deque(zip(ts, bins, gaps, strict=True))
+        self.__dict__.update(st)
 
     def best_timeout(self, pm: PowerModel, wait_price_w: float) -> float:
         """Timeout (a bin edge) of least energy + wait cost over the idle periods seen:

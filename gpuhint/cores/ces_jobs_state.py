@@ -24,6 +24,7 @@ of a job queued or running, change nothing (its arrival is counted once).
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -95,7 +96,7 @@ class JobsCluster:
         self.last_emit = -math.inf
         self.emitted_nodes = 0
         self.decisions: list[Decision] = []
-        self.finished: dict[str, None] = {}  # recently finished job ids, oldest first
+        self.finished: dict[bytes, None] = {}  # recently finished jobs (id_key), oldest first
         self.woken: dict[int, float] = {}  # node -> its boot's end, until it reports on
         self.wake_failed: dict[int, float] = {}  # node -> when its last wake failed
         self.node_gpus: list[int] = []  # each node's GPUs (0: no NodeStatus yet)
@@ -105,20 +106,31 @@ class JobsCluster:
         """Bumped by every change but the clock (``t_last``): a checkpoint is re-encoded
         only when it moved (:mod:`gpuhint.cores.pipeline.cluster_load`)."""
 
+    def __getstate__(self) -> dict[str, object]:
+        """The finished jobs' keys as one byte string (8 bytes a job, whatever its id)."""
+        state = dict(self.__dict__)
+        if "finished" in state:
+            state["finished"] = b"".join(self.finished)
+        return state
+
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a pickle; one of before a field existed gets its default."""
         self.__dict__.update(state)
         d = self.__dict__
-        d.setdefault("finished", {})
+        d["finished"] = _finished_keys(d.get("finished", {}))
         d.setdefault("woken", {})
         d.setdefault("wake_failed", {})
         d.setdefault("node_gpus", [0] * len(self.names))
         d.setdefault("gpu_nodes", {})
         d.setdefault("g", self.cfg.gpus_per_node)
 
+    def has_finished(self, job: str) -> bool:
+        """Whether ``job`` is one of the last finished jobs remembered."""
+        return id_key(job) in self.finished
+
     def remember_finished(self, job: str) -> None:
         """Record a finished job id, forgetting the oldest beyond the cap."""
-        self.finished[job] = None
+        self.finished[id_key(job)] = None
         while len(self.finished) > RECENT_FINISHED_MAX:
             del self.finished[next(iter(self.finished))]
         self.version += 1
@@ -249,7 +261,7 @@ def apply_job_event(c: JobsCluster, ev: JobEvent, t: float, default_s: float) ->
     recently finished changes nothing (a resend, or one that arrived late)."""
     core = c.core
     assert core is not None
-    if ev.job_id in c.finished:
+    if c.has_finished(ev.job_id):
         return False
     if ev.phase is JobPhase.SUBMITTED:
         if ev.num_gpus <= 0 or ev.job_id in c.queue or ev.job_id in c.running:
@@ -361,3 +373,19 @@ def _power_report(c: JobsCluster, i: int, ns: NodeStatus, t: float, confirm_s: f
             c.stayed_on(i)  # a job overtook our power-down: the node never went down
     c.refresh(i, t)
     return True
+
+
+def id_key(job: str) -> bytes:
+    """A job id's 8-byte key in the finished-jobs memory: a checkpoint holds 4,096 of
+    them in 32 kB whatever the ids' length (up to 256 characters each, ~1 MB as text,
+    Kafka's default record limit); two ids share a key with odds of about 2**-64."""
+    return hashlib.blake2b(job.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def _finished_keys(saved: object) -> dict[bytes, None]:
+    """The finished-jobs memory from a checkpoint: packed keys, or (before 2026-12-07)
+    the ids themselves."""
+    if isinstance(saved, bytes):
+        return dict.fromkeys(saved[k : k + 8] for k in range(0, len(saved), 8))
+    assert isinstance(saved, dict)
+    return dict.fromkeys(id_key(j) if isinstance(j, str) else j for j in saved)

@@ -299,3 +299,43 @@ def test_a_power_down_that_happened_before_the_job_still_counts() -> None:
     for t in (320, 400, 700):
         eng.on_message(NodeStatus(node="a", time=t, num_gpus=8, busy_gpus=8))
     assert c.cycles[i] == 1 and c.state[i] != OFF
+
+
+# -- checkpoint size -----------------------------------------------------------------
+
+
+def test_a_checkpoint_stays_small_with_the_longest_ids_and_a_week_of_history() -> None:
+    """4,096 finished jobs with 256-character ids (the contract's longest) and a week of
+    minute ticks: before packing that was ~1.5 MB, over Kafka's default record limit."""
+    eng = _eng()
+    for n in ("a", "b"):
+        eng.on_message(NodeStatus(node=n, time=0, num_gpus=8))
+    t = 0.0
+    for k in range(4200):
+        job = f"{k:08d}".ljust(256, "x")
+        t += 150.0
+        eng.on_message(_ev("submitted", job, t, submit=t))
+        eng.on_message(_ev("started", job, t + 1, ("a",), submit=t))
+        eng.on_message(_ev("finished", job, t + 2, ("a",), submit=t))
+    c = eng.cluster("default")
+    assert len(c.finished) == 4096 and c.has_finished(f"{4199:08d}".ljust(256, "x"))
+    assert not c.has_finished(f"{0:08d}".ljust(256, "x"))  # the oldest forgotten
+    c.decisions.clear()
+    assert len(pickle.dumps(c, protocol=pickle.HIGHEST_PROTOCOL)) < 100_000
+
+
+def test_a_checkpoint_with_the_finished_ids_themselves_still_refuses_their_resends() -> None:
+    eng = _eng()
+    _ran_one_job(eng)
+    c = eng.cluster("default")
+    old = dict(c.__dict__, finished={"j": None})  # the layout of before 2026-12-07
+    back = JobsCluster.__new__(JobsCluster)
+    back.__setstate__(old)
+    eng.clusters["default"] = back
+    assert back.core is not None
+    arrivals = len(back.core.arrivals)
+    assert back.has_finished("j") and not back.has_finished("k")
+    eng.on_message(_ev("submitted", "j", 40, submit=10))
+    assert "j" not in back.queue and len(back.core.arrivals) == arrivals
+    eng.on_message(_ev("submitted", "k", 41, submit=41))
+    assert "k" in back.queue and len(back.core.arrivals) == arrivals + 1

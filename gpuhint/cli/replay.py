@@ -77,7 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--cluster", help="cluster name on events (else GPUHINT_CLUSTER)")
     p.add_argument("--until", metavar="TIME", help="stop before events after this trace time")
     p.add_argument("--limit", type=int, metavar="N", help="send at most N events")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar (off without a terminal)"
+    )
     p.add_argument(
         "--spread-vcs",
         type=int,
@@ -88,7 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue after the last event Kafka acknowledged in an earlier run of this replay",
+        help="continue after the last event Kafka acknowledged in an earlier run of this "
+        "replay (refused when there was none: nothing is sent twice by mistake)",
     )
     p.add_argument(
         "--state",
@@ -122,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
     read, events = _events(args, settings, until)
     topic = settings.topics.job_events
     state, start = _resume_state(args, settings, events, until)
+    try:  # a run that never reaches the broker can be resumed too (an earlier run's
+        if not state.path.exists():  # state stays until this one's first acknowledgement)
+            state.save(start, len(events))
+    except OSError as exc:
+        raise UserError(f"cannot write the replay state {state.path}: {exc}") from None
     transport = _transport(settings)
     bar, progress = _progress(args, topic, len(events), start, state)
     t0 = time.perf_counter()
@@ -210,6 +218,13 @@ def _resume_state(
     state = ResumeState(state_path, fp)
     start = 0
     if args.resume:
+        if not state_path.exists():
+            raise UserError(
+                f"nothing to resume: no state of this replay at {state_path} (an earlier run "
+                "with another trace file, cluster, topic prefix, --until, --limit, "
+                "--spread-vcs or state directory is another replay); run without --resume "
+                "to start over"
+            )
         try:
             start = min(state.load(), len(events))
         except ValueError as exc:
@@ -263,7 +278,7 @@ def _progress(
         initial=start,
         unit="ev",
         desc=f"replay -> {topic}",
-        disable=args.no_progress,
+        disable=True if args.no_progress else None,  # None: off when stderr is no terminal
     )
     shown_down = False
 

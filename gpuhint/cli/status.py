@@ -21,7 +21,8 @@ and each applier's last pass (gpuhint/redis/applier_status.py).
 exit codes (for a monitoring system; docs/operations.md, "Is it working?"):
   0  healthy
   1  degraded: hints are made but something lags or failed (the worker behind by more
-     than --max-lag events, job events newer than the newest hint by --max-hint-lag,
+     than --max-lag events, job events waiting for the worker while newer than the
+     newest hint by --max-hint-lag,
      an applier's last pass failed or is older than three intervals, no node report
      for --max-agent-age while agents did report before)
   2  down: Redis or Kafka unreachable, or no worker in the group (no hints are made)
@@ -89,7 +90,11 @@ def _why(exc: BaseException) -> str:
 def _where(url: str) -> str:
     """A Redis URL without its password."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}:{parts.port or 6379}{parts.path}"
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path}"
 
 
 def check_redis(url: str, prefix: str, cluster: str, timeout_s: float) -> tuple[Check, Any]:
@@ -132,15 +137,17 @@ def kafka_facts(settings: Any, timeout_s: float) -> dict[str, Any]:
         topics = settings.topics
         existing = set(admin.list_topics())
         ours = [t for t in (topics.job_events, topics.node_status) if t in existing]
-        tps = [
+        dead = [topics.dead_letter] if topics.dead_letter in existing else []
+        all_tps = [
             TopicPartition(
                 d.get("name") or d.get("topic"), p.get("partition_index", p.get("partition"))
             )
-            for d in admin.describe_topics(ours)
+            for d in admin.describe_topics(ours + dead)
             for p in d["partitions"]
         ]
+        tps = [tp for tp in all_tps if tp.topic in ours]  # the dead letters: no consumer
         ends = admin.list_partition_offsets(dict.fromkeys(tps, OffsetSpec.LATEST))
-        newest = admin.list_partition_offsets(dict.fromkeys(tps, OffsetSpec.MAX_TIMESTAMP))
+        newest = admin.list_partition_offsets(dict.fromkeys(all_tps, OffsetSpec.MAX_TIMESTAMP))
         group = admin.describe_groups([settings.app_id]).get(settings.app_id, {})
         committed = admin.list_group_offsets({settings.app_id: tps}).get(settings.app_id, {})
     finally:
@@ -150,8 +157,8 @@ def kafka_facts(settings: Any, timeout_s: float) -> dict[str, Any]:
         done = committed.get(tp)
         done_at = done.offset if done is not None and done.offset >= 0 else 0
         lag[tp.topic] += max(0, int(ends[tp].offset) - done_at)
-    newest_ms = {t: max((newest[tp].timestamp for tp in tps if tp.topic == t), default=-1)
-                 for t in ours}  # fmt: skip
+    newest_ms = {t: max((newest[tp].timestamp for tp in all_tps if tp.topic == t), default=-1)
+                 for t in ours + dead}  # fmt: skip
     return {
         "topics": sorted(t for t in existing if t.startswith(topics.prefix + ".")),
         "group_state": str(group.get("group_state") or group.get("state") or "unknown"),
@@ -202,7 +209,11 @@ def _kafka_checks(args: argparse.Namespace, settings: Any, now: float) -> dict[s
         age = now - ms / 1000
         bad = limit is not None and age > limit
         text = f"newest on {topic} {human_duration(age)} ago"
-        out[name] = Check(WARN if bad else OK, text, {"age_s": round(age, 1), "topic": topic})
+        data = {"age_s": round(age, 1), "topic": topic, "lag": facts["lag"].get(topic, 0)}
+        dead_ms = facts["newest_ms"].get(topics.dead_letter)
+        if limit is None and dead_ms is not None:
+            data["dead_letter_age_s"] = round(now - dead_ms / 1000, 1)
+        out[name] = Check(WARN if bad else OK, text, data)
     return out
 
 
@@ -243,13 +254,26 @@ def assess(checks: dict[str, Check], max_hint_lag: float) -> tuple[int, list[str
     events, hints = checks.get("job events"), checks.get("hints")
     if events is not None and "age_s" in events.data:
         hint_age = hints.data.get("age_s") if hints is not None else None
-        if hint_age is None or hint_age - events.data["age_s"] > max_hint_lag:
+        if _hints_lag(events.data, hint_age, max_hint_lag):
             hints_said = (
                 "no hint" if hint_age is None else f"newest hint {human_duration(hint_age)} old"
             )
             problems.append(f"hints: job events arrive but {hints_said}")
             code = max(code, 1)
     return code, problems
+
+
+def _hints_lag(events: dict[str, Any], hint_age: float | None, max_hint_lag: float) -> bool:
+    """Whether job events arrive and hints do not follow. The worker commits a job event
+    only after its writes are in Redis, so with none left to handle (lag 0) and no dead
+    letter since the newest hint, an old hint means nobody submitted (only starts and
+    finishes came), not that hints lag behind."""
+    if hint_age is not None and hint_age - events["age_s"] <= max_hint_lag:
+        return False
+    if events.get("lag") != 0:
+        return True
+    dead_age = events.get("dead_letter_age_s")
+    return dead_age is not None and (hint_age is None or dead_age < hint_age)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ b'ok\\n'
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +34,10 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 64  # a burst of scrapers on a busy host is not turned away
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class MetricsServer:
     """Serves ``registry`` at ``/metrics`` and ``health()`` at ``/healthz`` (200 or 503)."""
 
@@ -43,8 +48,10 @@ class MetricsServer:
         host: str = "0.0.0.0",
         port: int = 9400,
         exposition: Callable[[CollectorRegistry], bytes] = generate_latest,
+        request_timeout_s: float = 30.0,
     ) -> None:
         self.registry = registry
+        self.request_timeout_s = request_timeout_s  # a silent client loses its thread
         self.exposition = exposition
         self.health: Health = health or (lambda: (True, "ok"))
         self.host = host
@@ -60,6 +67,8 @@ class MetricsServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = self.request_timeout_s
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -90,7 +99,8 @@ class MetricsServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("metrics http: " + format, *args)
 
-        self._httpd = _Server((self.host, self.port), Handler)
+        server_class = _Server6 if ":" in self.host else _Server  # an IPv6 address: "::"
+        self._httpd = server_class((self.host, self.port), Handler)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="gpuhint-metrics", daemon=True

@@ -7,16 +7,20 @@ once per ``cache_s``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuhint.redis.client import HintClient, change_time
+from gpuhint.redis.client import HintClient, UnreadableValue, change_time
 from gpuhint.wire.contract import ClusterLoad, PowerAdvisory
+
+log = logging.getLogger(__name__)
+_V = TypeVar("_V")
 
 HINT_TYPES = ("hint", "hint_updated")
 NEWEST_SCAN = 5000
@@ -114,7 +118,7 @@ class RedisStateCollector(Collector):
             lprefix = f"{root}:load:"
             for key in sorted(_s(k) for k in c.r.scan_iter(match=lprefix + "*", count=500)):
                 cluster = key[len(lprefix) :]
-                load: ClusterLoad | None = c.load(cluster)
+                load: ClusterLoad | None = _readable(c.load, cluster)
                 if load is not None:
                     for state, v in (
                         ("total", load.total_nodes),
@@ -125,7 +129,7 @@ class RedisStateCollector(Collector):
                         nodes.add_metric([cluster, state], float(v))
                     busy.add_metric([cluster, "total"], float(load.total_gpus))
                     busy.add_metric([cluster, "busy"], float(load.busy_gpus))
-                adv: PowerAdvisory | None = c.cluster_advice(cluster)
+                adv: PowerAdvisory | None = _readable(c.cluster_advice, cluster)
                 if adv is not None:
                     advice.add_metric([cluster, adv.action.value], float(adv.count))
                     if adv.forecast_nodes is not None:
@@ -137,10 +141,20 @@ class RedisStateCollector(Collector):
             for cluster, at in sorted(newest_hint_times(c).items()):
                 newest.add_metric([cluster], at)
             up.add_metric([], 1.0)
-        except Exception:  # Redis down or a value of another schema: report, do not fail
+        except Exception:  # Redis down (or a bug): report, do not fail the scrape
             up.add_metric([], 0.0)
             return [up]
         return [up, queue, nodes, busy, advice, forecast, saving, newest]
+
+
+def _readable(read: Callable[[str], _V | None], cluster: str) -> _V | None:
+    """``read(cluster)``, or None for a value another schema version wrote (or junk):
+    one cluster's figures left out, not Redis reported down."""
+    try:
+        return read(cluster)
+    except UnreadableValue as exc:
+        log.debug("metrics: %s", exc)
+        return None
 
 
 def _s(raw: Any) -> str:

@@ -13,7 +13,16 @@ from typing import Any
 
 import redis
 
-from gpuhint.cores.sink import Op, PutAdvisory, PutHint, PutLoad, RemoveHint, UpdateHint
+from gpuhint.cores.sink import (
+    Count,
+    Op,
+    PutAdvisory,
+    PutHint,
+    PutLoad,
+    PutStarts,
+    RemoveHint,
+    UpdateHint,
+)
 from gpuhint.redis.store import RedisStore
 
 
@@ -77,5 +86,9 @@ class MeteredRedisStore(RedisStore):
                     self.energy_saved_kwh[ld.cluster] = (
                         self.energy_saved_kwh.get(ld.cluster, 0.0) + kwh
                     )
-                else:
+                elif isinstance(op, PutStarts):
+                    self.writes["starts"] += 1
+                elif isinstance(op, Count):
                     self.writes["counter"] += 1
+                else:  # MarkRebuilt: one change entry
+                    self.writes["rebuilt"] += 1

@@ -219,8 +219,8 @@ class WorkerCollector(Collector):
         w = CounterMetricFamily(
             "gpuhint_redis_writes", "Write operations applied to Redis, by kind.", labels=["op"]
         )
-        ops = ("hint", "hint_rebuild", "hint_update", "hint_remove", "advice", "load", "counter")
-        for op in ops:
+        ops = "hint hint_rebuild hint_update hint_remove advice load starts counter rebuilt"
+        for op in ops.split():
             w.add_metric([op], float(writes.get(op, 0)))
         yield w
         yield _counter(

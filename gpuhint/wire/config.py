@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     kafka_ssl_keyfile: Path | None = Field(None, description="client private key (PEM), mTLS")
     kafka_ssl_check_hostname: bool = Field(True, description="verify the broker's host name")
     kafka_retry_s: float = Field(
-        300.0, ge=0, description="replay/agent: keep retrying an unreachable broker this long"
+        300.0, ge=0, description="replay, worker: keep retrying an unreachable broker this long"
     )
     redis_url: SecretStr = Field(
         SecretStr("redis://localhost:6379/0"), description="redis:// URL (may hold a password)"
@@ -285,7 +285,10 @@ class Settings(BaseSettings):
         if scheme not in ("redis", "rediss", "unix"):
             raise ValueError("expected a redis://, rediss:// or unix:// URL")
         if scheme != "unix":
-            db = urlsplit(url).path.strip("/")
+            parts = urlsplit(url)  # a '/', '?' or '#' in the password cuts the host short:
+            if "@" in parts.path + parts.fragment + parts.query.partition("=")[0]:  # echo none
+                raise ValueError("a '/', '?' or '#' in the password: percent-encode it")
+            db = parts.path.strip("/")
             if db and (not db.isdigit() or int(db) > 15):
                 raise ValueError(f"Redis db {db!r} in the URL path is not a number 0-15")
         return value
@@ -308,16 +311,17 @@ class Settings(BaseSettings):
                 "kafka_security_protocol",
                 *(f for f in sasl_fields[:2] if getattr(self, f)),
             )
+        proto = self.kafka_security_protocol
         for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
             path = getattr(self, name)
+            if path is not None and not proto.endswith("SSL"):  # else plaintext, silently
+                why = f"a TLS file, but GPUHINT_KAFKA_SECURITY_PROTOCOL is {proto}"
+                raise _FieldsError(why + " (use SSL or SASL_SSL)", "kafka_security_protocol", name)
             if path is not None and not path.is_file():
                 raise _FieldsError(f"{path} is not a readable file", name)
         if (self.kafka_ssl_certfile is None) != (self.kafka_ssl_keyfile is None):
-            raise _FieldsError(
-                "kafka_ssl_certfile and kafka_ssl_keyfile go together",
-                "kafka_ssl_certfile",
-                "kafka_ssl_keyfile",
-            )
+            pair = ("kafka_ssl_certfile", "kafka_ssl_keyfile")
+            raise _FieldsError(" and ".join(pair) + " go together", *pair)
         return self
 
     @classmethod

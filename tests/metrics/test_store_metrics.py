@@ -81,3 +81,40 @@ def test_redis_down_is_counted_and_writes_kept() -> None:
     reg = CollectorRegistry()
     reg.register(RedisStateCollector(HintClient(dead), cache_s=0))
     assert value(samples(generate_latest(reg).decode()), "gpuhint_redis_up") == 0
+
+
+def test_start_forecasts_are_not_counted_as_counters(redis_url: str, unique_prefix: str) -> None:
+    """``op="counter"`` is the stats hash (dead letters...); a VC's expected starts are
+    their own kind of write, and both are exported."""
+    from gpuhint.metrics.worker import WorkerCollector
+    from gpuhint.wire.contract import StartForecasts
+
+    store = MeteredRedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    store.put_starts(StartForecasts(cluster="c", vc="v", time=0))
+    store.count("dead_letter")
+    store.flush()
+    assert dict(store.writes) == {"starts": 1, "counter": 1}
+    writes = next(
+        m for m in WorkerCollector(None, store)._store() if m.name == "gpuhint_redis_writes"
+    )
+    by_op = {s.labels["op"]: s.value for s in writes.samples}
+    assert by_op["starts"] == 1 and by_op["counter"] == 1
+
+
+def test_one_unreadable_value_is_not_redis_down(redis_url: str, unique_prefix: str) -> None:
+    """A load or advice another schema version wrote (one cluster) leaves that cluster's
+    figures out; Redis is up and every other gauge is still there."""
+    r = redis.Redis.from_url(redis_url)
+    keys = RedisKeys(unique_prefix)
+    store = MeteredRedisStore(r, keys)
+    store.put_hint(_hint("a", "v1"))
+    store.put_load(ClusterLoad(cluster="c", time=0, total_nodes=4, active_nodes=2, used_nodes=1))
+    store.flush()
+    r.set(keys.load("old"), b'{"schema_version": 99}')
+    r.set(keys.cluster_advice("c"), b"not json")
+    reg = CollectorRegistry()
+    reg.register(RedisStateCollector(HintClient(r, key_prefix=unique_prefix), cache_s=0))
+    got = samples(generate_latest(reg).decode())
+    assert value(got, "gpuhint_redis_up") == 1
+    assert value(got, "gpuhint_queue_length", cluster="c", vc="v1") == 1
+    assert value(got, "gpuhint_cluster_nodes", cluster="c", state="off") == 2

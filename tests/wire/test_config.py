@@ -137,3 +137,46 @@ def test_file_errors_name_the_key_file_and_line(
 def test_flag_errors_name_the_flag_setting(clean_env: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"cluster \(flag\): String should match"):
         load_settings(cluster="a b")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:HEADPW/TAILPW@redis:6379/0",  # a '/' in the password (base64 makes them)
+        "redis://user:HEADPW?TAILPW@redis:6379/0",
+        "redis://:HEADPW#TAILPW@redis:6379/0",
+    ],
+)
+def test_a_password_with_url_delimiters_is_refused_without_echoing_it(
+    clean_env: pytest.MonkeyPatch, url: str
+) -> None:
+    """A '/', '?' or '#' in the password ends the URL's netloc early: the rest of the
+    password lands in the path, query or fragment. Refused (else Redis is asked at the
+    wrong host with a truncated password), and the message names no part of it."""
+    clean_env.setenv("GPUHINT_REDIS_URL", url)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    text = str(err.value)
+    assert "TAILPW" not in text and "HEADPW" not in text
+    assert "percent-encode" in text
+
+
+@pytest.mark.parametrize("protocol", [None, "SASL_PLAINTEXT"])
+def test_tls_files_without_a_tls_protocol_are_refused(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, protocol: str | None
+) -> None:
+    """A CA file and a protocol without TLS: the client would silently talk in plaintext
+    (as SASL settings without a SASL protocol, it is refused)."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    clean_env.setenv("GPUHINT_KAFKA_SSL_CAFILE", str(ca))
+    if protocol:
+        clean_env.setenv("GPUHINT_KAFKA_SECURITY_PROTOCOL", protocol)
+        clean_env.setenv("GPUHINT_KAFKA_SASL_MECHANISM", "PLAIN")
+        clean_env.setenv("GPUHINT_KAFKA_SASL_USERNAME", "u")
+        clean_env.setenv("GPUHINT_KAFKA_SASL_PASSWORD", "p")
+    with pytest.raises(ConfigError, match="GPUHINT_KAFKA_SSL_CAFILE") as err:
+        load_settings()
+    assert "use SSL or SASL_SSL" in str(err.value)
+    clean_env.setenv("GPUHINT_KAFKA_SECURITY_PROTOCOL", "SASL_SSL" if protocol else "SSL")
+    assert load_settings().kafka_ssl_cafile == ca

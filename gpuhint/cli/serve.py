@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,9 @@ worker writes: any scheduler or `gpuhint hints` reads them) and applies them as
 SiteFactor every --apply-interval seconds, as `gpuhint slurm apply-priorities` does.
 
 State (each VC's model and queue, the job-event log and the Slurm watermark) is kept
-in one SQLite file under GPUHINT_STATE_DIR (default .gpuhint-state): a restart, or a
-SIGKILL, neither loses an event nor learns one twice; the hints are the same as the
-Kafka pipeline's for the same events.
+in one SQLite file, serve-CLUSTER.sqlite under GPUHINT_STATE_DIR (default var/worker,
+relative to the working directory): a restart, or a SIGKILL, neither loses an event
+nor learns one twice; the hints are the same as the Kafka pipeline's for the same events.
 
 CES (power advice) runs too, unless GPUHINT_CES_ENABLED=false or --nodes none: every
 poll reads each node's state from `sinfo --json` (--nodes) into the worker's CES side
@@ -168,13 +169,41 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     try:
         server.run(once=args.once)
     finally:
-        store.close()
+        _close(store)
         local.close()
+    if args.once:  # as the appliers' own --once: what could not be done is an error
+        _once_failed(site)
     return 0
+
+
+def _once_failed(site: _Site) -> None:
+    """A ``--once`` run whose poll could not read the scheduler, or whose pass failed,
+    is a :class:`UserError` naming what failed (the warnings above say why)."""
+    failed = [f"{p.name} pass failed: {p.error}" for p in site.passes if p.error is not None]
+    if getattr(site.feed, "failures", 0):
+        failed.insert(0, f"job events could not be read ({site.describe.split(',')[0]})")
+    if failed:
+        raise UserError("; ".join(failed))
+
+
+def _close(store: Any) -> None:
+    """Flush and close the store; with Redis down, say so in one line: what was not
+    written belongs to events not committed, which the next start handles again."""
+    try:
+        store.close()
+    except Exception as exc:
+        log.warning(
+            "serve: %d store write(s) not flushed at exit (%s: %s); the next start makes "
+            "them again",
+            store.pending,
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _slurm_site(args: argparse.Namespace) -> tuple[Any, _Site]:
     from gpuhint.cli.slurm import _check_slurm
+    from gpuhint.cli.slurm_common import _metrics
     from gpuhint.slurm.commands import SlurmCli
 
     settings, ss = _serve_settings(args)
@@ -184,9 +213,10 @@ def _slurm_site(args: argparse.Namespace) -> tuple[Any, _Site]:
     if args.apply_power and not ces:
         raise UserError("--apply-power needs CES (GPUHINT_CES_ENABLED and --nodes)")
     feed = _feed(args, settings, ss)
-    passes = [] if args.no_apply else [_priority_pass(args, settings, ss, cli)]
+    metrics = _metrics(settings)  # one /metrics server (--metrics-port) for both passes
+    passes = [] if args.no_apply else [_priority_pass(args, settings, ss, cli, metrics)]
     if args.apply_power:
-        passes.append(_power_pass(args, settings, ss, cli))
+        passes.append(_power_pass(args, settings, ss, cli, metrics))
     nodes = _node_feed(args, settings, feed) if ces else None
     describe = f"slurm {args.slurm}"
     describe += ", no SiteFactor (--no-apply)" if args.no_apply else ""
@@ -235,7 +265,10 @@ def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any, stop: threading
     """The Kueue applier's pass. Its cache of Jobs and Workloads is listed once per pass
     with ``--once``, else kept current by watches until ``stop`` (as the applier's own
     daemon does), so a pass reads no list from the API server."""
+    from redis.exceptions import RedisError
+
     from gpuhint.cli import kueue
+    from gpuhint.kueue.kube import KubeError
     from gpuhint.serve.server import Pass
 
     ladder = kueue._ladder(ks)
@@ -252,7 +285,13 @@ def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any, stop: threading
             if kargs.once:
                 backend.sync()
             kueue.one_pass(applier, kargs, record, metrics)
-        except Exception as exc:  # recorded for `gpuhint status`; the loop retries
+        except Exception as exc:  # counted, recorded for `gpuhint status`; the loop retries
+            if isinstance(exc, KubeError):
+                metrics.error("api")
+            elif isinstance(exc, RedisError | OSError):
+                metrics.redis_down()
+            else:
+                metrics.error("internal")
             record(ok=False, error=f"{type(exc).__name__}: {exc}")
             raise
 
@@ -294,6 +333,8 @@ def _redacted(settings: Any) -> str:
     from urllib.parse import urlsplit
 
     parts = urlsplit(settings.redis_url.get_secret_value())
+    if parts.scheme == "unix":  # a socket: its path (no host, no port)
+        return f"unix://{parts.path}"
     return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}"
 
 
@@ -326,14 +367,45 @@ def _feed(args: argparse.Namespace, settings: Any, ss: Any) -> Any:
     return slurm_feed(args.slurm, cluster=settings.cluster, vc_from=args.slurm_vc)
 
 
-def _priority_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any) -> Any:
-    from gpuhint.cli.slurm import _client, _priority_applier, _report_priorities
+def _observed(
+    run: Callable[[], Any], metrics: Any, record: Callable[..., Any]
+) -> Callable[[], Any]:
+    """``run`` with its failure counted in ``metrics`` and recorded for ``gpuhint
+    status`` (then raised again: the loop retries), as the Slurm appliers' own loops do."""
+    import redis
+
+    from gpuhint.slurm.commands import SlurmCommandError
+
+    def observed() -> Any:
+        try:
+            return run()
+        except Exception as exc:
+            if isinstance(exc, redis.RedisError):
+                metrics.redis_down()
+            else:
+                metrics.error("scheduler" if isinstance(exc, SlurmCommandError) else "internal")
+            record(exc=exc)
+            raise
+
+    return observed
+
+
+def _priority_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any, metrics: Any) -> Any:
+    from gpuhint.cli.slurm import _client, _priority_applier, _recorder, _report_priorities
     from gpuhint.serve.server import Pass
 
-    applier = _priority_applier(args, settings, ss, cli, _client(settings))
+    client = _client(settings)
+    applier = _priority_applier(args, settings, ss, cli, client)
+    record = _recorder(client, settings, "slurm-priorities", ss.interval_s, args.dry_run)
+    run = _observed(applier.run_pass, metrics, record)
 
     def one_pass() -> None:
-        _report_priorities(applier.run_pass(), args)
+        result = run()
+        if result.hints_from == "cache":
+            metrics.error("redis")
+        metrics.observe_slurm_priorities(result, args.dry_run)
+        record(result)
+        _report_priorities(result, args)
 
     return Pass("SiteFactor", one_pass, ss.interval_s)
 
@@ -347,16 +419,22 @@ def _node_feed(args: argparse.Namespace, settings: Any, feed: Any) -> Any:
     return SlurmNodeFeed(source, cluster=settings.cluster, running_on=feed.tracker.running_on)
 
 
-def _power_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any) -> Any:
-    from gpuhint.cli.slurm import _client, _power_applier
+def _power_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any, metrics: Any) -> Any:
+    import time
+
+    from gpuhint.cli.slurm import _client, _power_applier, _recorder
     from gpuhint.serve.server import Pass
 
-    applier = _power_applier(settings, ss, cli, _client(settings), args.dry_run)
+    client = _client(settings)
+    applier = _power_applier(settings, ss, cli, client, args.dry_run)
+    record = _recorder(client, settings, "slurm-power", ss.power_interval_s, args.dry_run)
+    run = _observed(lambda: applier.run_pass(time.time()), metrics, record)
 
     def one_pass() -> None:
-        import time
-
-        r = applier.run_pass(time.time())
+        t0 = time.monotonic()
+        r = run()
+        record(r)
+        metrics.observe_slurm_power(r, time.monotonic() - t0, args.dry_run)
         if r.powered_down or r.powered_up or r.resume_failed:
             log.info(
                 "power pass: target %d on, down %s, up %s, failed resumes %s",

@@ -22,6 +22,8 @@ the worker).
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, MutableMapping
 from pathlib import Path
@@ -77,14 +79,18 @@ class LocalLog:
     """The job-event log, the VC states and the committed offset in one SQLite file.
 
     ``path`` ``":memory:"`` keeps everything in memory (tests). Appends are durable when
-    :meth:`append` returns; state writes wait for :meth:`commit`.
+    :meth:`append` returns; state writes wait for :meth:`commit`. One process at a time
+    holds a file (an exclusive lock on ``<path>.lock``, released by :meth:`close` or the
+    process's end): a second one is refused.
     """
 
     def __init__(self, path: str | Path, topic: str = "gpuhint.job-events") -> None:
         self.path = str(path)
         self.topic = topic
+        self._lock_fd: int | None = None
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _lock(self.path)
         try:
             self.db = sqlite3.connect(
                 self.path, isolation_level="DEFERRED", check_same_thread=False
@@ -93,12 +99,14 @@ class LocalLog:
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
+            self._unlock()
             raise LocalLogError(f"{self.path}: not a gpuhint data file ({exc})") from None
         version = self.meta("schema_version")
         if version is None:
             self._set_meta("schema_version", SCHEMA_VERSION)
             self.db.commit()
         elif version != SCHEMA_VERSION:
+            self.close()
             raise LocalLogError(
                 f"{self.path}: data of schema {version}, this gpuhint reads {SCHEMA_VERSION}"
             )
@@ -181,3 +189,31 @@ class LocalLog:
 
     def close(self) -> None:
         self.db.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = None
+
+
+def _lock(path: str) -> int:
+    """Hold ``path``'s lock file exclusively (its holder's pid written in it); a file
+    another process holds is a :class:`LocalLogError`."""
+    lock = f"{path}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise LocalLogError(f"{lock}: cannot open ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise LocalLogError(
+            f"{path}: in use by another process (pid {holder}): one gpuhint serve per "
+            "cluster and state directory"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

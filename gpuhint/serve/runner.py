@@ -24,7 +24,9 @@ event and learns none twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, MutableMapping
 from functools import partial
@@ -50,6 +52,14 @@ log = logging.getLogger(__name__)
 
 PARTITION = 0
 """The local log has one partition: one process owns every VC of its cluster."""
+
+STOP_CHECK_S = 0.2
+"""How often a flush held by a store outage looks at :attr:`OneProcess.stop`."""
+
+
+class Stopped(Exception):
+    """A stop was asked while a flush waited for the store: the batch in hand was left
+    uncommitted (the next start handles it again) and this process must not go on."""
 
 
 class LocalEdge:
@@ -104,6 +114,9 @@ class OneProcess:
 
     ``save_interval_s`` is the state-save cadence (0: every batch, as the tests use);
     ``probe(step)`` is the routine's crash hook (tests raise there to kill the process).
+    ``stop`` (SIGTERM): :meth:`drain` ends after the batch in hand, committed, when it
+    is set; a flush retried while the store is down gives up and raises
+    :class:`Stopped`, so a stop is held up neither by a backlog nor by an outage.
     """
 
     def __init__(
@@ -122,8 +135,10 @@ class OneProcess:
         wait_bound: float = DEFAULT_WAIT_BOUND,
         ces: Callable[[BufferedStore, MutableMapping[str, bytes]], ClusterLoadProcessor]
         | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.log = log_
+        self.stop = stop
         self.store = store
         self.batch_max = batch_max
         factory = partial(make_model, model) if isinstance(model, str) else model
@@ -140,10 +155,24 @@ class OneProcess:
             self.handler,
             self.states,
             self.edge,
-            flush=self.sink.flush,
+            flush=self._flush,
             save_interval_s=save_interval_s,
             probe=probe,
         )
+
+    async def _flush(self) -> None:
+        """The sink's flush (retried while the store is down), given up when
+        :attr:`stop` is set while the store refuses it (a slow flush that works ends)."""
+        failures = self.sink.failures
+        task = asyncio.ensure_future(self.sink.flush())
+        while not (await asyncio.wait({task}, timeout=STOP_CHECK_S))[0]:
+            refused = self.sink.failures > failures
+            if refused and self.stop is not None and self.stop.is_set():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                raise Stopped(f"{self.store.pending} store writes not flushed")
+        task.result()
 
     def ingest(self, events: Iterable[JobEvent], meta: dict[str, str] | None = None) -> int:
         """Append events to the log with ``meta`` (the feed's watermark), durable
@@ -158,7 +187,8 @@ class OneProcess:
         return end - first
 
     def drain(self) -> int:
-        """Handle everything in the log, save all state and commit; the events handled."""
+        """Handle everything in the log (up to a stop), save all state, commit and drop
+        the committed events from the log; the events handled."""
         return asyncio.run(self._drain())
 
     async def _drain(self) -> int:
@@ -172,8 +202,12 @@ class OneProcess:
             await self.routine.save(self.routine.cadence.due_keys())
             self.commit()
             handled += len(batch)
+            if self.stop is not None and self.stop.is_set():
+                break  # a stop (SIGTERM) during a backlog: the rest waits in the log
         await self.routine.save_all()
         self.commit()
+        if handled:  # the log is a buffer: what the commit covers is never read again
+            self.log.compact(self.log.committed())
         return handled
 
     def observe_nodes(self, statuses: Iterable[NodeStatus]) -> int:

@@ -61,3 +61,25 @@ def test_state_table_is_a_mapping(tmp_path: Path) -> None:
     assert list(log.states) == ["b"] and len(log.states) == 1
     with pytest.raises(KeyError):
         del log.states["a"]
+
+
+def test_a_second_process_on_the_same_file_is_refused(tmp_path: Path) -> None:
+    """Two ``serve`` processes on one cluster's file (a ``--dry-run --once`` check next
+    to the running service) would each append the same transitions and overwrite each
+    other's VC states: the second is refused in one line, until the first closes."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "serve.sqlite"
+    first = LocalLog(path)
+    other = subprocess.run(
+        [sys.executable, "-c", "import sys; from gpuhint.serve.local_log import LocalLog; "
+         "LocalLog(sys.argv[1])", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert other.returncode != 0 and "LocalLogError" in other.stderr, other.stderr
+    assert f"in use by another process (pid {__import__('os').getpid()})" in other.stderr
+    with pytest.raises(LocalLogError, match="in use by another process"):
+        LocalLog(path)
+    first.close()
+    LocalLog(path).close()  # free again

@@ -157,3 +157,20 @@ def test_sigkill_at_random_points_then_the_same_state(
     assert {k: h.priority for k, h in rebuilt.items()} == {
         k: h.priority for k, h in expected.items()
     }
+
+
+def test_the_log_keeps_only_what_follows_the_commit(tmp_path: Path, events: list[JobEvent]) -> None:
+    """The log is a buffer: a long-running ``serve`` must not keep every event it ever
+    handled (the file would grow without bound); a restart still resumes at the commit
+    and offsets never restart."""
+    p = one(tmp_path / "serve.sqlite", InMemoryStore())
+    p.ingest(events[:300])
+    p.drain()
+    p.ingest(events[300:400])
+    assert p.drain() == 100
+    assert p.log.committed() == 400
+    assert p.log.read(0, 10) == []
+    p.log.close()
+    again = one(tmp_path / "serve.sqlite", InMemoryStore())
+    assert again.ingest(events[400:410]) == 10 and again.log.end_offset() == 410
+    assert again.drain() == 10 and again.log.committed() == 410

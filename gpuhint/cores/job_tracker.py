@@ -135,7 +135,11 @@ class JobTracker:
                 gone = SchedJob(
                     **{**job.__dict__, "status": "finished", "final": self.vanished_state}
                 )
-                events.append(self._event(gone, 2, now, end_time=now))
+                try:
+                    events.append(self._event(gone, 2, now, end_time=now))
+                except ValueError as exc:  # e.g. a run past the contract's cap: skip it,
+                    # not the poll (else every poll, and every restart, fails on it)
+                    log.warning("job %s: vanished, not published, %s", job_id, _first_line(exc))
         return events
 
     def _count_miss(self, job_id: str) -> int:

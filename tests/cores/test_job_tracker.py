@@ -1,0 +1,21 @@
+"""The scheduler-snapshot tracker (gpuhint/cores/job_tracker.py): a job the contract
+refuses must not stop the poll, also when it vanishes."""
+
+from __future__ import annotations
+
+from gpuhint.cores.job_tracker import JobTracker, SchedJob
+
+DAY = 86400.0
+
+
+def test_a_job_that_vanishes_after_running_over_a_year_does_not_crash_the_poll() -> None:
+    """Its finished event would carry a run over the contract's cap: before, the
+    pydantic error escaped ``update`` on every poll (``serve`` crash-looped)."""
+    t0 = 1.7e9
+    tracker = JobTracker(cluster="c", vanish_after=1)
+    old = SchedJob("old", "running", submit_time=t0, start_time=t0, num_gpus=1)
+    new = SchedJob("new", "pending", submit_time=t0 + 400 * DAY, num_gpus=1)
+    assert [e.phase.value for e in tracker.update([old], t0 + 1)] == ["submitted", "started"]
+    events = tracker.update([new], t0 + 400 * DAY)  # "old" vanished, 400 days in
+    assert [(e.job_id, e.phase.value) for e in events] == [("new", "submitted")]
+    assert tracker.update([new], t0 + 400 * DAY + 10) == []  # forgotten, not retried

@@ -19,12 +19,20 @@ from models.wait_bound import WaitBound
 
 
 def state_key(cluster: str, vc: str) -> str:
-    """Key of a VC's state: ``topics.job_key`` as text (``cluster/vc``).
+    """Key of a VC's state: ``topics.job_key`` as text (``cluster/vc``), a ``/`` or ``\\``
+    in a name escaped, so that ("a/b", "c") and ("a", "b/c") keep states of their own
+    (names without them keep the keys they always had; the partition is the message's).
 
-    >>> state_key("venus", "vc1")
-    'venus/vc1'
+    >>> state_key("venus", "vc1"), state_key("a/b", "c"), state_key("a", "b/c")
+    ('venus/vc1', 'a\\\\/b/c', 'a/b\\\\/c')
     """
-    return f"{cluster}/{vc}"
+    return f"{_escaped(cluster)}/{_escaped(vc)}"
+
+
+def _escaped(name: str) -> str:
+    if "/" not in name and "\\" not in name:
+        return name
+    return name.replace("\\", "\\\\").replace("/", "\\/")
 
 
 class PendingJob:

@@ -45,3 +45,30 @@ def test_a_state_saved_under_an_old_module_path_loads_and_goes_on(old: str) -> N
     for off, e in enumerate(rest, start=3):
         assert twin.on_job_event(e, offset=off) == engine.on_job_event(e, offset=off)
     assert twin.stats.learned == 1 and list(st.recent_finished) == ["a"]
+
+
+def test_vcs_whose_names_join_alike_keep_states_of_their_own() -> None:
+    """("a/b", "c") and ("a", "b/c") both join to "a/b/c": before, they shared one
+    VcState (one model, one queue), so one VC's jobs moved the other's hints."""
+    from gpuhint.cores.qssf import HintEngine, state_key
+    from gpuhint.cores.sink import InMemoryStore
+    from gpuhint.wire.contract import JobEvent
+    from models.history import HistoryEstimator
+
+    assert state_key("a/b", "c") != state_key("a", "b/c")
+    assert state_key("venus", "vc1") == "venus/vc1"  # ordinary names keep their keys
+    engine = HintEngine(HistoryEstimator, InMemoryStore(), clock=lambda: 0.0)
+    for cluster, vc, job in (("a/b", "c", "x"), ("a", "b/c", "y")):
+        engine.on_job_event(
+            JobEvent(
+                phase="submitted",
+                job_id=job,
+                cluster=cluster,
+                vc=vc,
+                num_gpus=1,
+                time=1,
+                submit_time=1,
+            )
+        )
+    assert len(engine.states) == 2
+    assert sorted(len(st.pending) for st in engine.states.values()) == [1, 1]

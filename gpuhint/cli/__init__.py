@@ -88,9 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else getattr(logging, env_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.verbose:  # client libraries log their configuration, secrets included, at DEBUG
-        _redact_secrets()
-    else:  # client libraries narrate every connection at INFO
+    if args.verbose or env_level == "DEBUG":  # client libraries log their configuration,
+        _redact_secrets()  # secrets included, at DEBUG (-v or GPUHINT_LOG_LEVEL=DEBUG)
+    if not args.verbose:  # client libraries narrate every connection at INFO
         for noisy in ("kafka", "aiokafka", "faust.transport.producer"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         # Faust's changelog back-pressure warns on every table burst; it is not a fault.

@@ -74,3 +74,20 @@ def test_verbose_cli_masks_secrets_of_loggers_made_later(debug_log: io.StringIO)
     late = logging.getLogger("kafka.imported.later")  # no filter of its own
     late.debug("config: %s", {"sasl_plain_password": SECRET})
     assert SECRET not in debug_log.getvalue() and "'***'" in debug_log.getvalue()
+
+
+@pytest.mark.parametrize(("argv", "env", "masked"), [
+    (["-v"], "INFO", True),
+    ([], "DEBUG", True),  # before: only -v masked, GPUHINT_LOG_LEVEL=DEBUG did not
+    ([], "INFO", False),
+])  # fmt: skip
+def test_debug_from_the_environment_masks_secrets_as_verbose_does(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str, masked: bool
+) -> None:
+    import gpuhint.cli as cli
+
+    calls: list[int] = []
+    monkeypatch.setattr(cli, "_redact_secrets", lambda: calls.append(1))
+    monkeypatch.setenv("GPUHINT_LOG_LEVEL", env)
+    assert cli.main([*argv, "analyze", "/nonexistent/trace.csv"]) == 2
+    assert bool(calls) is masked

@@ -155,7 +155,11 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     except (LocalLogError, OSError) as exc:
         raise UserError(str(exc)) from None
     one = _one_process(settings, local, store, site.ces)
-    restore_feed(site.feed, one)
+    try:
+        restore_feed(site.feed, one)
+    except (ValueError, KeyError, TypeError) as exc:  # another cluster's file, or damaged
+        local.close()
+        raise UserError(f"the feed's watermark in {path} cannot be used: {exc}") from None
     server = Server(one, site.feed, site.passes, poll_s=args.poll, stop=stop, nodes=site.nodes)
     log.info(
         "serve %s: %s, redis %s, state %s, model %s, CES %s",

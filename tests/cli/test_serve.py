@@ -216,3 +216,22 @@ def test_once_with_an_unreadable_scheduler_is_an_error(site_env: _Applier, tmp_p
     args.slurm = "cmd:false"
     with pytest.raises(UserError, match="job events could not be read"):
         serve._serve(args, threading.Event())
+
+
+def test_another_clusters_state_file_is_a_user_error_not_a_traceback(
+    site_env: _Applier, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The feed's watermark of another cluster (a state file copied, or GPUHINT_CLUSTER
+    changed) stops ``serve`` with one line naming the file (before: a ValueError
+    traceback at every start)."""
+    from gpuhint.cli.common import UserError
+    from gpuhint.serve.local_log import LocalLog
+    from gpuhint.serve.server import WATERMARK_META
+
+    state = tmp_path / "state"
+    state.mkdir()
+    log = LocalLog(state / "serve-prod.sqlite", topic="gpuhint.job-events")
+    log.append([], meta={WATERMARK_META: json.dumps({"version": 1, "cluster": "other"})})
+    log.close()
+    with pytest.raises(UserError, match=r"serve-prod\.sqlite cannot be used: .*'other'"):
+        serve._serve(_args(tmp_path, "--once"), threading.Event())

@@ -119,7 +119,11 @@ class Sink:
         store.take_empty()
         if empty:
             self.rebuilds += 1
-            log.warning("re-wrote %d pending hints from state (%s)", n, store.empty_reason)
+            if n:  # Redis lost what it held (a restart without persistence, a flush)
+                log.warning("re-wrote %d pending hints from state (%s)", n, store.empty_reason)
+            else:  # a first start, or nothing was waiting: not an alarm
+                log.info("Redis holds no gpuhint data yet (%s); nothing waiting to re-write",
+                         store.empty_reason)  # fmt: skip
             store.mark_rebuilt(n)
         else:
             self.catch_ups += 1

@@ -4,7 +4,10 @@ and never from a VC state a batch is changing."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+
+import pytest
 
 from gpuhint.cores.pipeline.checkpoint import BatchRoutine, ListEdge, Sink
 from gpuhint.cores.pipeline.handler import Message, MessageHandler
@@ -124,3 +127,25 @@ def test_a_flush_rebuilds_partitions_not_written_under_the_current_epoch() -> No
     asyncio.run(sink.flush())
     assert len(calls) == 3 and sink.rebuilds == 1
     assert store.changes[-1].type == "rebuilt" and store.changes[-1].key == "redis_empty"
+
+
+def test_a_first_start_into_an_empty_redis_is_not_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A new Redis with no state waiting is what every first start sees: said at INFO.
+    Redis losing hints that were waiting is the alarm, at WARNING."""
+    store = InMemoryStore()
+    pending = [0]
+    sink = Sink(store, lambda: pending[0], lambda: {0})
+    with caplog.at_level(logging.INFO, logger="gpuhint.cores.pipeline.store_flush"):
+        store.count("x")
+        asyncio.run(sink.flush())  # the very first write finds no marker
+        assert sink.rebuilds == 1
+        assert [r.levelno for r in caplog.records] == [logging.INFO]
+        caplog.clear()
+        store.wipe()  # later Redis loses the hints of 3 waiting jobs
+        pending[0] = 3
+        store.count("y")
+        asyncio.run(sink.flush())
+        assert [r.levelno for r in caplog.records] == [logging.WARNING]
+        assert "re-wrote 3 pending hints" in caplog.records[0].getMessage()

@@ -210,6 +210,7 @@ class Applier:
         self.hint_errors = hint_errors
         self.wall = wall
         self.start_note = start_note
+        self._told_403 = False  # a refused relabel (RBAC) was logged as an error
         self.noted: dict[tuple[str, str], Notes] = {}  # what was written (cache lag)
         self.last_read: ApplierHints | None = None
         self.unreadable = UnreadableHints(cluster)
@@ -351,9 +352,20 @@ class Applier:
             try:
                 ok = self.backend.relabel(r.namespace, r.job_name, r.new_class.name, r.service_s)
             except Exception as exc:  # one bad Job must not stop the pass
-                log.warning("relabel %s/%s: %s", r.namespace, r.job_name, exc)
                 with lock:
                     report.errors += 1
+                    first_403 = getattr(exc, "status", None) == 403 and not self._told_403
+                    self._told_403 |= first_403
+                if first_403:  # every Job of every pass would say it: once, loudly
+                    log.error(
+                        "not allowed to patch Jobs (%s): no Job is relabelled; grant patch "
+                        "on batch/v1 jobs (deploy/k8s/kueue-applier.yaml)",
+                        exc,
+                    )
+                elif getattr(exc, "status", None) == 403:
+                    log.debug("relabel %s/%s: %s", r.namespace, r.job_name, exc)
+                else:
+                    log.warning("relabel %s/%s: %s", r.namespace, r.job_name, exc)
                 return
             with lock:
                 if ok:

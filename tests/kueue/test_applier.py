@@ -161,3 +161,26 @@ def test_finished_jobs_of_a_preempting_queue_do_not_hold_its_waiting_ones_down()
     k.add_job("ns", "new2", job_id="n2")
     a.hints.hints["n2"] = _hint("n2", 60.0)  # type: ignore[attr-defined]
     assert a.run_pass().skipped.get("preemption-guard") == 1
+
+
+def test_relabels_refused_by_rbac_are_one_error_not_a_warning_per_job_per_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from gpuhint.kueue.errors import KubeError
+
+    class Forbidden(InMemoryKueue):
+        def relabel(
+            self, namespace: str, job: str, class_name: str, service_s: float | None
+        ) -> bool:
+            raise KubeError(403, f'jobs.batch "{job}" is forbidden')
+
+    k = Forbidden()
+    for i in range(5):
+        k.add_job("ns", f"j{i}", job_id=f"id{i}")
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}", 60.0) for i in range(5)})
+    a = Applier(k, hints, "c", rate=0, workers=2)
+    with caplog.at_level("DEBUG", logger="gpuhint.kueue"):
+        reports = [a.run_pass() for _ in range(3)]
+    assert [r.errors for r in reports] == [5, 5, 5]  # still counted (metrics) every pass
+    loud = [r for r in caplog.records if r.levelno >= 30]
+    assert len(loud) == 1 and "grant patch" in loud[0].getMessage()

@@ -358,23 +358,27 @@ class KubeKueue:
         return True
 
     def unlabel(self, namespace: str, job: str) -> bool:
-        """Remove gpuhint's class from a suspended Job (Kueue's default priority again)."""
+        """Remove gpuhint's class from a suspended Job (Kueue's default priority again),
+        then its expected-service label (a merge patch: no error where it is absent)."""
         labels = "/metadata/labels/"
         ops = [
             {"op": "test", "path": "/spec/suspend", "value": True},
             {"op": "remove", "path": labels + _pointer(PRIORITY_CLASS_LABEL)},
         ]
+        path = f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/{quote(job)}"
         try:
-            self.api.request(
-                "PATCH",
-                f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs/{quote(job)}",
-                body=ops,
-                content_type="application/json-patch+json",
-            )
+            self.api.request("PATCH", path, body=ops, content_type="application/json-patch+json")
         except KubeError as exc:
             if exc.status in (404, 409, 422):
                 return False
             raise
+        with contextlib.suppress(KubeError):  # informational only: the class is gone
+            self.api.request(
+                "PATCH",
+                path,
+                body={"metadata": {"labels": {SERVICE_LABEL: None}}},
+                content_type="application/merge-patch+json",
+            )
         return True
 
 

@@ -21,7 +21,7 @@ import redis
 from gpuhint.kueue.applier import Applier
 from gpuhint.kueue.hints import hint_reader
 from gpuhint.kueue.kube import KubeKueue, api_client
-from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL, ClassLadder
+from gpuhint.kueue.policy import PRIORITY_CLASS_LABEL, SERVICE_LABEL, ClassLadder
 from gpuhint.kueue.start_note import START_ANNOTATION, Start, notes_for
 from gpuhint.lab.local.k8s import KueueEnv, wait_for
 from gpuhint.redis.store import RedisStore
@@ -207,9 +207,11 @@ def test_dry_run_changes_nothing_and_clear_undoes_a_pass(
 
     assert cli("--once").returncode == 0
     assert _labels(env, "a")[PRIORITY_CLASS_LABEL] == TOP.name
+    assert SERVICE_LABEL in _labels(env, "a")
     cleared = cli("--clear")
     assert cleared.returncode == 0, cleared.stderr
     wait_for("the class label to go", lambda: PRIORITY_CLASS_LABEL not in _labels(env, "a"))
+    assert SERVICE_LABEL not in _labels(env, "a")  # gpuhint leaves no label behind
     wait_for("Kueue's default priority", lambda: _priorities(env)["a"] == 0)
 
 

@@ -106,8 +106,9 @@ examples:
 POWER_PROGRAM_DESCRIPTION = """\
 SuspendProgram / ResumeProgram for slurm.conf: Slurm calls it with a host list
 (`gpuhint slurm power suspend 'gpu[03-05]'`); it runs --command once per node with
-{node} replaced (e.g. 'ipmitool -H {node}-bmc chassis power soft'), logs each to
---log, and exits 0 when every node succeeded. Slurm runs it with all fds closed:
+{node} replaced (e.g. 'ipmitool -H {node}-bmc chassis power soft'), up to --parallel
+nodes at once (Slurm counts ResumeTimeout for the whole list from the call), logs each
+to --log, and exits 0 when every node succeeded. Slurm runs it with all fds closed:
 stdin/stdout are redirected to /dev/null and --log.
 
 examples (slurm.conf):
@@ -183,6 +184,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     )
     prog.add_argument("--log", metavar="FILE", help="append what was run and its result")
     prog.add_argument("--timeout", type=float, default=300.0, help="per-node seconds (300)")
+    prog.add_argument(
+        "--parallel",
+        type=int,
+        default=32,
+        metavar="N",
+        help="nodes handled at once (32; 1: one after the other)",
+    )
     prog.set_defaults(handler=run_power_program)
 
 
@@ -201,7 +209,7 @@ def run_priorities(args: argparse.Namespace) -> int:
         start_comment=args.start_comment,
     )
     cli = SlurmCli(ss.conf)
-    _check_slurm(cli)
+    _check_slurm(cli, once=args.once)
     client = _client(settings)
     applier = _priority_applier(args, settings, ss, cli, client)
     metrics = _metrics(settings)
@@ -361,7 +369,7 @@ def run_power(args: argparse.Namespace) -> int:
         resume_timeout_s=args.resume_timeout,
     )
     cli = SlurmCli(ss.conf)
-    _check_slurm(cli)
+    _check_slurm(cli, once=args.once)
     client = _client(settings)
     applier = _power_applier(settings, ss, cli, client, args.dry_run)
     metrics = _metrics(settings)
@@ -409,8 +417,8 @@ def run_power(args: argparse.Namespace) -> int:
 
 def run_power_program(args: argparse.Namespace) -> int:
     import os
-    import shlex
-    import subprocess
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     from gpuhint.cores.job_tracker import expand_hostlist
 
@@ -421,27 +429,43 @@ def run_power_program(args: argparse.Namespace) -> int:
         raise UserError(f"not a Slurm host list: {args.hostlist!r} (e.g. gpu[01-04],login1)")
     if "{node}" not in args.node_command:
         raise UserError("--command must contain {node}")
+    if args.parallel < 1:
+        raise UserError(f"--parallel {args.parallel}: must be at least 1")
     try:
         out = open(args.log, "a") if args.log else open(os.devnull, "w")  # noqa: SIM115
     except OSError as exc:
         raise UserError(f"cannot open the log {args.log}: {exc.strerror}") from None
-    failed = 0
-    with out:
-        for node in nodes:
-            argv = shlex.split(args.node_command.replace("{node}", node))
-            t0 = time.time()
-            try:
-                proc = subprocess.run(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=args.timeout,
-                )
-                rc, msg = proc.returncode, (proc.stderr or proc.stdout).strip()[-300:]
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                rc, msg = -1, str(exc)
-            failed += rc != 0
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0))
-            print(f"{stamp} {args.action} {node}: rc={rc} {msg}".rstrip(), file=out, flush=True)
+    lock = threading.Lock()
+
+    def one(node: str) -> int:
+        rc, line = _power_node(args, node)
+        with lock:
+            print(line, file=out, flush=True)
+        return rc
+
+    # side by side: Slurm counts ResumeTimeout for every node of the list from the start
+    with out, ThreadPoolExecutor(max_workers=min(args.parallel, len(nodes))) as pool:
+        failed = sum(rc != 0 for rc in pool.map(one, nodes))
     return 1 if failed else 0
+
+
+def _power_node(args: argparse.Namespace, node: str) -> tuple[int, str]:
+    """Run the power command for one node: its exit status and its log line."""
+    import shlex
+    import subprocess
+
+    argv = shlex.split(args.node_command.replace("{node}", node))
+    t0 = time.time()
+    try:
+        proc = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+        )
+        rc, msg = proc.returncode, (proc.stderr or proc.stdout).strip()[-300:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        rc, msg = -1, str(exc)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0))
+    return rc, f"{stamp} {args.action} {node}: rc={rc} {msg}".rstrip()

@@ -113,13 +113,23 @@ def _metrics(settings: Any) -> Any:
     return applier_metrics("slurm", settings)
 
 
-def _check_slurm(cli: Any) -> None:
+def _check_slurm(cli: Any, *, once: bool = True) -> None:
+    """Fail (exit 2) when Slurm's tools are missing, or, for one pass (``once``), when
+    slurmctld does not answer. A daemon only warns: its passes retry with backoff, and
+    exit 2 is what the systemd units never restart (RestartPreventExitStatus=2), so an
+    applier started while slurmctld is down would otherwise stay down."""
+    import shutil
+
     from gpuhint.slurm.commands import SlurmCommandError
 
+    if shutil.which("scontrol", path=cli.env["PATH"]) is None:
+        raise UserError("scontrol: command not found (install Slurm's client tools)")
     try:
         cli.run(["scontrol", "ping"])
     except SlurmCommandError as exc:
-        raise UserError(f"Slurm does not answer: {exc}") from None
+        if once:
+            raise UserError(f"Slurm does not answer: {exc}") from None
+        log.warning("Slurm does not answer yet: %s; the passes retry", exc)
 
 
 def _stopper() -> tuple[threading.Event, Callable[[], None]]:

@@ -47,6 +47,7 @@ class SlurmCli:
                 input=stdin,
                 capture_output=True,
                 text=True,
+                errors="replace",  # a job name or comment need not be UTF-8
                 env=self.env,
                 timeout=self.timeout_s,
             )
@@ -75,8 +76,9 @@ class SlurmCli:
 
         ``sprio`` prints each factor weighted; a job whose priority differs from their sum
         (minus the nice adjustment) by more than ``pin_tolerance`` had ``Priority=`` set by
-        an admin: it is pinned. Priority 0 means held. The comment comes last, whole
-        (it may hold ``|``); Slurm prints ``(null)`` for none.
+        an admin: it is pinned (a job pending in several partitions has a row, and a sum,
+        per partition: it is pinned when it matches none). Priority 0 means held. The
+        comment comes last, whole (it may hold ``|``); Slurm prints ``(null)`` for none.
         """
         out = self.run(["squeue", "-h", "-r", "--states=PD", "-o", "%i|%A|%Q|%k"])
         factors = self._sprio()
@@ -86,25 +88,25 @@ class SlurmCli:
             if len(parts) < 4:
                 continue
             job_id, raw_id, prio = parts[0].strip(), parts[1].strip(), _int(parts[2])
-            site, total = factors.get(raw_id, (None, None))
-            pinned = total is not None and abs(prio - total) > pin_tolerance
+            site, totals = factors.get(raw_id, (None, []))
+            pinned = bool(totals) and all(abs(prio - t) > pin_tolerance for t in totals)
             comment = "" if parts[3] == "(null)" else parts[3]
-            jobs.append(
-                SlurmJob(job_id, "PENDING", site, pinned=pinned, held=prio == 0, comment=comment)
-            )
+            held = prio == 0
+            jobs.append(SlurmJob(job_id, "PENDING", site, pinned, held, comment, raw_id))
         return jobs
 
-    def _sprio(self) -> dict[str, tuple[int | None, int | None]]:
-        """``{raw job id: (site factor, sum of weighted factors - nice)}``."""
+    def _sprio(self) -> dict[str, tuple[int | None, list[int]]]:
+        """``{raw job id: (site factor, [sum of weighted factors - nice, ...])}``: one sum
+        per row, as sprio prints a job pending in several partitions once per partition."""
         out = self.run(["sprio", "-h", "-o", "%i|%A|%B|%F|%J|%P|%Q|%S|%T|%N"], check=False)
-        result: dict[str, tuple[int | None, int | None]] = {}
+        result: dict[str, tuple[int | None, list[int]]] = {}
         for line in out.splitlines():
             p = line.split("|")
             if len(p) < 10:
                 continue
             tres = sum(_int(x.partition("=")[2]) for x in p[8].split(",") if "=" in x)
             total = sum(_int(x) for x in p[1:8]) + tres - _int(p[9])
-            result[p[0].strip()] = (_int(p[7]), max(total, 1))
+            result.setdefault(p[0].strip(), (_int(p[7]), []))[1].append(max(total, 1))
         return result
 
     # ------------------------------------------------------------------ writes
@@ -123,6 +125,7 @@ class SlurmCli:
                 input="\n".join(lines) + "\nquit\n",
                 capture_output=True,
                 text=True,
+                errors="replace",
                 env=self.env,
                 timeout=max(self.timeout_s, 0.05 * len(lines)),
             )

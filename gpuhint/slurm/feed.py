@@ -9,9 +9,11 @@ restarted agent
   ``finished`` is not announced again;
 * misses no transition: with ``sacct`` it reads accounting from the last poll (minus a
   margin) up to now, so a job that started or finished while the agent was down is
-  still seen, with its true times. With ``squeue`` only jobs Slurm still lists are seen
-  (it keeps finished ones for ``MinJobAge``, 300 s by default); a job that went missing
-  meanwhile is published ``finished`` with state ``unknown``.
+  still seen, with its true times. A followed job the window leaves out (``sacct -S``
+  lists a pending job only while it is eligible, so not while it is held) is looked up
+  by id (``sacct -j``), so it is not taken for vanished. With ``squeue`` only jobs Slurm
+  still lists are seen (it keeps finished ones for ``MinJobAge``, 300 s by default); a
+  job that went missing meanwhile is published ``finished`` with state ``unknown``.
 
 Events are handed to the publisher before the watermark is written; a clean stop
 (SIGTERM) flushes them, and ``--spill-dir`` keeps what Kafka did not take yet.
@@ -52,6 +54,15 @@ def sacct_command(window_s: float) -> tuple[str, ...]:
     """``sacct --json`` for every job in any state within the last ``window_s`` seconds."""
     secs = max(60, int(window_s) + 1)
     return ("sacct", "--json", "--allusers", "--allocations", "--starttime", f"now-{secs}")
+
+
+LOOKUP_BATCH = 500
+"""Job ids per ``sacct --jobs`` lookup of jobs the window left out."""
+
+
+def sacct_lookup(job_ids: Sequence[str]) -> tuple[str, ...]:
+    """``sacct --json`` for the given jobs, whatever their state or eligibility."""
+    return ("sacct", "--json", "--allusers", "--allocations", "--jobs", ",".join(job_ids))
 
 
 def tracker_doc(tracker: JobTracker, polled_at: float) -> dict[str, Any]:
@@ -162,16 +173,32 @@ class SlurmFeed(SchedulerFeed):
             return SQUEUE_CMD
         return self.spec
 
+    def _read(self, now: float) -> list[SchedJob]:
+        text = read_source(self.command(now), timeout_s=self.timeout_s)
+        jobs = parse_slurm(text, self.vc_from)
+        if self.accept is not None:
+            jobs = [j for j in jobs if self.accept(j.job_id)]
+        return jobs + self._unlisted(jobs) if self.spec == "sacct" else jobs
+
+    def _unlisted(self, listed: list[SchedJob]) -> list[SchedJob]:
+        """The followed pending or running jobs the sacct window left out, as
+        ``sacct -j`` shows them: the window lists a pending job only while it is
+        eligible, so a held job (or one whose begin time moved) drops out of it and
+        comes back when released; it must stay pending, not vanish. A pending array
+        task not split off yet is found under its array's id."""
+        seen = {j.job_id for j in listed}
+        missing = {jid for jid, step in self.tracker._step.items() if step < 2} - seen
+        ids = sorted({jid.split("_")[0] for jid in missing})
+        found: list[SchedJob] = []
+        for i in range(0, len(ids), LOOKUP_BATCH):
+            text = read_source(sacct_lookup(ids[i : i + LOOKUP_BATCH]), timeout_s=self.timeout_s)
+            found += [j for j in parse_slurm(text, self.vc_from) if j.job_id in missing]
+        return found
+
     def poll(self, now: float) -> list[JobEvent]:
-        read = guarded_read(
-            self,
-            lambda: parse_slurm(
-                read_source(self.command(now), timeout_s=self.timeout_s), self.vc_from
-            ),
-        )
-        if read is None:
+        jobs = guarded_read(self, lambda: self._read(now))
+        if jobs is None:
             return []
-        jobs = read if self.accept is None else [j for j in read if self.accept(j.job_id)]
         events = self.tracker.update(jobs, now)
         self.last_poll = now
         if self.state_path is not None:

@@ -14,7 +14,7 @@ from gpuhint.wire.contract import JobState
 Status = Literal["pending", "running", "finished"]
 
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD"}
-_RUNNING = {"RUNNING", "SUSPENDED", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+_RUNNING = {"RUNNING", "SUSPENDED", "STOPPED", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
 _FINAL = {
     "COMPLETED": JobState.COMPLETED,
     "FAILED": JobState.FAILED,
@@ -29,7 +29,8 @@ _FINAL = {
     "BOOT_FAIL": JobState.NODE_FAIL,
 }
 _SHORT = {  # squeue/sacct compact codes
-    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CD": "COMPLETED", "F": "FAILED",
+    "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "ST": "STOPPED", "CD": "COMPLETED",
+    "F": "FAILED",
     "OOM": "OUT_OF_MEMORY", "CA": "CANCELLED", "PR": "PREEMPTED", "TO": "TIMEOUT",
     "DL": "DEADLINE", "NF": "NODE_FAIL", "BF": "BOOT_FAIL", "RV": "REVOKED", "SE": "SPECIAL_EXIT",
     "CG": "COMPLETING", "CF": "CONFIGURING", "RQ": "REQUEUED", "RH": "REQUEUE_HOLD",
@@ -96,7 +97,7 @@ def vc_name(account: str | None, partition: str | None, vc_from: VcFrom = "accou
 
 
 def parse_timelimit(text: str | None) -> float | None:
-    """sacct/squeue ``Timelimit`` (``[D-]HH:MM:SS``, ``MM:SS``, ``MM``) -> seconds.
+    """sacct/squeue ``Timelimit`` (``[D-]HH:MM:SS``, ``D-HH[:MM]``, ``MM:SS``, ``MM``) -> seconds.
 
     >>> parse_timelimit("1-02:00:00"), parse_timelimit("30:00"), parse_timelimit("UNLIMITED")
     (93600.0, 1800.0, None)
@@ -104,12 +105,14 @@ def parse_timelimit(text: str | None) -> float | None:
     t = (text or "").strip()
     if not t or t.upper() in ("UNLIMITED", "INFINITE", "PARTITION_LIMIT", "NONE", "N/A"):
         return None
-    days = 0
-    if "-" in t:
+    days, with_days = 0, "-" in t
+    if with_days:
         d, _, t = t.partition("-")
         days = int(d)
     parts = [int(float(x)) for x in t.split(":")] if t else [0]
-    if len(parts) == 1:  # minutes
+    if with_days and len(parts) < 3:  # D-HH, D-HH:MM
+        secs = parts[0] * 3600 + (parts[1] * 60 if len(parts) > 1 else 0)
+    elif len(parts) == 1:  # minutes
         secs = parts[0] * 60
     elif len(parts) == 2:
         secs = parts[0] * 60 + parts[1]

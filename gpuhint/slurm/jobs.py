@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 from datetime import datetime
 from typing import Any
@@ -61,6 +62,8 @@ __all__ = [
     "slurm_source",
     "vc_name",
 ]
+
+log = logging.getLogger(__name__)
 
 SQUEUE_CMD = ("squeue", "--all", "--states=all", "--json")
 SACCT_CMD = ("sacct", "--json", "--allusers", "--allocations", "--starttime", "now-1hours")
@@ -184,12 +187,13 @@ def _squeue_job(j: dict[str, Any], vc_from: VcFrom = "account") -> list[SchedJob
         gpus = per_node * (node_count or 1) if per_node is not None else 0
     partition = _first(j.get("partition"))
     cpus = _int(j.get("cpus"))
+    nodes = expand_hostlist(j.get("nodes")) if status != "pending" else ()
     job = SchedJob(
         job_id=_job_id(j),
         status=status,
         final=final,
         submit_time=_num(j.get("submit_time")),
-        start_time=_num(j.get("start_time")) if status != "pending" else None,
+        start_time=_ran_from(status, nodes, j.get("start_time")),
         end_time=_num(j.get("end_time")) if status == "finished" else None,
         user=_first(j.get("user_name")),
         vc=vc_name(_first(j.get("account")), partition, vc_from),
@@ -197,7 +201,7 @@ def _squeue_job(j: dict[str, Any], vc_from: VcFrom = "account") -> list[SchedJob
         num_gpus=gpus,
         num_cpus=cpus,
         num_nodes=node_count,
-        nodes=expand_hostlist(j.get("nodes")) if status != "pending" else (),
+        nodes=nodes,
         partition=partition,
         time_limit_s=_limit_minutes(j.get("time_limit")),
     )
@@ -208,8 +212,26 @@ def _squeue_job(j: dict[str, Any], vc_from: VcFrom = "account") -> list[SchedJob
     return [job]
 
 
+def _ran_from(status: str, nodes: tuple[str, ...], start: Any) -> float | None:
+    """A job's start time, None when it never ran: pending, or finished without ever
+    being given nodes (Slurm 22.05's squeue sets a job cancelled while pending
+    ``start_time`` = ``end_time``, the cancel time, and leaves ``nodes`` empty)."""
+    if status == "pending" or (status == "finished" and not nodes):
+        return None
+    return _num(start)
+
+
 def _job_id(j: dict[str, Any]) -> str:
-    """``123`` or, for an array task, ``123_4`` (Slurm's own notation)."""
+    """``123``; for an array task ``123_4``, for a heterogeneous job's component ``123+1``
+    (Slurm's own notation: ``squeue -o %i``, ``sacct -P``, ``scontrol update jobid=``)."""
+    het = j.get("het")
+    het_id, offset = (
+        (_int(het.get("job_id")), _index(het.get("job_offset")))
+        if isinstance(het, dict)
+        else (_int(j.get("het_job_id")), _index(j.get("het_job_offset")))
+    )
+    if het_id and offset is not None:
+        return f"{het_id}+{offset}"
     array_id = _int(j.get("array_job_id"))
     task = _index(j.get("array_task_id"))
     arr = j.get("array")
@@ -241,12 +263,13 @@ def _sacct_job(j: dict[str, Any], vc_from: VcFrom = "account") -> list[SchedJob]
     user = j.get("user") or assoc.get("user")
     partition = _first(j.get("partition"))
     account = _first(j.get("account")) or _first(assoc.get("account"))
+    nodes = expand_hostlist(j.get("nodes")) if status != "pending" else ()
     job = SchedJob(
         job_id=_job_id(j),
         status=status,
         final=final,
         submit_time=_num(t.get("submission")),
-        start_time=_num(t.get("start")) if status != "pending" else None,
+        start_time=_ran_from(status, nodes, t.get("start")),
         end_time=_num(t.get("end")) if status == "finished" else None,
         user=user or None,
         vc=vc_name(account, partition, vc_from),
@@ -254,7 +277,7 @@ def _sacct_job(j: dict[str, Any], vc_from: VcFrom = "account") -> list[SchedJob]
         num_gpus=gpus,
         num_cpus=cpus,
         num_nodes=_int(j.get("allocation_nodes")),
-        nodes=expand_hostlist(j.get("nodes")) if status != "pending" else (),
+        nodes=nodes,
         partition=partition,
         time_limit_s=_limit_minutes(t.get("limit")),
     )
@@ -296,6 +319,25 @@ def _parse_time(s: str) -> float | None:
 _ARRAY_PENDING = re.compile(r"^(\d+)_\[([^\]]+)\]$")
 
 
+_FREE_TEXT = {"jobname", "comment", "admincomment", "systemcomment", "workdir", "constraints"}
+"""Parsable columns a user writes, which may hold the separator (sacct does not escape it)."""
+
+
+def _row(header: list[str], line: str) -> dict[str, str] | None:
+    """One ``sacct -P`` row by column; a ``|`` inside a job name (or another free-text
+    column) is put back. None (logged) when more than one free-text column could hold it."""
+    cells = line.split("|")
+    extra = len(cells) - len(header)
+    if extra > 0:
+        free = [i for i, h in enumerate(header) if h in _FREE_TEXT]
+        if len(free) != 1:
+            log.warning("sacct row skipped: %d '|' too many, column unknown: %.200s", extra, line)
+            return None
+        i = free[0]
+        cells = [*cells[:i], "|".join(cells[i : i + extra + 1]), *cells[i + extra + 1 :]]
+    return dict(zip(header, cells, strict=False))
+
+
 def _parsable(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
@@ -308,7 +350,9 @@ def _parsable(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
         )
     out: list[SchedJob] = []
     for ln in lines[1:]:
-        row = dict(zip(header, ln.split("|"), strict=False))
+        row = _row(header, ln)
+        if row is None:
+            continue
         job_id = row.get("jobid", "")
         if not job_id or "." in job_id:  # job steps (123.batch, 123.0)
             continue

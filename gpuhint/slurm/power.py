@@ -305,6 +305,8 @@ class PowerApplier:
         """When each of :attr:`failed` failed."""
         self.stand_ins: tuple[float, tuple[str, ...]] = (-1.0, ())
         """(advice time, nodes woken in the place of failed nodes that advice wakes)."""
+        self.unreadable: str | None = None
+        """Why the last advisory read could not be parsed (None: it could)."""
 
     def watch_resumes(self, nodes: Sequence[Node], now: float) -> list[str]:
         """Update :attr:`failed` from Slurm's node states; return the newly failed."""
@@ -341,8 +343,22 @@ class PowerApplier:
         self.failed_at.pop(name, None)
         return self.failed.pop(name, None) is not None
 
+    def _read_advice(self) -> PowerAdvisory | None:
+        """The cluster's advisory; None when there is none or it cannot be read (a
+        ``ValueError``: another schema version, or junk), logged once until it changes."""
+        try:
+            adv = self.advice.cluster_advice(self.cluster)
+        except ValueError as exc:
+            why = " ".join(str(exc).split())
+            if why != self.unreadable:
+                log.warning("power advice unreadable, only the idle buffer acts: %s", why)
+            self.unreadable = why
+            return None
+        self.unreadable = None
+        return adv
+
     def run_pass(self, now: float) -> PowerResult:
-        adv = self.advice.cluster_advice(self.cluster)
+        adv = self._read_advice()
         target = target_from(adv, now, self.max_age_s)
         named = tuple(adv.nodes) if adv is not None and target is not None else ()
         nodes = self.slurm.nodes()

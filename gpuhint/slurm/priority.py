@@ -35,9 +35,9 @@ What the applier will and will not touch, every pass:
   is turned off); never a running, completing or held job;
 * never a job a human pinned with ``scontrol update jobid=N Priority=...`` (its priority
   no longer equals the sum of its factors, which is how it is recognised);
-* only jobs whose factor would change (so a steady queue costs no update at all);
-* at most ``max_updates`` per pass, at most ``rate`` updates per second;
-* it never sets ``Priority=`` itself (that would pin the job);
+* only jobs whose factor would change, at most ``max_updates`` per pass, at most
+  ``rate`` a second; never ``Priority=`` itself (that would pin the job);
+* one job per pending array record, never its tasks one by one (:mod:`~.arrays`);
 * with ``start_comment``, a pending job's ``Comment`` gets its expected start, only
   when the comment is empty or gpuhint's own (:mod:`gpuhint.slurm.start_comment`).
 
@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpuhint.cores.freshness import HintFreshness
+from gpuhint.slurm.arrays import Collapsed, collapse_arrays
 from gpuhint.slurm.pass_result import PassResult
 from gpuhint.slurm.start_comment import (
     CommentPlan,
@@ -172,6 +173,7 @@ class SlurmJob:
     pinned: bool = False  # a human set Priority=
     held: bool = False  # priority 0: held by a user or an admin
     comment: str | None = None  # its Comment ("" none; None: not read)
+    raw_id: str | None = None  # squeue's %A: the tasks of a pending array record share it
 
 
 @dataclass(frozen=True)
@@ -393,24 +395,19 @@ class PriorityApplier:
     def run_pass(self) -> PassResult:
         t0 = self.clock()
         snap, source = self._snapshot()
-        priorities = snap.priorities
-        queue = self.slurm.queue()
+        arrays = collapse_arrays(self.slurm.queue())  # a pending array record: one job
+        queue, priorities = arrays.queue, arrays.spread(snap.priorities)
         fb = self.fallback
         age = None if snap.last_alive is None else max(0.0, self.wall() - snap.last_alive)
-        fresh = age is not None and age <= fb.stale_after_s
-        if not self._ages:
-            fresh = True  # a port without ages: every hint counts as fresh
-        elif source == "redis":
+        # a port without ages: every hint counts as fresh
+        fresh = not self._ages or (age is not None and age <= fb.stale_after_s)
+        if self._ages and source == "redis":
             self.freshness.observe(age, fb.stale_after_s)
         neutral: int | None = None
         weight = 1.0
         if fb.enabled:
-            hinted = [
-                self.fmap.factor(priorities[j.job_id])
-                for j in queue
-                if j.state == "PENDING" and j.job_id in priorities
-            ]
-            neutral = fb.neutral_factor(self.fmap, hinted)
+            pend = [j.job_id for j in queue if j.state == "PENDING" and j.job_id in priorities]
+            neutral = fb.neutral_factor(self.fmap, [self.fmap.factor(priorities[j]) for j in pend])
             weight = fb.weight(age)
         plan = plan_pass(
             queue,
@@ -434,7 +431,7 @@ class PriorityApplier:
         updated = plan.jobs - (refused if not self.dry_run else 0)
         self.total_updated += max(0, updated)
         self.total_refused += refused
-        comments, comment_errors = self._comments(queue, weight, source)
+        comments, comment_errors = self._comments(arrays, weight, source)
         return PassResult(
             pending_hinted=plan.considered + plan.skipped_pinned + plan.skipped_held,
             updated=max(0, updated),
@@ -458,7 +455,7 @@ class PriorityApplier:
         )
 
     def _comments(
-        self, queue: Sequence[SlurmJob], weight: float, source: str
+        self, arrays: Collapsed[SlurmJob], weight: float, source: str
     ) -> tuple[CommentPlan | None, list[str]]:
         """Plan and (unless a dry run) write the expected-start comments (None: none this
         pass: off, or Redis unreachable, when the comments stay as they are). When the
@@ -471,7 +468,7 @@ class PriorityApplier:
         except self.hint_errors as exc:
             log.warning("expected starts unreadable, comments left as they are: %s", exc)
             return None, []
-        plan = plan_comments(queue, starts, max_updates=self.max_updates)
+        plan = plan_comments(arrays.queue, arrays.spread(starts), max_updates=self.max_updates)
         return plan, [] if self.dry_run else self._apply_rate_limited(plan.updates)
 
     def _apply_rate_limited(self, updates: Sequence[Update | CommentUpdate]) -> list[str]:

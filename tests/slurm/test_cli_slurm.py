@@ -19,7 +19,7 @@ def test_power_wrapper_runs_the_command_per_node(tmp_path: Path) -> None:
     cmd = f"sh -c 'echo {{node}} >> {out}'"
     r = _run("power", "suspend", "gpu[01-03]", "--command", cmd, "--log", str(log))
     assert r.returncode == 0, r.stderr
-    assert out.read_text().split() == ["gpu01", "gpu02", "gpu03"]
+    assert sorted(out.read_text().split()) == ["gpu01", "gpu02", "gpu03"]  # side by side
     assert log.read_text().count("suspend gpu0") == 3
     bad = _run("power", "resume", "gpu01", "--command", "false {node}", "--log", str(log))
     assert bad.returncode == 1 and "resume gpu01: rc=1" in log.read_text()
@@ -49,3 +49,55 @@ def test_user_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     r = subprocess.run([*GH, "apply-priorities", "--once"], capture_output=True, text=True,
                        timeout=60, env=env)  # fmt: skip
     assert r.returncode == 2 and "GPUHINT_SLURM_MAX_FACTOR" in r.stderr  # set in the env
+
+
+def test_daemon_started_while_slurmctld_is_down_keeps_retrying(tmp_path: Path) -> None:
+    """Exit 2 means "bad configuration" to the systemd units (RestartPreventExitStatus=2):
+    an applier started while slurmctld is down (a reboot, a controller restart) must
+    retry, not exit 2 and stay dead. With --once it still fails at once."""
+    import os
+    import signal
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("scontrol", "squeue", "sprio", "sinfo"):
+        fake = bin_dir / tool
+        fake.write_text("#!/bin/sh\necho 'Unable to contact slurm controller' >&2\nexit 1\n")
+        fake.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "GPUHINT_CLUSTER": "c",
+        "GPUHINT_REDIS_URL": "redis://127.0.0.1:9/0",  # nothing listens: Redis down too
+    }
+    for action in ("apply-priorities", "apply-power"):
+        r = subprocess.run([*GH, action, "--once"], capture_output=True, text=True, env=env,
+                           timeout=60)  # fmt: skip
+        assert r.returncode == 2 and "Slurm does not answer" in r.stderr, r.stderr
+        proc = subprocess.Popen([*GH, action], stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            time.sleep(4.0)
+            assert proc.poll() is None, f"{action} exited {proc.returncode}: {proc.stderr}"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "Slurm does not answer" in err, err
+
+
+def test_power_wrapper_runs_the_nodes_side_by_side(tmp_path: Path) -> None:
+    """Slurm hands ResumeProgram the whole host list at once and counts ResumeTimeout
+    for every node from then: one node's slow power command (a cloud CLI that waits
+    for its operation) must not delay the next node's boot by its whole length."""
+    import time
+
+    log = tmp_path / "power.log"
+    t0 = time.monotonic()
+    r = _run("power", "resume", "gpu[01-06]", "--command", "sh -c 'sleep 2' {node}", "--log",
+             str(log))  # fmt: skip
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    lines = log.read_text().splitlines()
+    assert sorted(ln.split()[2] for ln in lines) == [f"gpu0{i}:" for i in range(1, 7)]
+    assert all("rc=0" in ln for ln in lines)
+    assert took < 8.0, took  # one after the other: 12 s and more

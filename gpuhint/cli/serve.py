@@ -212,7 +212,7 @@ def _slurm_site(args: argparse.Namespace) -> tuple[Any, _Site]:
 
     settings, ss = _serve_settings(args)
     cli = SlurmCli(ss.conf)
-    _check_slurm(cli)
+    _check_slurm(cli, once=args.once)  # a daemon started while slurmctld is down retries
     ces = settings.ces_enabled and args.nodes != "none"
     if args.apply_power and not ces:
         raise UserError("--apply-power needs CES (GPUHINT_CES_ENABLED and --nodes)")

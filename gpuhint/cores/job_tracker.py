@@ -252,14 +252,16 @@ def read_source(source: str | Sequence[str], *, timeout_s: float = 60.0) -> str:
     """Text of a snapshot: a command (a list, or ``cmd:`` + a shell-quoted line) or a file."""
     if isinstance(source, str) and not source.startswith("cmd:"):
         try:
-            return Path(source).read_text(encoding="utf-8")
+            return Path(source).read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise SchedulerError(f"cannot read {source}: {exc}") from None
     argv = shlex.split(source[4:]) if isinstance(source, str) else list(source)
     if not argv:
         raise SchedulerError("cmd: needs a command")
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(  # a job name or comment in Latin-1 must not fail the poll
+            argv, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+        )
     except FileNotFoundError:
         raise SchedulerError(f"{argv[0]}: command not found") from None
     except subprocess.TimeoutExpired:

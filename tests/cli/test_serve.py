@@ -49,7 +49,7 @@ def site_env(
     monkeypatch.setenv("GPUHINT_REDIS_URL", redis_url)
     monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
     monkeypatch.setenv("GPUHINT_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(slurm, "_check_slurm", lambda cli: None)
+    monkeypatch.setattr(slurm, "_check_slurm", lambda cli, **kw: None)
     monkeypatch.setattr(slurm, "_priority_applier", lambda *a: applier)
     return applier
 
@@ -235,3 +235,15 @@ def test_another_clusters_state_file_is_a_user_error_not_a_traceback(
     log.close()
     with pytest.raises(UserError, match=r"serve-prod\.sqlite cannot be used: .*'other'"):
         serve._serve(_args(tmp_path, "--once"), threading.Event())
+
+
+def test_serve_started_while_slurmctld_is_down_retries_unless_once(
+    site_env: _Applier, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """As the appliers: a daemon warns and its passes retry (exit 2 would keep a
+    systemd unit down for good); ``--once`` fails at once."""
+    seen: list[bool] = []
+    monkeypatch.setattr(slurm, "_check_slurm", lambda cli, *, once=True: seen.append(once))
+    serve._slurm_site(_args(tmp_path))
+    serve._slurm_site(_args(tmp_path, "--once"))
+    assert seen == [False, True]

@@ -3,6 +3,8 @@ refuses must not stop the poll, also when it vanishes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuhint.cores.job_tracker import JobTracker, SchedJob
 
 DAY = 86400.0
@@ -19,3 +21,15 @@ def test_a_job_that_vanishes_after_running_over_a_year_does_not_crash_the_poll()
     events = tracker.update([new], t0 + 400 * DAY)  # "old" vanished, 400 days in
     assert [(e.job_id, e.phase.value) for e in events] == [("new", "submitted")]
     assert tracker.update([new], t0 + 400 * DAY + 10) == []  # forgotten, not retried
+
+
+def test_a_snapshot_with_a_latin1_job_name_is_read_not_a_decode_error(tmp_path: Path) -> None:
+    """squeue prints a job name or comment in the submitter's encoding: one byte that is
+    not UTF-8 must not fail every poll while that job is listed."""
+    from gpuhint.cores.job_tracker import read_source
+
+    raw = b'{"jobs": [{"name": "r\xe9sum\xe9"}]}'
+    path = tmp_path / "squeue.json"
+    path.write_bytes(raw)
+    assert "r\ufffdsum\ufffd" in read_source(str(path))
+    assert "r\ufffdsum\ufffd" in read_source(["cat", str(path)])

@@ -16,8 +16,10 @@ a burst of jobs waits for one boot, not one boot each. The head of the queue blo
 jobs behind it only when it does not fit even with every node on.
 
 Energy is integrated over ``[horizon_from, horizon_to]`` (default: first to last
-submit) with a draw per state (:class:`PowerModel`). Policies see each running job's
-*predicted* duration (``predicted``), never the true one.
+submit) with a draw per state (:class:`PowerModel`); a node that is on and allocated to
+jobs none of which runs yet (waiting for another node's boot, or for the configuration
+pass) draws as idle until the first of them starts, though policies see it busy.
+Policies see each running job's *predicted* duration (``predicted``), never the true one.
 
 >>> jobs = [SimJob("a", 0, 100, 8), SimJob("b", 1000, 100, 8)]
 >>> r = simulate_power(jobs, 2, AlwaysOn())
@@ -149,6 +151,9 @@ class PowerResult:
     horizon_s: float = 0.0
     num_nodes: int = 0
     cycles_per_node: list[int] = field(default_factory=list)
+    horizon_power_downs: int = 0
+    """``power_downs`` up to the horizon's end (the run goes on to the last job's end)."""
+    horizon_cycles_per_node: list[int] = field(default_factory=list)
     log: list[tuple[str, float, int, tuple[int, ...], float]] | None = None
     """With ``simulate_power(record=True)``: ``("start" | "end", time, job, nodes, start)``
     in the order the simulator applied them (a start at allocation; ``start`` is when the
@@ -189,6 +194,10 @@ class PowerSim:
         self.state = [ON] * num_nodes
         self.jobs_on = [0] * num_nodes
         self.ready_at = [0.0] * num_nodes
+        #: start times of the jobs allocated to each node, and the on nodes allocated
+        #: only to jobs that have not started yet -> when the first of them starts
+        self.starts_on: list[list[float]] = [[] for _ in range(num_nodes)]
+        self.held: dict[int, float] = {}
         self.t = self.h0
         #: idle nodes -> since when, in order of becoming idle (longest idle first)
         self.idle: dict[int, float] = {}
@@ -200,6 +209,7 @@ class PowerSim:
         self.running_pred: list[tuple[float, int]] = []
         self.res = PowerResult(start=[math.nan] * len(jobs), num_nodes=num_nodes)
         self.res.cycles_per_node = [0] * num_nodes
+        self.res.horizon_cycles_per_node = [0] * num_nodes
         self.policy: PowerPolicy = AlwaysOn()
 
     # -- read side for policies -------------------------------------------------
@@ -237,6 +247,9 @@ class PowerSim:
         self.n_off += 1
         self.res.power_downs += 1
         self.res.cycles_per_node[node] += 1
+        if self.t <= self.h1:
+            self.res.horizon_power_downs += 1
+            self.res.horizon_cycles_per_node[node] += 1
 
     def wake(self, count: int, demand: bool = False) -> int:
         """Start booting up to ``count`` off nodes (fewest cycles first); how many.
@@ -267,11 +280,22 @@ class PowerSim:
         if b > a:
             dt = b - a
             r = self.res
-            r.busy_s += self.n_busy * dt
-            r.idle_s += len(self.idle) * dt
+            waiting = sum(min(s, b) - a for s in self.held.values() if s > a)
+            r.busy_s += self.n_busy * dt - waiting
+            r.idle_s += len(self.idle) * dt + waiting
             r.boot_s += self.n_boot * dt
             r.off_s += self.n_off * dt
         self.t = max(self.t, t)
+        if self.held:
+            self.held = {n: s for n, s in self.held.items() if s > self.t}
+
+    def _hold(self, node: int, t: float) -> None:
+        """Mark ``node`` (on, allocated) as drawing idle until its first job starts."""
+        first = min(self.starts_on[node], default=t)
+        if self.state[node] == ON and first > t:
+            self.held[node] = first
+        else:
+            self.held.pop(node, None)
 
     def _became_idle(self, node: int, t: float) -> None:
         self.idle[node] = t
@@ -283,6 +307,7 @@ class PowerSim:
         if self.jobs_on[node]:
             self.n_busy += 1
             self.peak_busy = max(self.peak_busy, self.n_busy)
+            self._hold(node, t)
         else:
             self._became_idle(node, t)
 
@@ -314,6 +339,9 @@ class PowerSim:
             self.jobs_on[node] += 1
         if booting and self.pm.start_period_s > 0:
             start = self._next_pass(start)
+        for node, _ in alloc:
+            self.starts_on[node].append(start)
+            self._hold(node, t)
         self.peak_busy = max(self.peak_busy, self.n_busy)
         self.res.start[i] = start
         if self.res.log is not None:
@@ -335,9 +363,12 @@ class PowerSim:
             self.res.log.append(("end", t, i, tuple(n for n, _ in alloc), self.res.start[i]))
         for node, _ in alloc:
             self.jobs_on[node] -= 1
+            self.starts_on[node].remove(self.res.start[i])
             if self.jobs_on[node] == 0:
                 self.n_busy -= 1
                 self._became_idle(node, t)
+            else:
+                self._hold(node, t)
 
     def schedule(self, t: float, allocs: list[Alloc], ends: list[tuple[float, int]]) -> None:
         """Allocate jobs in queue order until the head does not fit even with every node."""

@@ -39,6 +39,8 @@ class CountResult:
     off_node_min: float = 0.0
     shortfall_node_min: float = 0.0
     power_downs: int = 0
+    boot_node_min: float = 0.0
+    """Node-minutes booting (drawing ``PowerModel.boot_w`` where all-on would idle)."""
 
 
 class CountState:
@@ -203,4 +205,5 @@ def simulate_counts(
         if i >= lo:
             res.power_downs += st.downs - downs
             res.off_node_min += len(st.off) * step_s / 60
+            res.boot_node_min += len(st.boots) * step_s / 60
     return res

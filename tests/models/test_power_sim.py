@@ -196,3 +196,46 @@ def test_count_reserve_trades_energy_for_shortfall() -> None:
     assert loose.shortfall_node_min >= tight.shortfall_node_min
     never = simulate_counts(used, total, 60, CountTimer(10**9), lo=lo)
     assert never.off_node_min == 0 and never.shortfall_node_min == 0
+
+
+def test_a_node_held_for_a_job_waiting_on_a_boot_draws_idle_not_busy() -> None:
+    # 2 nodes: a holds one node 0..1000 while the other powers down (idle 0..300); b
+    # needs both: at 1000 it gets a's node (on) and wakes the other (up at 1300), so a's
+    # node waits for that boot allocated but with nothing running: idle draw, not busy
+    jobs = [SimJob("a", 0, 1000, 8), SimJob("b", 500, 100, 16), SimJob("c", 2000, 1, 1)]
+    r = simulate_power(jobs, 2, IdleTimer(300), power=PM)
+    assert r.start[1] == 1000 + PM.boot_s
+    assert r.busy_s == pytest.approx(1000 + 2 * 100)  # a, then b on both nodes
+    assert r.idle_s == pytest.approx(300 + 300 + 2 * 300)  # 0..300, 1000..1300, 1400..1700
+    assert r.boot_s == pytest.approx(300)
+    assert r.off_s == pytest.approx(700 + 2 * 300)  # 300..1000, 1700..2000 on both
+    assert r.utilization == pytest.approx(1200 / (1200 + 1200 + 300))
+
+
+def test_a_booted_node_waiting_for_the_configuration_pass_draws_idle() -> None:
+    # up at 1050, the job starts at the pass at 1200 and runs 10 s: busy 100 + 10 only
+    jobs = [SimJob("a", 0, 100, 8), SimJob("b", 750, 10, 8), SimJob("c", 1300, 10, 8)]
+    passes = PowerModel(boot_s=PM.boot_s, start_period_s=400.0)
+    r = simulate_power(jobs, 1, IdleTimer(600), power=passes)
+    assert r.start[1] == 1200
+    assert r.busy_s == pytest.approx(100 + 10)
+    assert r.idle_s == pytest.approx(600 + 150 + 90)  # 100..700, 1050..1200, 1210..1300
+    assert r.boot_s == pytest.approx(300) and r.off_s == pytest.approx(50)
+
+
+def test_a_node_is_held_between_its_jobs_and_busy_while_one_runs() -> None:
+    # a and e share node 0; at 1000 a ends and b (12 GPUs) takes its 4 GPUs and wakes
+    # node 1 (up at 1300); e ends at 1050: node 0 waits for b (idle draw) but for c, which
+    # runs on its free 4 GPUs 1100..1150
+    jobs = [
+        SimJob("a", 0, 1000, 4),
+        SimJob("e", 0, 1050, 4),
+        SimJob("b", 500, 100, 12),
+        SimJob("c", 1100, 50, 4),
+        SimJob("d", 2000, 1, 1),
+    ]
+    r = simulate_power(jobs, 2, IdleTimer(300), power=PM)
+    assert r.start[2] == 1300 and r.start[3] == 1100
+    assert r.busy_s == pytest.approx(1050 + 50 + 100 + 100)
+    assert r.idle_s == pytest.approx(300 + 50 + 150 + 2 * 300)
+    assert r.boot_s == pytest.approx(300) and r.off_s == pytest.approx(700 + 2 * 300)

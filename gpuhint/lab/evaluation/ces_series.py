@@ -11,7 +11,8 @@ on the per-minute series (the 10-minute slots only drive gpuhint's decisions).
 * gpuhint (:func:`slot_point`): the CES replay's powered-on count of each slot against
   every minute of it.
 
-Energy saved = node-hours off x (idle W - off W); every node starts on.
+Energy saved = node-hours off x (idle W - off W) - node-hours booting x (boot W - idle W)
+(all nodes on, those nodes would idle); every node starts on.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from gpuhint.lab.evaluation.ces import CesReplay
 from gpuhint.lab.traces.loadseries import LoadSeries
 from models.forecast import Forecast
 from models.simulator.power import PowerModel
-from models.simulator.power_counts import CountReserve, CountTimer, simulate_counts
+from models.simulator.power_counts import (
+    CountReserve,
+    CountResult,
+    CountTimer,
+    simulate_counts,
+)
 
 DAY_S = 86400
 
@@ -44,9 +50,7 @@ def idle_timer_point(
         hi=hi,
         t0=minutes.start,
     )
-    return _point(
-        suspend_s, r.off_node_min, r.shortfall_node_min, r.power_downs, minutes, pm, lo, hi
-    )
+    return _point(suspend_s, r, minutes, pm, lo, hi)
 
 
 def reserve_point(
@@ -64,32 +68,27 @@ def reserve_point(
         hi=hi,
         t0=minutes.start,
     )
-    return _point(
-        quantile, r.off_node_min, r.shortfall_node_min, r.power_downs, minutes, pm, lo, hi
-    )
+    return _point(quantile, r, minutes, pm, lo, hi)
 
 
 def _point(
-    setting: float,
-    off_min: float,
-    short: float,
-    downs: float,
-    minutes: LoadSeries,
-    pm: PowerModel,
-    lo: int,
-    hi: int,
+    setting: float, r: CountResult, minutes: LoadSeries, pm: PowerModel, lo: int, hi: int
 ) -> dict[str, Any]:
+    off_min, short, boot_min = r.off_node_min, r.shortfall_node_min, r.boot_node_min
     n = max(1, min(hi, minutes.n_slots) - lo)
     days = n * minutes.slot_s / DAY_S
     total = max(minutes.total[lo:hi], default=1) or 1
     return {
         "setting": setting,
-        "energy_saved_kwh": off_min / 60 * (pm.idle_w - pm.off_w) / 1000,
+        "energy_saved_kwh": (
+            off_min / 60 * (pm.idle_w - pm.off_w) - boot_min / 60 * (pm.boot_w - pm.idle_w)
+        )
+        / 1000,
         "node_hours_off": off_min / 60,
         "added_wait_avg_s": None,
         "added_wait_p99_s": None,
         "jobs_delayed": None,
-        "cycles_per_node_day": downs / total / days,
+        "cycles_per_node_day": r.power_downs / total / days,
         "shortfall_node_min": short,
     }
 
@@ -105,7 +104,8 @@ def slot_point(
     """gpuhint's replay judged per minute over the minutes ``[lo, hi)``."""
     slot_s, step = rec.series.slot_s, minutes.slot_s
     base = rec.series.start
-    short = off_min = downs = 0.0
+    short = off_min = 0.0
+    downs = 0
     prev = None
     for i in range(lo, min(hi, minutes.n_slots)):
         k = int((minutes.start + i * step - base) // slot_s)
@@ -118,7 +118,8 @@ def slot_point(
         u, tot = minutes.used[i], minutes.total[i]
         short += max(0, u - a) * step / 60
         off_min += max(0, tot - max(a, u)) * step / 60
-    return _point(setting, off_min, short, downs, minutes, pm, lo, hi)
+    r = CountResult(off_node_min=off_min, shortfall_node_min=short, power_downs=downs)
+    return _point(setting, r, minutes, pm, lo, hi)
 
 
 class RecordedForecaster:

@@ -40,6 +40,9 @@ class OnlinePredictions:
     # hint without it: priority / GPUs), which stays right when the priority is an
     # override (the FIFO guard's fallback publishes the submit time)
     submit_expected: list[float] = field(default_factory=list)
+    # the scored jobs' |predicted - true| / true (``median_abs_pct_error``'s sample), so
+    # that VCs merge into the median over all their jobs
+    abs_pct_errors: list[float] = field(default_factory=list)
 
 
 def expected_at_submit(hint: PriorityHint) -> float:
@@ -329,6 +332,7 @@ class ClosedLoopRanker:
             p90=self.p90,
             submit_priority=self.submit_priority,
             submit_expected=self.submit_expected,
+            abs_pct_errors=list(s.abs_pct_errors),
         )
 
 
@@ -355,7 +359,7 @@ def merge_predictions(
     parts = [p for _, p in per_vc]
     scored = sum(p.scored for p in parts)
     mae = sum((p.mae_log or 0.0) * p.scored for p in parts) / scored if scored else None
-    meds = [p.median_abs_pct_error for p in parts if p.median_abs_pct_error is not None]
+    errors = [e for p in parts for e in p.abs_pct_errors]
     return OnlinePredictions(
         priority=priority,
         predicted_duration=predicted,
@@ -364,11 +368,21 @@ def merge_predictions(
         events=sum(p.events for p in parts),
         seconds=sum(p.seconds for p in parts),
         mae_log=mae,
-        median_abs_pct_error=sorted(meds)[len(meds) // 2] if meds else None,
+        median_abs_pct_error=_median(errors),
         scored=scored,
         hint_updates=sum(p.hint_updates for p in parts),
         p10=p10,
         p90=p90,
         submit_priority=submit_priority,
         submit_expected=submit_expected,
+        abs_pct_errors=errors,
     )
+
+
+def _median(xs: list[float]) -> float | None:
+    """The median as :attr:`gpuhint.cores.qssf_state.EngineStats.median_abs_pct_error`."""
+    if not xs:
+        return None
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2

@@ -245,3 +245,19 @@ def test_forecaster_mae_is_reported() -> None:
     s = read_series(EARTH)
     m = summarize(replay(s, forecaster_factory=LoadForecaster, progress=False), 144, 432)
     assert m["forecast_mae"] is not None and m["forecast_mae"] >= 0
+
+
+def test_series_energy_counts_booting_nodes_at_their_own_draw() -> None:
+    # one node, boot 120 s: idle 0..120, off 120..240 (2 minutes), woken at 240 for the
+    # demand and booting 240..360 (2 minutes of the measured 6): saved = off x (idle - off)
+    # less boot x (boot - idle), the booting node drawing 1,700 W where all-on idles at 700
+    from gpuhint.lab.evaluation.ces_series import idle_timer_point
+    from gpuhint.lab.traces.loadseries import LoadSeries
+    from models.simulator.power import PowerModel
+
+    minutes = LoadSeries("t", 0.0, 60, [0, 0, 0, 0, 1, 1], [1] * 6)
+    pm = PowerModel(boot_s=120.0, idle_w=700.0, boot_w=1700.0, off_w=20.0)
+    p = idle_timer_point(minutes, 120, pm, 0, 6)
+    assert p["node_hours_off"] == pytest.approx(2 / 60)
+    assert p["shortfall_node_min"] == pytest.approx(2)
+    assert p["energy_saved_kwh"] == pytest.approx(2 / 60 * (680 - 1000) / 1000)

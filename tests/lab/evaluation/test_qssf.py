@@ -503,3 +503,24 @@ def test_the_expected_duration_scored_is_the_hints_not_an_override_priority() ->
         submit_expected=[expected_at_submit(h) for h in hints],
     )
     assert score_hints(jobs, [0, 1], preds).share_off_2x_expected == 0.0
+
+
+def test_median_abs_pct_error_is_over_every_scored_job_not_a_median_of_vc_medians() -> None:
+    # closed loop, two VCs of very different sizes: the median is over all the jobs the
+    # predictors scored (each at its hint's point forecast at submit), not the upper of
+    # the VCs' two medians
+    from gpuhint.lab.traces.readers import read_trace
+
+    jobs = read_trace(TRACE).jobs
+    rep = evaluate_qssf(jobs, model="history_mix", vc_nodes=read_vc_config(VCS))
+    p = rep.predictions
+    errs = sorted(
+        abs(p.predicted_duration[k] - j.duration) / j.duration
+        for k, j in enumerate(jobs)
+        if j.num_gpus > 0 and j.duration > 0
+    )
+    assert len(rep.vc_sizes) == 2 and len(errs) == p.scored
+    mid = len(errs) // 2
+    want = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+    assert p.median_abs_pct_error == pytest.approx(want)
+    assert rep.as_dict()["median_abs_pct_error"] == pytest.approx(want)

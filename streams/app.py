@@ -65,7 +65,7 @@ from models.registry import make_model
 from streams.batching import take_ready
 from streams.faust_assignor import LoadSampler, LoadView
 from streams.faust_consumer import running_thread
-from streams.faust_io import Channels, FaustEdge, make_faust_app
+from streams.faust_io import Channels, FaustEdge, make_faust_app, redelivery_start
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,10 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
     app.gpuhint_commits = (ch.job_topic, routine.committable)  # type: ignore[attr-defined]
     app.gpuhint_ces = ces  # type: ignore[attr-defined]
     app.gpuhint_redeliver = partial(_redeliver_dropped, app, ch.job_topic, routine)  # type: ignore[attr-defined]
+    if settings.ces_enabled:  # what the other agents read is delivered again too
+        app.gpuhint_redelivered_topics = frozenset(  # type: ignore[attr-defined]
+            (settings.topics.node_status, settings.topics.cluster_telemetry)
+        )
 
     def forget_state(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         # a rebalance: re-read each VC's and cluster's newest state from the tables.
@@ -196,24 +200,32 @@ def build_app(settings: Settings, store: HintStore) -> Worker:
 
 async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRoutine[Any]) -> None:
     """Faust resumed flow and cleared its stream queues (the consumer holds the
-    job-event partitions meanwhile): deliver each assigned job-event partition again
-    from where the routine must be delivered from
-    (:meth:`BatchRoutine.redelivery_offset`)."""
+    partitions the agents read meanwhile): deliver each assigned job-event partition
+    again from where the routine must be delivered from
+    (:meth:`BatchRoutine.redelivery_offset`), and each node-status and cluster-telemetry
+    partition from the group's commit (what Faust's own seek skips: a partition never
+    committed, a fetch queued after the seek; their commits then stalled behind the
+    dropped offsets, or passed one)."""
     consumer: Any = app.consumer
     if running_thread(consumer) is None:
         return  # no consumer running yet: nothing was fetched
-    tps = [tp for tp in sorted(consumer.assignment()) if tp.topic == job_topic]
+    others: frozenset[str] = getattr(app, "gpuhint_redelivered_topics", frozenset())
+    # the job partitions first: the batch routine's are what hints wait on
+    assigned = sorted(consumer.assignment(), key=lambda tp: (tp.topic != job_topic, tp))
+    tps = [tp for tp in assigned if tp.topic in others | {job_topic}]
     try:
         for tp in tps:
-            offset = await routine.redelivery_offset(tp.partition)
+            if tp.topic == job_topic:
+                offset = await routine.redelivery_offset(tp.partition)
+            else:
+                offset = await redelivery_start(app, tp)
             if offset is None:
                 consumer.release(tp)
             elif await consumer.redeliver_from(tp, offset):
                 routine.stats.flow_reseeks += 1
                 log.info(
-                    "partition %d: flow resumed (queued events dropped); "
-                    "delivered again from offset %d",
-                    tp.partition,
+                    "%s: flow resumed (queued events dropped); delivered again from offset %d",
+                    f"partition {tp.partition}" if tp.topic == job_topic else str(tp),
                     offset,
                 )
     except Exception as exc:  # a rebalance under way: its own seek follows

@@ -122,6 +122,10 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
     """A job-event partition's commit is sent again after this long even when it has not
     moved: whatever kept an earlier one from the broker, the commit catches up."""
 
+    commit_wait_s = 10.0
+    """How long a commit waits for the worker's records to be acknowledged (else it is
+    deferred to the next one: ``app.gpuhint_deliveries``, :class:`streams.faust_io.Deliveries`)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sought: dict[Any, int] = {}
@@ -153,8 +157,9 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
         :meth:`redeliver_from` names the partition's offset."""
         if running_thread(self) is None:
             return
+        others = getattr(self.app, "gpuhint_redelivered_topics", ())  # node status, telemetry
         for tp in self.assignment():
-            if self._is_job_tp(tp):
+            if self._is_job_tp(tp) or tp.topic in others:
                 self._sought[tp] = HOLD
                 self._read_offset[tp] = None
 
@@ -213,6 +218,14 @@ class CheckpointConsumer(faust_aiokafka.Consumer):
     async def _commit_offsets(
         self, offsets: Mapping[Any, int], start_new_transaction: bool = True
     ) -> bool:
+        # every record the worker produced must be acknowledged first (Faust's flush
+        # gives up on its buffer after 0.1 s, and a refused record only logs)
+        deliveries = getattr(self.app, "gpuhint_deliveries", None)
+        if deliveries is not None and offsets:
+            await self.app.producer.flush()
+            if not await deliveries.settle(self.commit_wait_s):
+                log.info("records not yet acknowledged by the broker: commit deferred")
+                return False
         did = bool(await super()._commit_offsets(offsets, start_new_transaction))
         now, assigned = monotonic(), self.assignment()
         for tp, offset in offsets.items():

@@ -8,7 +8,8 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import faust
@@ -23,17 +24,66 @@ from streams.kafka_io import faust_credentials, kafka_client_config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ChangelogTable", "Channels", "FaustEdge", "faust_broker_url", "make_faust_app"]
+__all__ = [
+    "ChangelogTable",
+    "Channels",
+    "Deliveries",
+    "FaustEdge",
+    "committed_offset",
+    "faust_broker_url",
+    "make_faust_app",
+    "redelivery_start",
+]
 
 
-def _dead_letter_acked(fut: Any) -> None:
-    exc = None if fut.cancelled() else fut.exception()
-    if fut.cancelled() or exc is not None:
-        log.critical(
-            "dead-letter record not acknowledged (%s); exiting before its offset is committed",
-            "cancelled" if exc is None else f"{type(exc).__name__}: {exc}",
-        )
-        os._exit(70)
+def _exit_unacknowledged(what: str, exc: BaseException | None) -> None:
+    log.critical(
+        "%s not acknowledged (%s); exiting before its offset is committed",
+        what,
+        "cancelled" if exc is None else f"{type(exc).__name__}: {exc}",
+    )
+    os._exit(70)
+
+
+class Deliveries:
+    """Every record the worker produces that a commit depends on (VC and CES state
+    records, dead letters, forwards), until the broker acknowledged it.
+
+    The worker's consumer settles them before each commit
+    (:meth:`streams.faust_consumer.CheckpointConsumer._commit_offsets`): Faust's
+    producer flush gives up on its buffer after 0.1 s (a ``send_soon`` record may still
+    be queued), and a record the broker refuses only logs a warning there. A refused or
+    cancelled record calls ``on_failure`` (by default: a ``CRITICAL`` line, exit 70), and
+    no commit is taken after it: its source offsets are redelivered, never skipped."""
+
+    def __init__(
+        self, on_failure: Callable[[str, BaseException | None], None] | None = None
+    ) -> None:
+        self.on_failure = on_failure or _exit_unacknowledged
+        self.pending: set[asyncio.Future[Any]] = set()
+        self.failed = 0
+
+    def track(self, fut: Any, what: str) -> None:
+        if not isinstance(fut, asyncio.Future):
+            return  # a stand-in producer's (an agent test): nothing to wait for
+        self.pending.add(fut)
+        fut.add_done_callback(partial(self._done, what))
+
+    def _done(self, what: str, fut: asyncio.Future[Any]) -> None:
+        self.pending.discard(fut)
+        exc = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or exc is not None:
+            self.failed += 1
+            self.on_failure(what, exc)
+
+    async def settle(self, timeout: float) -> bool:
+        """Whether every record produced so far is acknowledged (waiting up to
+        ``timeout``) and none was refused."""
+        waiting = [f for f in self.pending if not f.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout)
+            await asyncio.sleep(0)  # their done callbacks run first
+        return self.failed == 0 and not any(not f.done() for f in waiting)
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -50,8 +100,9 @@ class ChangelogTable(MutableMapping[str, bytes]):
     of a split VC record goes to its VC's partition: ``TableStates.owner_key``).
     """
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, deliveries: Deliveries | None = None) -> None:
         self.table = table
+        self.deliveries = deliveries or Deliveries()
 
     def __getitem__(self, key: str) -> bytes:
         v = self.table.get(key)
@@ -73,13 +124,14 @@ class ChangelogTable(MutableMapping[str, bytes]):
 
     def put(self, key: str, value: bytes, partition: int) -> None:
         self.table.data[key] = value
-        self.table.send_changelog(partition, key, value)
+        self.deliveries.track(self.table.send_changelog(partition, key, value), "changelog record")
 
     def delete(self, key: str, partition: int) -> None:
         """Drop ``key`` here and write its tombstone (a None value: compaction removes
         the key, and Faust's recovery of a None value pops it from the store)."""
         self.table.data.pop(key, None)
-        self.table.send_changelog(partition, key, None, value_serializer="raw")
+        sent = self.table.send_changelog(partition, key, None, value_serializer="raw")
+        self.deliveries.track(sent, "changelog record")
 
 
 class FaustEdge:
@@ -117,19 +169,7 @@ class FaustEdge:
         of it may predate this assignment); None when the group never committed it.
         Raises when it cannot be read (the routine holds the partition and asks again:
         the first event delivered is never trusted as the start)."""
-        thread = running_thread(self.app.consumer)
-        if thread is None:
-            return None  # no running consumer (an agent test): take what comes
-        tp = TP(self.topic, partition)
-
-        async def read() -> int | None:
-            consumer = thread._ensure_consumer()
-            got = await asyncio.wait_for(consumer._coordinator.fetch_committed_offsets([tp]), 10)
-            meta = got.get(tp)
-            return None if meta is None or meta.offset < 0 else int(meta.offset)
-
-        offset: int | None = await thread.call_thread(read)
-        return offset
+        return await committed_offset(self.app, TP(self.topic, partition))
 
     async def first_offset(self, partition: int, at: int) -> int | None:
         """The first record at or after ``at`` in the log (a short-lived consumer; None
@@ -140,6 +180,46 @@ class FaustEdge:
 
     async def seek(self, partition: int, offset: int) -> None:
         await self.app.consumer.seek(TP(self.topic, partition), offset)
+
+
+async def committed_offset(app: faust.App, tp: TP) -> int | None:
+    """The worker group's commit of ``tp``, asked of the broker in the consumer's thread
+    (None: never committed, or no running consumer). Raises when it cannot be read."""
+    thread = running_thread(app.consumer)
+    if thread is None:
+        return None  # no running consumer (an agent test): take what comes
+
+    async def read() -> int | None:
+        consumer = thread._ensure_consumer()
+        got = await asyncio.wait_for(consumer._coordinator.fetch_committed_offsets([tp]), 10)
+        meta = got.get(tp)
+        return None if meta is None or meta.offset < 0 else int(meta.offset)
+
+    offset: int | None = await thread.call_thread(read)
+    return offset
+
+
+async def redelivery_start(app: faust.App, tp: TP) -> int | None:
+    """Where a partition whose queued events Faust dropped is delivered again from when
+    no batch routine tracks it (node status, cluster telemetry): the group's commit,
+    else the log's first offset (None: the log is empty). Asked in the consumer's
+    thread, bounded (never the short-lived consumer's polls: job partitions wait)."""
+    offset = await committed_offset(app, tp)
+    if offset is not None:
+        return offset
+    thread = running_thread(app.consumer)
+    if thread is None:
+        return None
+
+    async def log_start() -> int | None:
+        consumer = thread._ensure_consumer()
+        begin = await asyncio.wait_for(consumer.beginning_offsets([tp]), 10)
+        end = await asyncio.wait_for(consumer.end_offsets([tp]), 10)
+        first, last = begin.get(tp), end.get(tp)
+        return None if first is None or last is None or last <= first else int(first)
+
+    start: int | None = await thread.call_thread(log_start)
+    return start
 
 
 def _first_offset(settings: Settings, topic: str, partition: int, at: int) -> int | None:
@@ -191,6 +271,13 @@ def make_faust_app(settings: Settings) -> faust.App:
         stream_buffer_maxsize=settings.worker_stream_buffer,
         PartitionAssignor=assignor_class(settings.worker_assign_by_load),
         producer_acks=-1,
+        # the largest record the settings let the worker write (a dead letter, a state
+        # part) plus its batch's overhead: the producer itself never refuses one
+        producer_max_request_size=max(
+            1_000_000,
+            settings.dead_letter_max_bytes + 65_536,
+            settings.state_max_record_bytes + 65_536,
+        ),
         # An agent that raises stops the worker (a supervisor restarts it from the last
         # committed offset) instead of Faust restarting that agent past the failed event.
         agent_supervisor=mode.CrashingSupervisor,
@@ -208,6 +295,7 @@ class Channels:
     telemetry: Any
     vc_table: ChangelogTable
     ces_table: ChangelogTable
+    deliveries: Deliveries = field(default_factory=Deliveries)
 
     @classmethod
     def of(cls, app: faust.App, settings: Settings) -> Channels:
@@ -221,6 +309,9 @@ class Channels:
                 partitions=settings.partitions,
             )
 
+        deliveries = Deliveries()
+        app.gpuhint_deliveries = deliveries  # type: ignore[attr-defined]  # commits settle it
+
         def table(name: str) -> ChangelogTable:
             # value_type=bytes: Faust picks the changelog's serializer from the types (the
             # schema alone leaves it json, and recovery then fails to decode the bytes)
@@ -232,7 +323,8 @@ class Channels:
                     value_type=bytes,
                     partitions=settings.partitions,
                     schema=faust.Schema(key_serializer="json", value_serializer="raw"),
-                )
+                ),
+                deliveries,
             )
 
         t = settings.topics
@@ -243,6 +335,7 @@ class Channels:
             raw_topic(t.cluster_telemetry),
             table("vc-state"),
             table("ces-state"),
+            deliveries,
         )
 
     @property
@@ -250,11 +343,12 @@ class Channels:
         return str(self.job.topics[0])
 
     async def emit(self, outcome: Outcome) -> None:
-        """Produce a dead letter and forwards. Faust flushes its producer before it
-        commits offsets; a record the broker refuses stops the worker there, so its
-        offset is never committed (redelivered)."""
+        """Produce a dead letter and forwards. Every commit waits for them to be
+        acknowledged (:class:`Deliveries`); a record the broker refuses stops the worker
+        first, so its offset is never committed (redelivered)."""
         if outcome.dead_letter is not None:
             fut = await self.dead_letter.send(value=outcome.dead_letter)
-            fut.add_done_callback(_dead_letter_acked)
+            self.deliveries.track(fut, "dead-letter record")
         for fw in outcome.forwards:
-            await self.telemetry.send(key=fw.key, value=fw.value)
+            fut = await self.telemetry.send(key=fw.key, value=fw.value)
+            self.deliveries.track(fut, "forwarded record")

@@ -428,9 +428,12 @@ def ensure_topics(
             if t not in existing
         ]
         if wanted:
-            with contextlib.suppress(TopicAlreadyExistsError):  # a concurrent creator won
+            try:
                 admin.create_topics(wanted)
-            log.info("created topics %s", ", ".join(t.name for t in wanted))
+            except TopicAlreadyExistsError:  # a concurrent creator won: its count is checked
+                existing.update(t.name for t in wanted)
+            else:
+                log.info("created topics %s", ", ".join(t.name for t in wanted))
         present = [t for t in check if t in existing]
         if present:
             for desc in admin.describe_topics(present):

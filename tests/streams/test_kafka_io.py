@@ -13,13 +13,17 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
+from kafka.errors import TopicAlreadyExistsError
 
 from gpuhint.wire.topics import Topics
+from streams import kafka_io
 from streams.kafka_io import (
     KafkaSecurityMismatch,
     KafkaUnavailable,
+    TopicMismatch,
     ensure_topics,
     probe_broker,
     start_kafka_hint,
@@ -183,3 +187,30 @@ def test_start_kafka_hint_names_the_script_only_in_a_checkout() -> None:
     hint = start_kafka_hint()
     assert ("run-kafka.sh" in hint) == script.is_file()
     assert "run-kafka.sh" in hint or "docs/operations.md" in hint
+
+
+class _RacedAdmin:
+    """An admin whose topics another process creates between its look and its create
+    (another worker or a replay with another partition count)."""
+
+    def list_topics(self) -> list[str]:
+        return []  # not there when looked at ...
+
+    def create_topics(self, topics: Any) -> None:
+        raise TopicAlreadyExistsError()  # ... there when created
+
+    def describe_topics(self, names: list[str]) -> list[dict[str, Any]]:
+        return [{"topic": n, "partitions": [{}, {}, {}]} for n in names]
+
+
+def test_a_topic_created_meanwhile_with_other_partitions_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @contextlib.contextmanager
+    def admin(*args: Any, **kwargs: Any) -> Iterator[_RacedAdmin]:
+        yield _RacedAdmin()
+
+    monkeypatch.setattr(kafka_io, "_admin", admin)
+    topics = Topics("raced")
+    with pytest.raises(TopicMismatch, match=r"raced\.job-events has 3 partitions"):
+        ensure_topics("127.0.0.1:1", topics, 4, check=(topics.job_events,))

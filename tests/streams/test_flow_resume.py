@@ -1,0 +1,105 @@
+"""Each time Faust resumes flow it clears the stream queues; what was queued must come
+again for every topic an agent reads, not only the job events.
+
+Issue 21's mechanism (a partition never committed is not sought; a fetch drained before
+Faust's seek to the commit is queued after it, then cleared, and moves Faust's read
+offset past what it dropped) drops node-status and cluster-telemetry records too. With
+no batch routine behind them, Faust's own commit then stalls behind the dropped offsets
+for the life of the process (a hole of two or more), or commits past one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from faust.types import TP
+
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.wire.config import load_settings
+from streams.app import build_app
+
+
+class _Commit:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class _FakeAiokafka:
+    """The consumer thread's aiokafka consumer: assignment, seeks, the group's commits."""
+
+    def __init__(self, assigned: set[TP], commits: dict[TP, int]) -> None:
+        self.assigned = assigned
+        self.seeks: list[tuple[TP, int]] = []
+        self._coordinator = self
+        self.commits = commits
+
+    def assignment(self) -> set[TP]:
+        return self.assigned
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+    async def fetch_committed_offsets(self, tps: list[TP]) -> dict[TP, _Commit]:
+        return {tp: _Commit(self.commits[tp]) for tp in tps if tp in self.commits}
+
+    async def beginning_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return {tp: 5 for tp in tps}  # retention removed 0..4
+
+    async def end_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return {tp: 5 if tp.partition == 3 else 9 for tp in tps}  # partition 3: empty
+
+
+class _ThreadOf:
+    def __init__(self, fake: _FakeAiokafka) -> None:
+        self.fake = fake
+        self._started = asyncio.Event()
+        self._started.set()
+
+    def _ensure_consumer(self) -> _FakeAiokafka:
+        return self.fake
+
+    def assignment(self) -> set[TP]:
+        return self.fake.assignment()
+
+    async def call_thread(self, fun: Any, *args: Any) -> Any:
+        return await fun(*args)
+
+
+def test_node_status_and_telemetry_are_held_and_delivered_again_at_resume(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(
+        topic_prefix="fr", app_id="flow-resume-test", state_dir=str(tmp_path), ces_enabled=True
+    )
+    t = settings.topics
+    telemetry, status, jobs = TP(t.cluster_telemetry, 2), TP(t.node_status, 1), TP(t.job_events, 0)
+    fresh, empty = TP(t.node_status, 2), TP(t.cluster_telemetry, 3)  # never committed
+    fake = _FakeAiokafka(
+        {telemetry, status, jobs, fresh, empty}, {telemetry: 40, status: 7, jobs: 3}
+    )
+
+    async def scenario() -> tuple[list[bool], list[bool], Any]:
+        store = InMemoryStore()
+        w = build_app(settings, store)
+        app: Any = w.app
+        consumer: Any = app.consumer
+        consumer._thread = _ThreadOf(fake)
+        consumer._read_offset[telemetry] = 3320  # a stale fetch delivered, then cleared
+        app.flow_control.resume()  # Faust clears the queues
+        stale = [consumer._fetched_before_seek(tp, 3000) for tp in (telemetry, status)]
+        stale.append(consumer._fetched_before_seek(empty, 0))
+        for _ in range(30):
+            await asyncio.sleep(0)
+        again = [consumer._fetched_before_seek(telemetry, o) for o in (39, 40, 41)]
+        again.append(consumer._fetched_before_seek(empty, 0))  # released: delivered
+        return stale, again, consumer._read_offset[telemetry]
+
+    stale, again, read = asyncio.run(scenario())
+    assert stale == [True, True, True]  # what the fetch loop still holds is dropped
+    # the job partition first (hints wait on it); a partition never committed from
+    # the log's start; an empty one is released, not sought
+    assert fake.seeks[0] == (jobs, 3)
+    assert set(fake.seeks) == {(telemetry, 40), (status, 7), (jobs, 3), (fresh, 5)}
+    assert again == [True, False, False, False] and read == 40  # from the group's commit on

@@ -25,10 +25,12 @@ from streams.kafka_io import faust_credentials, kafka_client_config
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "TABLES",
     "ChangelogTable",
     "Channels",
     "Deliveries",
     "FaustEdge",
+    "changelog_topics",
     "committed_offset",
     "faust_broker_url",
     "make_faust_app",
@@ -84,6 +86,16 @@ class Deliveries:
             await asyncio.wait(waiting, timeout=timeout)
             await asyncio.sleep(0)  # their done callbacks run first
         return self.failed == 0 and not any(not f.done() for f in waiting)
+
+
+TABLES = ("vc-state", "ces-state")
+"""The worker's changelog-backed tables (VC states, CES checkpoints)."""
+
+
+def changelog_topics(settings: Settings) -> tuple[str, ...]:
+    """The tables' changelog topics, as Faust names them: their partition counts must be
+    the job-event topic's (a VC's state is restored with its partition)."""
+    return tuple(f"{settings.app_id}-{name}-changelog" for name in TABLES)
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -333,8 +345,8 @@ class Channels:
             raw_topic(t.dead_letter),
             raw_topic(t.node_status),
             raw_topic(t.cluster_telemetry),
-            table("vc-state"),
-            table("ces-state"),
+            table(TABLES[0]),
+            table(TABLES[1]),
             deliveries,
         )
 

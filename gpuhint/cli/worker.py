@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
 def _ensure_topics(settings: Settings) -> None:
     """Create the topics (never left to broker auto-creation) or refuse, before consuming;
     Kafka is waited for up to ``kafka_retry_s``."""
+    from streams.faust_io import changelog_topics
     from streams.kafka_io import (
         KafkaSecurityMismatch,
         KafkaUnavailable,
@@ -198,7 +199,11 @@ def _ensure_topics(settings: Settings) -> None:
                 timeout_s=timeout_s,
                 replication_factor=settings.replication_factor,
                 security=kafka_client_config(settings),
-                check=(settings.topics.job_events, settings.topics.cluster_telemetry),
+                check=(
+                    settings.topics.job_events,
+                    settings.topics.cluster_telemetry,
+                    *changelog_topics(settings),  # left over from another GPUHINT_PARTITIONS?
+                ),
             ),
             settings.kafka_bootstrap,
             settings.kafka_retry_s,

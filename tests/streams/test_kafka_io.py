@@ -214,3 +214,25 @@ def test_a_topic_created_meanwhile_with_other_partitions_is_refused(
     topics = Topics("raced")
     with pytest.raises(TopicMismatch, match=r"raced\.job-events has 3 partitions"):
         ensure_topics("127.0.0.1:1", topics, 4, check=(topics.job_events,))
+
+
+def test_the_changelog_topics_checked_are_the_ones_faust_writes() -> None:
+    """The worker refuses changelog topics left over from another GPUHINT_PARTITIONS
+    (a VC's state would be restored by another worker): the names it checks must be the
+    names Faust gives its tables' changelogs."""
+    from gpuhint.wire.config import Settings
+    from streams.faust_io import Channels, changelog_topics, make_faust_app
+
+    settings = Settings(app_id="site-a")
+    channels = Channels.of(make_faust_app(settings), settings)
+    faust_names = tuple(
+        t.table.changelog_topic.get_topic_name() for t in (channels.vc_table, channels.ces_table)
+    )
+    assert (
+        changelog_topics(settings)
+        == faust_names
+        == (
+            "site-a-vc-state-changelog",
+            "site-a-ces-state-changelog",
+        )
+    )

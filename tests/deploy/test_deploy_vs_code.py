@@ -55,6 +55,8 @@ def _k8s_containers() -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
             for ref in c.get("envFrom", []):
                 if "configMapRef" in ref:
                     env.update(maps[ref["configMapRef"]["name"]])
+                elif ref["secretRef"].get("optional"):  # may be created by hand, or not
+                    env.update(secrets.get(ref["secretRef"]["name"], {}))
                 else:
                     env.update(secrets[ref["secretRef"]["name"]])
             for e in c.get("env", []):

@@ -47,6 +47,11 @@ at the offered load --target-load (0.9; models/simulator/sizing.py). So the thre
 commands give the same "better than FIFO" figure for the same trace and flags; the
 Helios artifact's real Venus sizes (20 and 2 nodes) give a busier cluster and a larger
 gain: --vc-config venus_vc_config.csv (in the shared Helios traces).
+
+examples:
+  gpuhint demo                                  # the shipped Venus excerpt
+  gpuhint demo --trace philly                   # the shipped Philly excerpt: queues form
+  gpuhint demo --trace jobs.csv --vc-config vcs.csv --json   # your trace, your VC sizes
 """
 
 

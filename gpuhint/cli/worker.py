@@ -41,6 +41,10 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   long for an unreachable broker at start, one log line, then exit 2). See
   docs/configuration.md.
   --metrics-port / GPUHINT_METRICS_PORT   Prometheus /metrics and /healthz (docs/metrics.md)
+
+examples:
+  gpuhint worker --bootstrap localhost:9092 --redis-url redis://localhost:6379/0
+  GPUHINT_PARTITIONS=16 gpuhint worker --config gpuhint.toml --metrics-port 9400
 """
 
 
@@ -54,7 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
     p.add_argument("--redis-url", metavar="URL", help="Redis URL")
     p.add_argument("--model", help="duration model (else GPUHINT_MODEL, default history_mix)")
-    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--loglevel",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="Faust's own log level (default: info; gpuhint's: -v or GPUHINT_LOG_LEVEL)",
+    )
     p.add_argument(
         "--metrics-port",
         type=int,

@@ -187,9 +187,16 @@ class HintClient:
         return out
 
     def stats(self) -> dict[str, int]:
-        """The worker's counters (``dead_letter``: messages sent to the dead-letter topic)."""
+        """The worker's counters (``dead_letter``: messages sent to the dead-letter topic);
+        a field that is not an integer (another version's) is left out."""
         raw: Any = self.r.hgetall(self.keys.stats)
-        return {_s(k): int(v) for k, v in raw.items()}
+        out: dict[str, int] = {}
+        for k, v in raw.items():
+            try:
+                out[_s(k)] = int(v)
+            except ValueError:
+                continue
+        return out
 
     # -- queues ------------------------------------------------------------------------
     def queue(self, cluster: str, vc: str, limit: int | None = None) -> list[QueueEntry]:
@@ -266,10 +273,11 @@ class HintClient:
     ) -> list[PriorityHint]:
         """The hints of every queued job (of ``vc``, or of all VCs), each VC in queue order.
 
-        A queue member whose hint key has already expired is left out. A hint this
-        version cannot read raises :class:`UnreadableValue`, unless ``unreadable`` is
-        given: then its key is appended there and the hint left out (the appliers treat
-        that job as unhinted rather than stop).
+        A queue member whose hint key has already expired, or whose hint is another
+        VC's (a member left behind when the job's hint expired), is left out. A hint
+        this version cannot read raises :class:`UnreadableValue`, unless ``unreadable``
+        is given: then its key is appended there and the hint left out (the appliers
+        treat that job as unhinted rather than stop).
         """
         out: list[PriorityHint] = []
         for v in [vc] if vc is not None else self.vcs(cluster):
@@ -285,7 +293,7 @@ class HintClient:
                             raise
                         unreadable.append(key)
                         continue
-                    if h is not None:
+                    if h is not None and h.vc == v:  # else a member left behind
                         out.append(h)
         return out
 
@@ -297,20 +305,24 @@ class HintClient:
 
         ``block_ms=None``: yield what is there now and stop. ``block_ms=N``: when caught
         up, wait up to N ms for more; stop after a wait that brought nothing.
-        ``block_ms=0``: follow forever. Resume later from the last ``Change.id`` seen.
+        ``block_ms=0``: follow forever. Resume later from the last ``Change.id`` seen;
+        ``after="$"`` starts at the newest change (as :meth:`last_change_id`).
         The stream is trimmed (``changes_maxlen``): if ``after`` is older than
         :meth:`first_change_id`, entries were lost, so re-read the queues.
         """
         if count < 1:
             raise ValueError("count must be >= 1")
-        last = after
+        # "$" (what comes next) is taken once: read again after a wait, it would skip
+        # what came in between
+        last = self.last_change_id() if after == "$" else after
         stream = self.keys.changes
+        longest = self._block_step_ms()
         while True:
             resp: Any = self.r.xread({stream: last}, count=count)
             waited = 0
             while not resp and block_ms is not None and (block_ms == 0 or waited < block_ms):
                 # short waits, so a blocked read never outlasts the socket timeout
-                step = _BLOCK_STEP_MS if block_ms == 0 else min(_BLOCK_STEP_MS, block_ms - waited)
+                step = longest if block_ms == 0 else min(longest, block_ms - waited)
                 resp = self.r.xread({stream: last}, count=count, block=step)
                 waited += step
             if not resp:
@@ -320,6 +332,14 @@ class HintClient:
                 fields = {_s(k): _s(v) for k, v in raw_fields.items()}
                 last = _s(raw_id)
                 yield Change(last, fields.get("type", ""), fields)
+
+    def _block_step_ms(self) -> int:
+        """The longest blocked read: 5 s, or half the client's socket timeout if shorter
+        (a read that outlasts it raises ``TimeoutError`` instead of returning nothing)."""
+        timeout = self.r.connection_pool.connection_kwargs.get("socket_timeout")
+        if not timeout:
+            return _BLOCK_STEP_MS
+        return max(1, min(_BLOCK_STEP_MS, int(float(timeout) * 500)))
 
     def last_change_id(self) -> str:
         """The id of the newest change (``"0-0"`` for an empty stream): start following here."""

@@ -1,24 +1,28 @@
 """The Redis store: the key schema of :mod:`gpuhint.wire.keys` written in pipelines.
 
 Writes are buffered (see :class:`gpuhint.cores.sink.BufferedStore`) and one ``flush()``
-sends them as a single non-transactional pipeline. Every write is idempotent: a hint
-is ``SET`` + ``ZADD``, a removal is ``DEL`` + ``ZREM`` (a Lua script, so the change
-stream records a removal only when a hint really existed, and a hint only when it
-changed). A hint write sent under a VC other than the one whose hint for the job lives
-is refused and counted (``hint_vc_conflicts`` in the stats hash, and one warning per
-flush). Every pipeline begins with
-``SET epoch <random> NX`` and ``GET epoch``: when the SET succeeds, or the marker is not
-the one this store saw last (another worker re-created it), Redis had lost its data and
-the worker rewrites its pending hints (:attr:`~gpuhint.cores.sink.BufferedStore.empty_detected`).
+sends them as a single non-transactional pipeline. If Redis lost its script cache, only
+the scripted writes, from the first refused one on, are sent again (so a counter or an
+advice entry is not written twice). Every hint write is idempotent: a hint is ``SET`` +
+``ZADD``, a removal is ``DEL`` + ``ZREM`` (a Lua script, so the change stream records a
+removal only when a hint really existed, and a hint or an update only when it changed).
+A hint write sent under a VC other than the one whose hint for the job lives is refused
+and counted (``hint_vc_conflicts`` in the stats hash, and one warning per flush). Every
+pipeline begins with ``SET epoch <random> NX`` and ``GET epoch``: when the SET succeeds,
+or the marker is not the one this store saw last (another worker re-created it), Redis
+had lost its data and the worker rewrites its pending hints
+(:attr:`~gpuhint.cores.sink.BufferedStore.empty_detected`).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from gpuhint.cores.sink import (
     HINT_VC_CONFLICTS,
@@ -40,6 +44,21 @@ from gpuhint.wire.contract import PriorityHint
 from gpuhint.wire.keys import RedisKeys
 
 log = logging.getLogger(__name__)
+
+_SCRIPTED = (PutHint, UpdateHint, RemoveHint)
+"""The ops written by a Lua script (``EVALSHA``): idempotent, safe to send again."""
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _raise_first(replies: Iterable[Any]) -> None:
+    """Raise the first error among a pipeline's replies (as ``execute()`` would)."""
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+
 
 # A job id belongs to the VC whose hint for it lives (docs/redis-keys.md): a write sent
 # under another VC is refused, counted (HINCRBY stats <counter>) and answered with the
@@ -108,7 +127,8 @@ return 1
 )
 
 # KEYS and ARGV as _PUT_HINT. Only a hint that still exists (its job has not started)
-# and is the same VC's moves.
+# and is the same VC's moves. The queue's TTL is refreshed as by a put; the very hint
+# already stored (a replayed update) is rewritten but not announced again.
 _UPDATE_HINT = (
     _OWNER
     + """
@@ -121,13 +141,39 @@ if other then
   redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
   return other
 end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+if cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3]) then
+  return 0
+end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
            'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
 return 1
 """
 )
+
+# KEYS: a queue key; ARGV: the cluster's hint key prefix, the queue's VC, then members.
+# Drops (in one step, so a hint written meanwhile is never missed) each member whose
+# hint is gone, or is another VC's (a member left behind when its hint expired and the
+# job id was hinted again under another VC). Returns how many were dropped.
+_SWEEP = """
+local gone = 0
+for i = 3, #ARGV do
+  local cur = redis.call('GET', ARGV[1] .. ARGV[i])
+  local stale = not cur
+  if cur then
+    local ok, h = pcall(cjson.decode, cur)
+    stale = ok and type(h) == 'table' and type(h.vc) == 'string' and h.vc ~= ARGV[2]
+  end
+  if stale then
+    gone = gone + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return gone
+"""
+_SWEEP_CHUNK = 500
 
 
 class RedisStore(BufferedStore):
@@ -151,6 +197,7 @@ class RedisStore(BufferedStore):
         self._remove = self.r.register_script(_REMOVE_HINT)
         self._update = self.r.register_script(_UPDATE_HINT)
         self._put = self.r.register_script(_PUT_HINT)
+        self._sweep = self.r.register_script(_SWEEP)
         self._scripts_loaded = False
 
     @classmethod
@@ -164,20 +211,28 @@ class RedisStore(BufferedStore):
     def _apply(self, ops: list[Op]) -> None:
         if not self._scripts_loaded:
             self._load_scripts()
-        try:
-            results, hint_slots = self._send(ops)
-        except redis.exceptions.NoScriptError:
-            # Redis lost its script cache (restarted, SCRIPT FLUSH): load the scripts and
-            # send the batch again, as any failed flush is (its writes are idempotent)
+        results, starts = self._send(ops)
+        replies = [results[i] for i in starts]  # each op's first reply
+        _raise_first(r for r in results if not isinstance(r, NoScriptError))
+        lost = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if lost:
+            # Redis lost its script cache (restarted, SCRIPT FLUSH). Every other command
+            # of the pipeline ran: send only the scripted writes again, in order, from the
+            # first lost one on (those are idempotent; a counter or an advice entry sent
+            # again would count twice)
             self._load_scripts()
-            results, hint_slots = self._send(ops)
-        self._saw_epoch(bool(results[0]), bytes(results[1]).decode())
+            again = [i for i in range(lost[0], len(ops)) if isinstance(ops[i], _SCRIPTED)]
+            redo, redo_starts = self._send([ops[i] for i in again])
+            _raise_first(redo)
+            for i, at in zip(again, redo_starts, strict=True):
+                replies[i] = redo[at]
+        self._saw_epoch(bool(results[0]), _text(results[1]))
         conflicts: list[VcConflict] = []
-        for i, (cluster, job_id, vc) in hint_slots:
-            res = results[i]
-            if isinstance(res, bytes | str):  # refused: the script answered the owner's VC
-                owner = res.decode() if isinstance(res, bytes) else res
-                conflicts.append(VcConflict(cluster, job_id, vc, owner))
+        for op, res in zip(ops, replies, strict=True):
+            target = op_target(op)
+            if target is not None and isinstance(res, bytes | str):
+                # refused: the script answered the owner's VC
+                conflicts.append(VcConflict(*target, owner=_text(res)))
         self._refused(conflicts)
 
     def _hint_script(self, pipe: Any, script: Any, h: PriorityHint) -> None:
@@ -205,17 +260,15 @@ class RedisStore(BufferedStore):
             self.r.script_load(script.script)
         self._scripts_loaded = True
 
-    def _send(self, ops: list[Op]) -> tuple[list[Any], list[tuple[int, tuple[str, str, str]]]]:
+    def _send(self, ops: list[Op]) -> tuple[list[Any], list[int]]:
         """One pipeline: the epoch marker, then every op in order. Returns the replies
-        and, for each hint write, its reply's index and ``(cluster, job_id, vc)``."""
+        (errors as values, not raised) and the index of each op's first reply."""
         pipe = self.r.pipeline(transaction=False)
         pipe.set(self.k.epoch, uuid.uuid4().hex, nx=True)  # True: Redis had lost it
         pipe.get(self.k.epoch)
-        hint_slots: list[tuple[int, tuple[str, str, str]]] = []
+        starts: list[int] = []
         for op in ops:
-            target = op_target(op)
-            if target is not None:
-                hint_slots.append((len(pipe), target))
+            starts.append(len(pipe))
             if isinstance(op, PutHint):
                 self._hint_script(pipe, self._put, op.hint)
             elif isinstance(op, UpdateHint):
@@ -267,24 +320,22 @@ class RedisStore(BufferedStore):
                 self._xadd(
                     pipe, {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
                 )
-        return list(pipe.execute()), hint_slots
+        return list(pipe.execute(raise_on_error=False)), starts
 
     def sweep_stale(self) -> int:
-        """Drop queue members whose hint key has expired; return how many were dropped."""
+        """Drop queue members whose hint key has expired (or is another VC's hint); return
+        how many were dropped."""
         removed = 0
-        for raw_key in self.r.scan_iter(match=f"{self.k.root}:queue:*", count=500):
-            qkey = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-            cluster = qkey.split(":")[3]
+        queues = f"{self.k.root}:queue:"
+        for raw_key in self.r.scan_iter(match=f"{queues}*", count=500):
+            qkey = _text(raw_key)
+            cluster, _, vc = qkey[len(queues) :].partition(":")
             raw_members: Any = self.r.zrange(qkey, 0, -1)
-            members = [m.decode() for m in raw_members]
-            if not members:
-                continue
-            pipe = self.r.pipeline(transaction=False)
-            for m in members:
-                pipe.exists(self.k.hint(cluster, m))
-            stale = [m for m, ok in zip(members, pipe.execute(), strict=True) if not ok]
-            if stale:
-                removed += int(self.r.zrem(qkey, *stale))
+            members = [_text(m) for m in raw_members]
+            for i in range(0, len(members), _SWEEP_CHUNK):
+                chunk = members[i : i + _SWEEP_CHUNK]
+                args = [self.k.hint(cluster, ""), vc, *chunk]
+                removed += int(self._sweep(keys=[qkey], args=args))
         if removed:
             log.info("swept %d stale queue entries", removed)
         return removed

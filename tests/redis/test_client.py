@@ -224,3 +224,60 @@ def test_merged_queue_reads_spread_sub_vcs_as_one(pair: tuple[RedisStore, HintCl
     ]
     assert c.merged_queue("c", "default", limit=0) == [] and c.merged_queue("c", "none") == []
     assert c.queue("c", "default~0") == [QueueEntry("a1", 50.0), QueueEntry("a2", 70.0)]
+
+
+def test_a_blocked_read_waits_less_than_the_socket_timeout(
+    redis_url: str, unique_prefix: str
+) -> None:
+    """A client with a short socket timeout still follows the stream: each blocked read
+    is shorter than the timeout, so a quiet wait ends the iterator instead of raising."""
+    with HintClient.from_url(redis_url, key_prefix=unique_prefix, socket_timeout=2.0) as c:
+        t0 = time.monotonic()
+        assert list(c.changes(block_ms=2500)) == []
+        assert 2.5 <= time.monotonic() - t0 < 15
+
+
+def test_stats_skip_a_field_that_is_not_a_counter(pair: tuple[RedisStore, HintClient]) -> None:
+    """A newer worker's stats field that is not an integer counter is left out, not fatal."""
+    store, c = pair
+    store.count("dead_letter", 3)
+    store.flush()
+    c.r.hset(c.keys.stats, mapping={"last_rebuild": "2026-12-07T12:00Z", "rate": "0.5"})
+    assert c.stats() == {"dead_letter": 3}
+
+
+def test_following_from_dollar_misses_nothing_between_two_reads(
+    redis_url: str, unique_prefix: str
+) -> None:
+    """``after="$"`` (only what comes next) is taken once, at the start: a change written
+    between two of the iterator's reads is still yielded, not lost to a new ``$``."""
+    with HintClient.from_url(redis_url, key_prefix=unique_prefix) as c:
+        c.r.xadd(c.keys.changes, {"type": "load", "cluster": "old"})
+        read = c.r.xread
+        calls = 0
+
+        def xread(*args: object, **kwargs: object) -> object:
+            nonlocal calls
+            got = read(*args, **kwargs)  # type: ignore[arg-type]
+            calls += 1
+            if calls == 1:  # the first read found nothing new: a change comes now
+                c.r.xadd(c.keys.changes, {"type": "load", "cluster": "new"})
+            return got
+
+        c.r.xread = xread  # type: ignore[method-assign]
+        got = list(c.changes(after="$", block_ms=1000))
+        assert [ch.cluster for ch in got] == ["new"]
+
+
+def test_pending_hints_skip_a_member_left_in_another_vcs_queue(
+    pair: tuple[RedisStore, HintClient],
+) -> None:
+    """x was VC b's, its hint expired, then VC a hinted x: the member left in b's queue
+    (the sweep keeps it, x has a hint) must not list a's hint twice, once under b."""
+    store, c = pair
+    store.put_hint(hint("x", 10, vc="a"))
+    store.put_hint(hint("y", 20, vc="b"))
+    store.flush()
+    c.r.zadd(c.keys.queue("c", "b"), {"x": 99})  # the stale member
+    assert [(h.job_id, h.vc) for h in c.pending_hints("c")] == [("x", "a"), ("y", "b")]
+    assert [h.job_id for h in c.pending_hints("c", vc="b")] == ["y"]

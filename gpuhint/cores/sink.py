@@ -366,12 +366,14 @@ class InMemoryStore(BufferedStore):
                     self._change(Change(keys.CHANGE_HINT, h.cluster, h.job_id, payload))
             elif isinstance(op, UpdateHint):
                 h = op.hint
-                if owner is not None:
+                if owner is not None:  # announced only if it changes something (as Redis)
+                    payload = h.model_dump_json()
+                    queue = self.queues.setdefault((h.cluster, h.vc), {})
+                    same = queue.get(h.job_id) == h.priority and owner.model_dump_json() == payload
                     self.hints[(h.cluster, h.job_id)] = h
-                    self.queues.setdefault((h.cluster, h.vc), {})[h.job_id] = h.priority
-                    self._change(
-                        Change(keys.CHANGE_HINT_UPDATED, h.cluster, h.job_id, h.model_dump_json())
-                    )
+                    queue[h.job_id] = h.priority
+                    if not same:
+                        self._change(Change(keys.CHANGE_HINT_UPDATED, h.cluster, h.job_id, payload))
             elif isinstance(op, RemoveHint):
                 existed = self.hints.pop((op.cluster, op.job_id), None)
                 q = self.queues.get((op.cluster, op.vc))

@@ -103,3 +103,15 @@ def test_buffer_is_bounded_by_auto_flush() -> None:
     for i in range(7):
         s.put_hint(hint(f"j{i}", i))
     assert s.pending == 1 and len(s.hints) == 6
+
+
+def test_the_twin_announces_a_replayed_update_once_as_redis_does() -> None:
+    """The same update applied twice (a replay) changes nothing the second time: one
+    ``hint_updated`` change, as RedisStore's script (tests/redis/test_store_retries.py)."""
+    store = InMemoryStore()
+    store.put_hint(hint("x", 100))
+    for _ in range(2):
+        store.update_hint(hint("x", 10))
+        store.flush()
+    assert [c.type for c in store.changes] == ["hint", "hint_updated"]
+    assert store.queue("default", "a") == [("x", 10.0)]

@@ -260,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         vc_nodes = read_vc_config(args.vc_config) if args.vc_config else None
     except InputError as exc:
         raise UserError(str(exc)) from None
-    out_dir = Path(args.out or f"analyze-{Path(args.trace).name.split('.')[0]}")
+    out_dir = Path(args.out or f"analyze-{_trace_stem(args.trace)}")
     t0 = time.perf_counter()
     _say(f"reading {args.trace}")
     frame = _read(args, 0 if args.no_qssf and args.no_ces else args.qssf_jobs)
@@ -301,6 +301,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(summary_text(numbers, out_dir, elapsed))
     return 0
+
+
+def _trace_stem(trace: str) -> str:
+    """The trace's name without its extension(s), for the default folder.
+
+    >>> [_trace_stem(t) for t in ("a/venus.csv", "big.csv.gz", "jobs.2021.csv", "log")]
+    ['venus', 'big', 'jobs.2021', 'log']
+    """
+    p = Path(trace)
+    if p.suffix.lower() in (".gz", ".gzip"):
+        p = Path(p.stem)
+    return p.stem or p.name
 
 
 def _p(x: float | None) -> str:

@@ -262,12 +262,21 @@ def _print_replay(
     for vc, q in queues.items():
         head = sorted(q.items(), key=lambda kv: (kv[1], kv[0]))[: args.top]
         print(f"queue {vc}: {len(q)} pending; run first:")
-        for job_id, prio in head:
-            h = store.hints[(args.cluster, job_id)]
-            print(
-                f"    job {job_id:>10}  {h.num_gpus:>3} GPUs  predicted "
-                f"{h.predicted_duration_s / 60:8.1f} min  priority {prio:12,.0f} GPU-s"
-            )
+        hints = {j: store.hints[(args.cluster, j)] for j, _ in head}
+        _print_jobs([(j, hints[j].num_gpus, hints[j].predicted_duration_s, p) for j, p in head])
+
+
+def _print_jobs(rows: list[tuple[str, int, float, float]]) -> None:
+    """A queue head, one job a line: (job id, GPUs, predicted duration s, priority), the
+    ids padded to the longest shown so the columns line up, the duration in human units."""
+    from gpuhint.cli.common import human_duration
+
+    width = max((len(r[0]) for r in rows), default=0)
+    for job_id, gpus, predicted, prio in rows:
+        print(
+            f"    job {job_id:>{width}}  {gpus:>3} GPUs  predicted "
+            f"{human_duration(predicted):>9}  priority {prio:12,.0f} GPU-s"
+        )
 
 
 def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
@@ -295,11 +304,9 @@ def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
             "where the replay stopped" if ago < 0.01 else f"{ago:,.1f} h before the replay stopped"
         )
         print(f"  queue {vc} {when}: {len(waiting)} waiting; run first:")
-        for w in waiting[:top]:
-            print(
-                f"    job {w.job_id:>10}  {w.num_gpus:>3} GPUs  predicted "
-                f"{w.predicted_duration_s / 60:8.1f} min  priority {w.priority:12,.0f} GPU-s"
-            )
+        _print_jobs(
+            [(w.job_id, w.num_gpus, w.predicted_duration_s, w.priority) for w in waiting[:top]]
+        )
 
 
 def _times(num: float, den: float) -> str:

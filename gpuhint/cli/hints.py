@@ -22,7 +22,9 @@ them the way a scheduler uses them: each VC's queue, smallest expected service f
 with the expected service (GPUs x duration, in GPU-hours), the predicted duration and
 its 80% band and why the job ranks there; the cluster's current load and power advice;
 and how old each is. A cluster with no data while others have some is an error that
-lists the known clusters (a typo in --cluster).
+lists the known clusters (a typo in --cluster). A VC spread over sub-VCs (`gpuhint
+replay --spread-vcs`) is shown as one queue. Exit 0 with data, 1 when Redis holds no
+gpuhint data yet (also with --json), 2 on an error (Redis unreachable, a bad flag).
 
 examples:
   gpuhint hints --cluster prod                 # every VC of cluster prod
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         load = client.load(cluster)
         dead = client.stats().get("dead_letter", 0)
         newest = client.newest_change(("hint", "hint_updated"), cluster)
-        known = [] if queues or load or advice else client.clusters()
+        known = [] if any(lengths.values()) or load or advice else client.clusters()
     except redis.RedisError as exc:
         raise UserError(f"cannot read Redis ({type(exc).__name__}: {exc})") from None
     except UnreadableValue as exc:
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         client.close()
 
-    if known and cluster not in known and not args.vc:
+    if known and cluster not in known:
         raise UserError(
             f"no hints, load or advice for cluster {cluster!r} in Redis; "
             f"known clusters: {', '.join(known)} (--cluster / GPUHINT_CLUSTER)"
@@ -118,10 +120,13 @@ def run(args: argparse.Namespace) -> int:
         }
         json.dump(out, sys.stdout, indent=2)
         print()
-        return 0
-    _print_text(cluster, queues, lengths, load, advice, dead, ages)
-    if not queues and not load and not advice and not known:
-        print("no gpuhint data in Redis under this key prefix yet: see `gpuhint status`")
+    else:
+        _print_text(cluster, queues, lengths, load, advice, dead, ages)
+    if not any(lengths.values()) and not load and not advice and not known:
+        print(
+            "no gpuhint data in Redis under this key prefix yet: see `gpuhint status`",
+            file=sys.stderr if args.json else sys.stdout,
+        )
         return 1
     return 0
 
@@ -129,18 +134,28 @@ def run(args: argparse.Namespace) -> int:
 def _queues(
     client: Any, cluster: str, args: argparse.Namespace
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
-    """Each VC's first ``--top`` rows (with their hints) and each queue's length."""
+    """Each VC's first ``--top`` rows (with their hints) and each queue's length. A VC
+    spread over sub-VCs ``vc~k`` (``gpuhint replay --spread-vcs``) is shown as the one
+    queue a scheduler runs (:meth:`HintClient.merged_queue`); only the rows shown are
+    read, so a queue of 100,000 jobs costs what one of ``--top`` does."""
     from gpuhint.redis.client import UnreadableValue
+    from gpuhint.wire.topics import SUB_VC, base_vc
 
-    vcs = [args.vc] if args.vc else client.vcs(cluster)
+    found = client.vcs(cluster)
+    vcs = [args.vc] if args.vc else sorted({base_vc(v) for v in found})
     queues: dict[str, list[dict[str, Any]]] = {}
     lengths: dict[str, int] = {}
     for vc in vcs:
-        q = client.queue(cluster, vc)
-        lengths[vc] = len(q)
-        starts = _starts(client, cluster, vc)
+        parts = [v for v in found if v == vc or v.startswith(vc + SUB_VC)] or [vc]
+        lengths[vc] = sum(int(client.r.zcard(client.keys.queue(cluster, v))) for v in parts)
+        # HintClient.merged_queue's merge, without scanning the keys for the VCs again
+        q = sorted(
+            (e for v in parts for e in client.queue(cluster, v, limit=args.top)),
+            key=lambda e: (e.priority, e.job_id),
+        )[: args.top]
+        starts = {j: s for v in parts for j, s in _starts(client, cluster, v).items()}
         rows = []
-        for rank, entry in enumerate(q[: args.top], 1):
+        for rank, entry in enumerate(q, 1):
             row: dict[str, Any] = {"rank": rank, "job_id": entry.job_id, "priority": entry.priority}
             try:
                 h = client.hint(cluster, entry.job_id)
@@ -156,7 +171,8 @@ def _queues(
 
 
 def _starts(client: Any, cluster: str, vc: str) -> dict[str, dict[str, float]]:
-    """job -> its expected start and 80% band (UNIX s) from the VC's latest forecast."""
+    """job -> its expected start and 80% band (UNIX s) from the VC's latest forecast, and
+    when that forecast was made (``expected_start_asof``)."""
     from gpuhint.redis.client import UnreadableValue
 
     try:
@@ -170,6 +186,7 @@ def _starts(client: Any, cluster: str, vc: str) -> dict[str, dict[str, float]]:
             "expected_start": j.expected,
             "expected_start_low": j.low,
             "expected_start_high": j.high,
+            "expected_start_asof": f.time,
         }
         for j in f.jobs
     }
@@ -180,11 +197,44 @@ def _clock(t: float) -> str:
 
 
 def _start_text(r: dict[str, Any]) -> str:
-    """``12-05 10:40 (09:30-13:10)``: the expected start and its band, UTC."""
+    """``12-05 10:40 (09:30-13:10)``: the expected start and its band, UTC; a band that
+    reaches another day gives both dates: ``12-05 23:00 (12-05 22:00 - 12-06 01:30)``."""
     if "expected_start" not in r:
         return "-"
-    lo, hi = _clock(r["expected_start_low"])[-5:], _clock(r["expected_start_high"])[-5:]
-    return f"{_clock(r['expected_start'])} ({lo}-{hi})"
+    at, lo, hi = (_clock(r[k]) for k in ("expected_start", "expected_start_low",
+                                          "expected_start_high"))  # fmt: skip
+    if lo[:5] == at[:5] == hi[:5]:
+        return f"{at} ({lo[-5:]}-{hi[-5:]})"
+    return f"{at} ({lo} - {hi})"
+
+
+def _service_text(r: dict[str, Any]) -> str:
+    """The expected service, GPUs x the expected duration, in GPU time. Not the priority
+    where the core overrode the rank (first reason ``fifo_guard:fallback``: the submit
+    time; ``wait_bound:overdue``: ~0): there it is "-" unless the hint has its
+    ``expected_duration_s``."""
+    from models.hint_estimate import OVERRIDE_TAGS
+
+    expected, gpus = r.get("expected_duration_s"), r.get("num_gpus")
+    if expected is not None and gpus is not None:
+        return human_gpu_time(max(gpus, 1) * expected)
+    reasons = r.get("reasons") or [{}]
+    first = str(reasons[0].get("feature", ""))
+    if first.startswith(OVERRIDE_TAGS) and not first.startswith("updated:"):
+        return "-"
+    return human_gpu_time(r["priority"])
+
+
+def _width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide East Asian characters take two."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int) -> str:
+    """``text`` left-aligned in ``width`` terminal columns."""
+    return text + " " * max(width - _width(text), 0)
 
 
 def _age(seconds: float | None) -> str:
@@ -204,11 +254,19 @@ def _print_text(
     if not queues:
         print(f"cluster {cluster}: no queued jobs with hints")
     for vc, rows in queues.items():
-        print(f"{cluster}/{vc}: {lengths[vc]:,} pending, smallest expected service first")
+        asof = min(
+            (r["expected_start_asof"] for r in rows if "expected_start_asof" in r), default=None
+        )
+        print(
+            f"{cluster}/{vc}: {lengths[vc]:,} pending, smallest expected service first"
+            + ("" if asof is None else f"; expected starts as of {_age(time.time() - asof)}")
+        )
+        width = max([36, *(_width(str(r["job_id"])) for r in rows)])
+        starts_w = max([26, *(len(_start_text(r)) for r in rows)])
         if rows:
             print(
-                f"  {'rank':>4} {'job':<36} {'GPUs':>5}  {'expected service':>16}  "
-                f"{'duration (80% band)':<26} {'expected start, UTC (80%)':<26} why"
+                f"  {'rank':>4} {_pad('job', width)} {'GPUs':>5}  {'expected service':>16}  "
+                f"{'duration (80% band)':<26} {'expected start, UTC (80%)':<{starts_w}} why"
             )
         for r in rows:
             dur, lo, hi = (
@@ -222,8 +280,8 @@ def _print_text(
             why = ", ".join(x["feature"] for x in r.get("reasons", [])[:2])
             gpus = r.get("num_gpus", "?")
             print(
-                f"  {r['rank']:>3}. {r['job_id']:<36} {gpus:>5}  "
-                f"{human_gpu_time(r['priority']):>16}  {when:<26} {_start_text(r):<26} "
+                f"  {r['rank']:>3}. {_pad(str(r['job_id']), width)} {gpus:>5}  "
+                f"{_service_text(r):>16}  {when:<26} {_start_text(r):<{starts_w}} "
                 + (f"[{why}]" if why else "")
                 + r.get("error", "")
             )

@@ -325,3 +325,21 @@ def test_jobs_that_all_ran_zero_seconds(tmp_path: Path, capsys: pytest.CaptureFi
     rc, out, err = _run(capsys, str(p), "-o", str(tmp_path / "out"))
     assert rc == 0, err
     assert "- the oracle" in out
+
+
+def test_default_folders_of_two_dated_traces_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``jobs.2020.csv`` and ``jobs.2021.csv`` must not share ``analyze-jobs/`` (the second
+    run would overwrite the first's report)."""
+    import gzip
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("jobs.2020.csv", "jobs.2021.csv"):
+        (tmp_path / name).write_bytes(VENUS.read_bytes())
+    (tmp_path / "big.csv.gz").write_bytes(gzip.compress(VENUS.read_bytes()))
+    for name in ("jobs.2020.csv", "jobs.2021.csv", "big.csv.gz"):
+        rc, _, err = _run(capsys, name, "--no-qssf", "--no-ces")
+        assert rc == 0, err
+    made = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert made == ["analyze-big", "analyze-jobs.2020", "analyze-jobs.2021"]

@@ -175,3 +175,181 @@ def test_hints_shows_each_waiting_jobs_expected_start(
     assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 0
     text = capsys.readouterr().out
     assert "expected start, UTC (80%)" in text and "12-05 06:00 (05:00-08:00)" in text
+
+
+def test_hints_expected_service_is_gpus_times_expected_duration_when_the_rank_is_overridden(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fallen-back VC ranks by submit time and an overdue job by ~0: neither is a
+    service, so the "expected service" column must not show them as GPU-hours."""
+    from gpuhint.wire.contract import FeatureContribution
+
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    base = hint("fifo", 1_796_450_400.0, "a").model_dump()
+    for job, prio, why in [("fifo", 1_796_450_400.0, "fifo_guard:fallback"),
+                           ("late", 1e-4, "wait_bound:overdue")]:  # fmt: skip
+        store.put_hint(
+            PriorityHint(**{**base, "job_id": job, "priority": prio,
+                            "predicted_duration_s": 3_000.0, "expected_duration_s": 3_600.0,
+                            "reasons": (FeatureContribution(feature=why, contribution=0),)})
+        )  # fmt: skip
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 0
+    lines = {ln.split()[1]: ln for ln in capsys.readouterr().out.splitlines() if ". " in ln}
+    for job in ("fifo", "late"):
+        assert "2.0 GPU-h" in lines[job], lines[job]  # 2 GPUs x 1 h
+    assert "GPU-s" not in lines["late"] and "499,014" not in lines["fifo"]
+
+
+def _display_col(line: str, token: str) -> int:
+    """The terminal column where ``token`` starts (wide East Asian characters take 2)."""
+    import unicodedata
+
+    head = line[: line.index(token)]
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in head)
+
+
+def test_hints_columns_line_up_with_long_and_wide_job_ids(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    jobs = ["short", "ns-research/" + "very-long-workload-name-" * 3, "训练作业-七", "j9"]
+    for i, job in enumerate(jobs):
+        store.put_hint(hint(job, 100.0 + i, "a"))
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 0
+    text = capsys.readouterr().out
+    rows = [ln for ln in text.splitlines() if ". " in ln and "GPU-" in ln]
+    assert len(rows) == 4
+    assert len({_display_col(ln, "GPU-") for ln in rows}) == 1, rows
+    header = next(ln for ln in text.splitlines() if ln.lstrip().startswith("rank"))
+    assert _display_col(header, "expected service") + 16 == _display_col(rows[0], "GPU-s") + 5
+
+
+def test_hints_shows_a_spread_vc_as_the_one_queue_a_scheduler_runs(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``gpuhint replay --spread-vcs`` keeps sub-VCs ``vc~k`` (docs/architecture.md);
+    their priorities are comparable and a scheduler runs them as one queue."""
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    for job, prio, vc in [("s0", 30, "default~0"), ("s1", 20, "default~1"),
+                          ("b0", 900, "default~0"), ("m1", 60, "default~1")]:  # fmt: skip
+        store.put_hint(hint(job, prio, vc))
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    base = ["hints", "--cluster", "c", "--redis-url", redis_url, "--json"]
+    for args in (base, [*base, "--vc", "default"]):
+        assert main(args) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert list(out["queues"]) == ["default"]
+        assert [r["job_id"] for r in out["queues"]["default"]] == ["s1", "s0", "m1", "b0"]
+        assert [r["rank"] for r in out["queues"]["default"]] == [1, 2, 3, 4]
+        assert out["queue_lengths"] == {"default": 4}
+    assert main([*base, "--top", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["job_id"] for r in out["queues"]["default"]] == ["s1", "s0"]
+    assert out["queue_lengths"] == {"default": 4}
+
+
+def test_hints_json_on_an_empty_redis_exits_as_the_table_does(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No data is 1 with --json too (0 would read as "hints, none waiting"; 2 is an error)."""
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url, "--json"]) == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # still one JSON object on stdout
+    assert doc["queues"] == {} and doc["load"] is None and doc["advice"] is None
+    assert "no gpuhint data in Redis" in captured.err
+    assert main(["hints", "--cluster", "c", "--vc", "a", "--redis-url", redis_url]) == 1
+    assert "no gpuhint data in Redis" in capsys.readouterr().out
+
+
+def test_hints_a_mistyped_cluster_is_an_error_also_with_vc(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    store.put_hint(hint("j1", 7_200, "a"))
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    for fmt in ([], ["--json"]):
+        assert main(["hints", "--cluster", "cc", "--vc", "a", "--redis-url", redis_url, *fmt]) == 2
+        assert "known clusters: c " in capsys.readouterr().err
+    # the right cluster, a VC with nothing waiting: an answer, not an error
+    assert main(["hints", "--cluster", "c", "--vc", "b", "--redis-url", redis_url]) == 0
+    assert "c/b: 0 pending" in capsys.readouterr().out
+
+
+def test_hints_says_when_the_expected_starts_were_forecast(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A VC with no events keeps its last forecast: a start shown without its as-of time
+    may lie in the past with nothing to say so (the Slurm comment carries asof=)."""
+    import time
+
+    from gpuhint.wire.contract import ExpectedStart, StartForecasts
+
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    store.put_hint(hint("small", 30, "a"))
+    asof = time.time() - 3 * 3600
+    store.put_starts(
+        StartForecasts(cluster="c", vc="a", time=asof,
+                       jobs=(ExpectedStart(job_id="small", expected=asof + 600, low=asof,
+                                           high=asof + 1200),))
+    )  # fmt: skip
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["queues"]["a"][0]
+    assert row["expected_start_asof"] == asof
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 0
+    assert "expected starts as of 3.0 h ago" in capsys.readouterr().out
+
+
+def test_hints_an_expected_start_band_over_midnight_names_the_other_day(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "12-05 23:00 (22:00-01:30)" reads as a band that ends before it starts."""
+    from gpuhint.wire.contract import ExpectedStart, StartForecasts
+
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    for job, prio in [("small", 30), ("big", 900)]:
+        store.put_hint(hint(job, prio, "a"))
+    t0 = 1_796_511_600.0  # 2026-12-05 23:00 UTC
+    store.put_starts(
+        StartForecasts(cluster="c", vc="a", time=t0 - 7200,
+                       jobs=(ExpectedStart(job_id="small", expected=t0, low=t0 - 3600,
+                                           high=t0 + 9000),
+                             ExpectedStart(job_id="big", expected=t0 + 600, low=t0,
+                                           high=t0 + 1800)))
+    )  # fmt: skip
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    assert main(["hints", "--cluster", "c", "--redis-url", redis_url]) == 0
+    lines = {ln.split()[1]: ln for ln in capsys.readouterr().out.splitlines() if ". " in ln}
+    assert "12-05 23:00 (12-05 22:00 - 12-06 01:30)" in lines["small"], lines["small"]
+    assert "12-05 23:10 (23:00-23:30)" in lines["big"], lines["big"]
+    assert len(lines["small"]) == len(lines["big"])  # the next column still lines up

@@ -46,8 +46,9 @@ def qssf_action(q: Mapping[str, Any] | None, note: str | None) -> Action:
             "why": f"no QSSF what-if here: {note or 'no result'}",
             "knob": "gpuhint evaluate qssf --trace FILE (or gpuhint analyze without --no-qssf)",
         }
+    # each rule judges the figure its why prints (rounded), so the two never disagree
     gain = q.get("jct_ratio_fifo_over_qssf") or 0.0
-    if gain < MIN_GAIN:
+    if round(gain, 2) < MIN_GAIN:
         return {
             "action": "Keep the scheduler's own order (do not enable QSSF hints)",
             "why": (
@@ -61,10 +62,10 @@ def qssf_action(q: Mapping[str, Any] | None, note: str | None) -> Action:
     why = [f"average JCT {gain:.2f}x shorter than FIFO in the simulation"]
     bad = []
     fw, qw = fifo.get("max_wait_s"), qssf.get("max_wait_s")
-    if fw and qw is not None and qw > MAX_WAIT_VS_FIFO * fw:
+    if fw and qw is not None and round(qw / fw, 2) > MAX_WAIT_VS_FIFO:
         bad.append(f"the longest wait is {_h(qw)} against FIFO's {_h(fw)} ({qw / fw:.2f}x)")
     over = qssf.get("share_jct_over_2x_fifo")
-    if over is not None and over > MAX_SHARE_OVER_2X:
+    if over is not None and round(over, 3) > MAX_SHARE_OVER_2X:
         bad.append(f"{over:.1%} of jobs finish over 2x later than under FIFO")
     if not bad:
         why.append(
@@ -93,7 +94,7 @@ def _ces_from_jobs(c: Mapping[str, Any]) -> Action:
     t, g = c["idle_timer"], c["gpuhint"]
     best = max(t["energy_saved_kwh"], g["energy_saved_kwh"])
     where = f"{c['jobs']:,} GPU jobs on {c['nodes']} nodes ({c['sized_by']}), {c['days']:,.0f} days"
-    if base <= 0 or best < MIN_SAVING_SHARE * base:
+    if base <= 0 or round(best / base, 3) < MIN_SAVING_SHARE:
         return {
             "action": "Leave node power saving off",
             "why": (

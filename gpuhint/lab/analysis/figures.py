@@ -48,7 +48,8 @@ def _cdf_axes(ax: Any, xlabel: str) -> None:
     ax.set_ylabel("fraction of jobs")
     ax.set_ylim(0, 1)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # an empty panel (e.g. no GPU jobs): no legend
+        ax.legend(fontsize=8, loc="lower right")
     for t, name in ((60, "1 min"), (3600, "1 h"), (86400, "1 day")):
         ax.axvline(t, color="0.7", lw=0.7, ls=":")
         ax.text(t, 0.02, name, fontsize=7, color="0.4", rotation=90, ha="right")

@@ -46,6 +46,26 @@ class Options:
     ces_jobs: bool = True
 
 
+FIGURE_FILES = frozenset(
+    f"{name}.png"
+    for name in (
+        "duration_cdf",
+        "gpu_demand",
+        "final_states",
+        "queue_cdf",
+        "submissions",
+        "user_concentration",
+        "repetition",
+        "vcs",
+        "time_limits",
+        "qssf_jct_cdf",
+        "ces_load",
+    )
+)
+"""Every figure ``analyze`` may write (docs/analyze.md); those a run does not draw are
+removed from its folder, so none of an earlier run's passes for this one's."""
+
+
 def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[str, Any]:
     """Every section's numbers; figures are written to ``opts.out_dir``."""
     log = say or (lambda _m: None)
@@ -53,6 +73,7 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
     out_dir.mkdir(parents=True, exist_ok=True)
     df = frame.jobs
     t0 = time.perf_counter()
+    log(f"statistics and trace checks on {frame.rows:,} jobs")
     f = stats.fields_present(df)
     skipped: dict[str, str] = {}
     secs: dict[str, float] = {"read": round(frame.seconds, 3)}
@@ -91,6 +112,8 @@ def analyze(frame: TraceFrame, opts: Options, say: Say | None = None) -> dict[st
     n["actions"] = actions.actions(n)
     n["skipped"] = skipped
     n["figures"] = figs
+    for stale in FIGURE_FILES - set(figs.values()):  # an earlier run's, into this folder
+        (out_dir / stale).unlink(missing_ok=True)
     secs["total"] = round(frame.seconds + time.perf_counter() - t0, 3)
     n["seconds"] = secs
     return finite(n)

@@ -73,3 +73,17 @@ def test_ces_from_jobs_or_series() -> None:
     assert short["action"].startswith("Do not let gpuhint power nodes down")
     none = actions.ces_action({"ces_jobs_note": "not run (--no-ces)", "ces_note": "x"})
     assert "--no-ces" in none["why"] and "evaluate ces" in none["knob"]
+
+
+def test_an_action_never_contradicts_the_rounded_figure_it_cites() -> None:
+    """On a threshold's edge the decision follows the figure the why prints: "1.05x
+    shorter" is not "a gain under 5%", "(1.25x)" is within "at most 1.25x", "1.0% of
+    jobs" is within "at most 1%", "2.0% of all nodes on" is not under 2%."""
+    edge = actions.qssf_action(_q(1.0496, 3600.0, 0.0), None)
+    assert "1.05x shorter" in edge["why"] and edge["action"].startswith("Enable QSSF hints (")
+    wait = actions.qssf_action(_q(1.5, 1.2549 * 10 * 3600.0, 0.0), None)
+    assert wait["action"].startswith("Enable QSSF hints ("), wait["why"]
+    late = actions.qssf_action(_q(1.5, 3600.0, 0.01049), None)
+    assert late["action"].startswith("Enable QSSF hints ("), late["why"]
+    ces = actions.ces_action({"ces_jobs": _ces_jobs(19.96, 10.0)})  # 1.996% of 1,000 kWh
+    assert ces["action"] == "Power idle nodes down (CES)", ces["why"]

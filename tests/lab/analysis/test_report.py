@@ -76,3 +76,46 @@ def test_demand_title_follows_the_data() -> None:
     rows[0]["gpu_time_share"], rows[1]["gpu_time_share"] = 0.58, 0.42
     assert "those jobs hold the most GPU time (58%)" in demand_title({"buckets": rows})
     assert demand_title({"buckets": [{"gpus": "0", "jobs": 3}]}) == "GPU demand"
+
+
+def test_every_stage_after_the_read_is_announced(tmp_path: Path) -> None:
+    """Statistics and trace checks take seconds on a large trace (docs/analyze.md, 4.8 s
+    on a million jobs): a stage line must say so, or the progress ticks have no step."""
+    (tmp_path / "tiny.csv").write_text(TINY)
+    frame = read_frame(tmp_path / "tiny.csv", tail_jobs=100)
+    said: list[str] = []
+    report.analyze(frame, report.Options(out_dir=tmp_path / "out", qssf=False), say=said.append)
+    stages = [s for s in said if not s.startswith(" ")]
+    assert stages[0].startswith("statistics"), said
+    assert stages.index("drawing figures") == 1
+
+
+def test_figures_of_an_earlier_run_in_the_same_folder_are_not_left_behind(
+    tmp_path: Path,
+) -> None:
+    """Re-running into the same --out (the default folder is named after the trace) with
+    --no-qssf or without --series must not leave the last run's figures as this one's."""
+    (tmp_path / "tiny.csv").write_text(TINY)
+    out = tmp_path / "out"
+    out.mkdir()
+    for old in ("qssf_jct_cdf.png", "ces_load.png", "time_limits.png"):
+        (out / old).write_bytes(b"\x89PNG old")
+    (out / "notes.png").write_bytes(b"the user's own file")
+    frame = read_frame(tmp_path / "tiny.csv", tail_jobs=100)
+    n = report.analyze(frame, report.Options(out_dir=out, qssf=False, ces_jobs=False))
+    pngs = {p.name for p in out.glob("*.png")}
+    assert pngs == set(n["figures"].values()) | {"notes.png"}
+
+
+def test_a_trace_without_gpu_jobs_draws_without_warnings(tmp_path: Path) -> None:
+    """No "No artists with labels found to put in legend" on the user's terminal."""
+    import warnings
+
+    (tmp_path / "cpu.csv").write_text(
+        "job_id,submission_time,duration,num_gpu\n1,1000,60,0\n2,1100,5400,0\n3,1200,30,0\n"
+    )
+    frame = read_frame(tmp_path / "cpu.csv", tail_jobs=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        n = report.analyze(frame, report.Options(out_dir=tmp_path / "out", qssf=False))
+    assert n["figures"]["duration"] == "duration_cdf.png"

@@ -141,6 +141,8 @@ class ReferenceTracker:
         """Apply a NodeStatus; return the slots it closed (oldest first)."""
         c, out = self._tick(ns.cluster, ns.time)
         n = c.nodes.setdefault(ns.node, _RefNode())
+        if n.last_seen is not None and ns.time < n.last_seen:
+            return out  # older than the report applied (the tracker does the same)
         was = n.used
         n.num_gpus = ns.num_gpus
         n.busy_gpus = ns.busy_gpus

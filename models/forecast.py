@@ -163,6 +163,12 @@ class LoadForecaster:
         self._w1 = max(1, round(3600 / slot_s))
         self._w3 = max(1, round(3 * 3600 / slot_s))
 
+    def _band_need(self) -> int:
+        """Residuals needed for a band: at least 10 and ``H``, and enough that the
+        conformal quantile is finite (``ceil((n + 1) q) <= n``: n >= 19 at q = 0.95)."""
+        q = self.band_quantile
+        return max(10, self.horizon_slots, math.ceil(q / (1 - q) - 1e-9))
+
     def _bin(self, time: float) -> int:
         """Time-of-day bin (UTC) of a forecast made at ``time``."""
         return min(self.band_bins - 1, int((time % DAY_S) * self.band_bins // DAY_S))
@@ -241,9 +247,10 @@ class LoadForecaster:
         warm = self.learned >= self.warmup_slots
         point = (x + pred) * tot
         res = self.residuals
-        if self.band_bins > 1 and len(self.bin_residuals[b]) >= self.band_min:
+        need = self._band_need()
+        if self.band_bins > 1 and len(self.bin_residuals[b]) >= max(self.band_min, need):
             res = self.bin_residuals[b]
-        if len(res) >= max(10, H):
+        if len(res) >= need:
             q = self.band_quantile
             hi = res.quantile(q) * tot
             lo = res.quantile(1 - q) * tot

@@ -143,9 +143,13 @@ class PowerPolicy:
     def active(self) -> int:
         return self.state.active
 
-    def sync_active(self, active: int) -> None:
-        """The cluster reports how many nodes are on: trust it over our own plan."""
+    def sync_active(self, active: int, total: int | None = None) -> None:
+        """The cluster reports how many nodes are on (of ``total``, when given): trust it
+        over our own plan. Nodes that joined are then already in ``active``: the next
+        ``step`` must not add them again."""
         self.state.active = max(0, int(active))
+        if total is not None:
+            self.total = max(0, int(total))
 
     def level(self, used: int, total: int, fc: Forecast | None) -> int:
         """The powered-on count wanted for the next slots."""

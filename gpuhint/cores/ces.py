@@ -113,7 +113,7 @@ class CesEngine:
         """Process the slot that just closed; return the decision for the next slot."""
         c = self._cluster(obs.cluster, obs.total)
         if obs.active is not None:
-            c.policy.sync_active(obs.active)
+            c.policy.sync_active(obs.active, obs.total)
         fc = c.forecaster.update(obs.time, obs.used, obs.total)
         d = c.policy.step(c.slot, obs.used, obs.total, fc)
         c.slot += 1

@@ -275,7 +275,8 @@ class ClusterLoadTracker:
     Each event's time drives the slot clock: when an event falls in a later slot, the
     slots before it close and come back as :class:`SlotObservation` (peak used over the
     slot), ready for :meth:`CesEngine.observe`. Events must come roughly in time order;
-    a late event is applied to the current slot. A node is *powered on* while it says so
+    a late event is applied to the current slot, except a NodeStatus older than the
+    node's last one applied (out of date: ignored). A node is *powered on* while it says so
     and has reported within ``stale_after_s`` (default 2 minutes): a node that was
     powered down falls silent, and the policy then sees it off and can name it to wake.
 
@@ -375,6 +376,8 @@ class ClusterLoadTracker:
         i = c.index.get(ns.node)
         if i is None:
             i = c.add(ns.node)
+        elif ns.time < c.last_seen[i]:  # older than the report applied: out of date
+            return out
         was = c.used(i)
         c.num_gpus[i] = ns.num_gpus
         c.busy_gpus[i] = ns.busy_gpus

@@ -106,3 +106,24 @@ def test_calendar_band_is_causal() -> None:
 def test_bad_parameters(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         LoadForecaster(**bad)  # type: ignore[arg-type]
+
+
+def test_small_bin_falls_back_to_the_pooled_band() -> None:
+    """A bin past ``band_min`` but with too few residuals for the quantile must not
+    widen the band to the whole cluster: the pooled window is used, as documented."""
+    f = LoadForecaster(horizon_slots=18, band_bins=4, band_min=5, warmup_slots=0)
+    for i in range(36 + 18 + 8):  # bin 1 (06:00-12:00) holds 8 residuals, the pool 44
+        fc = f.update(i * 600.0, 50, 100)
+    assert len(f.bin_residuals[1]) == 8 and len(f.residuals) == 44
+    assert fc.upper < 60, fc
+
+
+def test_no_quantile_band_from_too_few_residuals() -> None:
+    """A 95% conformal bound needs n >= 19 residuals ((n + 1) * 0.95 <= n); before that
+    the band is the whole cluster."""
+    f = LoadForecaster(horizon_slots=3, warmup_slots=0)
+    for i in range(3 + 18):  # 18 residuals
+        fc = f.update(i * 600.0, 50 + (i % 3), 100)
+    assert len(f.residuals) == 18 and fc.upper == 100 and fc.lower == 0
+    fc = f.update(21 * 600.0, 50, 100)  # the 19th
+    assert fc.upper < 100

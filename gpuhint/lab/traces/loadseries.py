@@ -35,6 +35,8 @@ from gpuhint.lab.traces.records import OnError, TraceError, nonneg_number, open_
 SeriesFormat = Literal["auto", "nodes", "helios-vc"]
 
 SLOT_S = 600
+MAX_TIME_S = 7_258_118_400.0
+"""2200-01-01 UTC: a later (or non-finite) time is an error, not years of slots to fill."""
 
 
 class SeriesError(TraceError):
@@ -81,6 +83,19 @@ def _count(raw: str, col: str) -> int:
     return math.ceil(nonneg_number(raw, col) - 1e-9)
 
 
+def _row_time(raw: str, last_t: float) -> float:
+    """A row's time in UNIX seconds: finite, plausible, not before the row before."""
+    try:
+        t = parse_time(raw)
+    except ValueError:
+        raise ValueError(f"time is not a time: {raw!r}") from None
+    if not abs(t) <= MAX_TIME_S:  # NaN, inf, or ms taken for s: 1e9 slots to fill
+        raise ValueError(f"time out of range (beyond year 2200 in UNIX seconds): {raw!r}")
+    if t < last_t:
+        raise ValueError("time goes backwards (rows must be sorted by time)")
+    return t
+
+
 def detect_format(header: list[str]) -> str | None:
     cols = {c.strip().lower() for c in header}
     if {"time", "active", "total"} <= cols:
@@ -114,18 +129,16 @@ def parse_series(
     errors: list[SeriesError] = []
     rows = 0
     last_t = -math.inf
-    for lineno, row in enumerate(reader, start=2):
+    end_line = reader.line_num
+    for row in reader:
+        # a quoted field may hold newlines: the row starts after the previous one ended
+        lineno, end_line = end_line + 1, reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         try:
             if len(row) < width:
                 raise ValueError(f"expected at least {width} fields, got {len(row)}")
-            try:
-                t = parse_time(row[it])
-            except ValueError:
-                raise ValueError(f"time is not a time: {row[it]!r}") from None
-            if t < last_t:
-                raise ValueError("time goes backwards (rows must be sorted by time)")
+            t = _row_time(row[it], last_t)
             used = _count(row[iu], cols[1])
             total = _count(row[itot], cols[2])
             if per_gpu:

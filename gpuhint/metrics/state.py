@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuhint.redis.client import HintClient, UnreadableValue, change_time
+from gpuhint.redis.client import HintClient, UnreadableValue, as_text, change_time
 from gpuhint.wire.contract import ClusterLoad, PowerAdvisory
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,11 @@ def newest_hint_times(client: HintClient, scan: int = NEWEST_SCAN) -> dict[str, 
             break
         for raw_id, raw_fields in rows:
             seen += 1
-            fields = {_s(k): _s(v) for k, v in raw_fields.items()}
+            fields = {as_text(k): as_text(v) for k, v in raw_fields.items()}
             cluster = fields.get("cluster")
             if fields.get("type") in HINT_TYPES and cluster and cluster not in out:
-                out[cluster] = change_time(_s(raw_id))
-        last = _s(rows[-1][0])
+                out[cluster] = change_time(as_text(raw_id))
+        last = as_text(rows[-1][0])
     return out
 
 
@@ -107,7 +107,7 @@ class RedisStateCollector(Collector):
         try:
             root = c.keys.root
             qprefix = f"{root}:queue:"
-            qkeys = sorted(_s(k) for k in c.r.scan_iter(match=qprefix + "*", count=500))
+            qkeys = sorted(as_text(k) for k in c.r.scan_iter(match=qprefix + "*", count=500))
             pipe = c.r.pipeline(transaction=False)
             for k in qkeys:
                 pipe.zcard(k)
@@ -116,7 +116,7 @@ class RedisStateCollector(Collector):
                 cluster, _, vc = key[len(qprefix) :].partition(":")
                 queue.add_metric([cluster, vc], float(n))
             lprefix = f"{root}:load:"
-            for key in sorted(_s(k) for k in c.r.scan_iter(match=lprefix + "*", count=500)):
+            for key in sorted(as_text(k) for k in c.r.scan_iter(match=lprefix + "*", count=500)):
                 cluster = key[len(lprefix) :]
                 load: ClusterLoad | None = _readable(c.load, cluster)
                 if load is not None:
@@ -155,7 +155,3 @@ def _readable(read: Callable[[str], _V | None], cluster: str) -> _V | None:
     except UnreadableValue as exc:
         log.debug("metrics: %s", exc)
         return None
-
-
-def _s(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)

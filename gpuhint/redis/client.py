@@ -100,7 +100,8 @@ def change_time(change_id: str) -> float:
     return int(change_id.split("-", 1)[0]) / 1000.0
 
 
-def _s(raw: Any) -> str:
+def as_text(raw: Any) -> str:
+    """A Redis reply as text (``bytes`` from a plain client, ``str`` from a decoding one)."""
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
@@ -193,7 +194,7 @@ class HintClient:
         out: dict[str, int] = {}
         for k, v in raw.items():
             try:
-                out[_s(k)] = int(v)
+                out[as_text(k)] = int(v)
             except ValueError:
                 continue
         return out
@@ -205,13 +206,13 @@ class HintClient:
             return []
         end = -1 if limit is None else limit - 1
         rows: Any = self.r.zrange(self.keys.queue(cluster, vc), 0, end, withscores=True)
-        return [QueueEntry(_s(m), float(s)) for m, s in rows]
+        return [QueueEntry(as_text(m), float(s)) for m, s in rows]
 
     def vcs(self, cluster: str) -> list[str]:
         """The VCs of ``cluster`` that have a (non-empty) queue, sorted."""
         prefix = self.keys.queue(cluster, "")
         match = prefix.translate(_GLOB_SPECIAL) + "*"
-        found = {_s(k)[len(prefix) :] for k in self.r.scan_iter(match=match, count=500)}
+        found = {as_text(k)[len(prefix) :] for k in self.r.scan_iter(match=match, count=500)}
         return sorted(vc for vc in found if vc and ":" not in vc)
 
     def clusters(self) -> list[str]:
@@ -221,7 +222,7 @@ class HintClient:
         for kind in ("queue", "load", "advice"):
             match = f"{root}{kind}:".translate(_GLOB_SPECIAL) + "*"
             for key in self.r.scan_iter(match=match, count=1000):
-                rest = _s(key)[len(root) + len(kind) + 1 :]
+                rest = as_text(key)[len(root) + len(kind) + 1 :]
                 found.add(rest.split(":", 1)[0])
         return sorted(c for c in found if c)
 
@@ -247,11 +248,11 @@ class HintClient:
                 return None
             for raw_id, raw_fields in rows:
                 seen += 1
-                fields = {_s(k): _s(v) for k, v in raw_fields.items()}
-                ch = Change(_s(raw_id), fields.get("type", ""), fields)
+                fields = {as_text(k): as_text(v) for k, v in raw_fields.items()}
+                ch = Change(as_text(raw_id), fields.get("type", ""), fields)
                 if (not types or ch.type in types) and cluster in (None, ch.cluster):
                     return ch
-            last = _s(rows[-1][0])
+            last = as_text(rows[-1][0])
         return None
 
     def merged_queue(self, cluster: str, vc: str, limit: int | None = None) -> list[QueueEntry]:
@@ -329,8 +330,8 @@ class HintClient:
                 return
             entries = resp[0][1]
             for raw_id, raw_fields in entries:
-                fields = {_s(k): _s(v) for k, v in raw_fields.items()}
-                last = _s(raw_id)
+                fields = {as_text(k): as_text(v) for k, v in raw_fields.items()}
+                last = as_text(raw_id)
                 yield Change(last, fields.get("type", ""), fields)
 
     def _block_step_ms(self) -> int:
@@ -344,9 +345,9 @@ class HintClient:
     def last_change_id(self) -> str:
         """The id of the newest change (``"0-0"`` for an empty stream): start following here."""
         rows: Any = self.r.xrevrange(self.keys.changes, count=1)
-        return _s(rows[0][0]) if rows else "0-0"
+        return as_text(rows[0][0]) if rows else "0-0"
 
     def first_change_id(self) -> str:
         """The id of the oldest change still kept (``"0-0"`` for an empty stream)."""
         rows: Any = self.r.xrange(self.keys.changes, count=1)
-        return _s(rows[0][0]) if rows else "0-0"
+        return as_text(rows[0][0]) if rows else "0-0"

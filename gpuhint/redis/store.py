@@ -39,6 +39,7 @@ from gpuhint.cores.sink import (
     VcConflict,
     op_target,
 )
+from gpuhint.redis.client import as_text
 from gpuhint.wire import keys as K
 from gpuhint.wire.contract import PriorityHint
 from gpuhint.wire.keys import RedisKeys
@@ -47,10 +48,6 @@ log = logging.getLogger(__name__)
 
 _SCRIPTED = (PutHint, UpdateHint, RemoveHint)
 """The ops written by a Lua script (``EVALSHA``): idempotent, safe to send again."""
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def _raise_first(replies: Iterable[Any]) -> None:
@@ -226,13 +223,13 @@ class RedisStore(BufferedStore):
             _raise_first(redo)
             for i, at in zip(again, redo_starts, strict=True):
                 replies[i] = redo[at]
-        self._saw_epoch(bool(results[0]), _text(results[1]))
+        self._saw_epoch(bool(results[0]), as_text(results[1]))
         conflicts: list[VcConflict] = []
         for op, res in zip(ops, replies, strict=True):
             target = op_target(op)
             if target is not None and isinstance(res, bytes | str):
                 # refused: the script answered the owner's VC
-                conflicts.append(VcConflict(*target, owner=_text(res)))
+                conflicts.append(VcConflict(*target, owner=as_text(res)))
         self._refused(conflicts)
 
     def _hint_script(self, pipe: Any, script: Any, h: PriorityHint) -> None:
@@ -328,10 +325,10 @@ class RedisStore(BufferedStore):
         removed = 0
         queues = f"{self.k.root}:queue:"
         for raw_key in self.r.scan_iter(match=f"{queues}*", count=500):
-            qkey = _text(raw_key)
+            qkey = as_text(raw_key)
             cluster, _, vc = qkey[len(queues) :].partition(":")
             raw_members: Any = self.r.zrange(qkey, 0, -1)
-            members = [_text(m) for m in raw_members]
+            members = [as_text(m) for m in raw_members]
             for i in range(0, len(members), _SWEEP_CHUNK):
                 chunk = members[i : i + _SWEEP_CHUNK]
                 args = [self.k.hint(cluster, ""), vc, *chunk]

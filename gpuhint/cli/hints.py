@@ -138,21 +138,17 @@ def _queues(
     spread over sub-VCs ``vc~k`` (``gpuhint replay --spread-vcs``) is shown as the one
     queue a scheduler runs (:meth:`HintClient.merged_queue`); only the rows shown are
     read, so a queue of 100,000 jobs costs what one of ``--top`` does."""
-    from gpuhint.redis.client import UnreadableValue
-    from gpuhint.wire.topics import SUB_VC, base_vc
+    from gpuhint.redis.client import UnreadableValue, spread_parts
+    from gpuhint.wire.topics import base_vc
 
     found = client.vcs(cluster)
     vcs = [args.vc] if args.vc else sorted({base_vc(v) for v in found})
     queues: dict[str, list[dict[str, Any]]] = {}
     lengths: dict[str, int] = {}
     for vc in vcs:
-        parts = [v for v in found if v == vc or v.startswith(vc + SUB_VC)] or [vc]
+        parts = spread_parts(found, vc) or [vc]
         lengths[vc] = sum(int(client.r.zcard(client.keys.queue(cluster, v))) for v in parts)
-        # HintClient.merged_queue's merge, without scanning the keys for the VCs again
-        q = sorted(
-            (e for v in parts for e in client.queue(cluster, v, limit=args.top)),
-            key=lambda e: (e.priority, e.job_id),
-        )[: args.top]
+        q = client.merged_queue(cluster, vc, args.top, vcs=found)
         starts = {j: s for v in parts for j, s in _starts(client, cluster, v).items()}
         rows = []
         for rank, entry in enumerate(q, 1):

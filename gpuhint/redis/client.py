@@ -100,6 +100,11 @@ def change_time(change_id: str) -> float:
     return int(change_id.split("-", 1)[0]) / 1000.0
 
 
+def spread_parts(vcs: list[str], vc: str) -> list[str]:
+    """``vc`` and its spread sub-VCs ``<vc>~k`` among ``vcs``."""
+    return [v for v in vcs if v == vc or v.startswith(vc + SUB_VC)]
+
+
 def as_text(raw: Any) -> str:
     """A Redis reply as text (``bytes`` from a plain client, ``str`` from a decoding one)."""
     return raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -255,16 +260,19 @@ class HintClient:
             last = as_text(rows[-1][0])
         return None
 
-    def merged_queue(self, cluster: str, vc: str, limit: int | None = None) -> list[QueueEntry]:
+    def merged_queue(
+        self, cluster: str, vc: str, limit: int | None = None, *, vcs: list[str] | None = None
+    ) -> list[QueueEntry]:
         """One queue over ``vc`` and its spread sub-VCs ``<vc>~k`` (``gpuhint replay
         --spread-vcs``), smallest priority first (ties by job id); at most ``limit``.
+        ``vcs``: the cluster's VCs if the caller has already listed them.
 
         Priorities are expected GPU-seconds, comparable across the sub-VCs' models, so
         the merge is the queue a scheduler with one real queue ranks.
         """
         if limit is not None and limit <= 0:
             return []
-        parts = [v for v in self.vcs(cluster) if v == vc or v.startswith(vc + SUB_VC)]
+        parts = spread_parts(self.vcs(cluster) if vcs is None else vcs, vc)
         rows = [e for v in parts for e in self.queue(cluster, v, limit)]
         rows.sort(key=lambda e: (e.priority, e.job_id))
         return rows if limit is None else rows[:limit]

@@ -331,6 +331,21 @@ class InMemoryStore(BufferedStore):
         if len(self.changes) > self.keep_changes * 2:
             del self.changes[: -self.keep_changes]
 
+    def _write_hint(self, h: PriorityHint, owner: PriorityHint | None, change: str) -> None:
+        """Store ``h`` in its VC's queue; announce it (``change``) only if it changes
+        something, as the Redis scripts do (a replayed write is not announced again)."""
+        payload = h.model_dump_json()
+        queue = self.queues.setdefault((h.cluster, h.vc), {})
+        same = (
+            owner is not None
+            and queue.get(h.job_id) == h.priority
+            and owner.model_dump_json() == payload
+        )
+        self.hints[(h.cluster, h.job_id)] = h
+        queue[h.job_id] = h.priority
+        if not same:
+            self._change(Change(change, h.cluster, h.job_id, payload))
+
     def _apply(self, ops: list[Op]) -> None:
         from gpuhint.wire import keys
 
@@ -352,28 +367,10 @@ class InMemoryStore(BufferedStore):
                         self.queues.get((cluster, vc), {}).pop(job_id, None)
                     continue
             if isinstance(op, PutHint):
-                h = op.hint
-                payload = h.model_dump_json()
-                queue = self.queues.setdefault((h.cluster, h.vc), {})
-                same = (
-                    owner is not None
-                    and queue.get(h.job_id) == h.priority
-                    and owner.model_dump_json() == payload
-                )
-                self.hints[(h.cluster, h.job_id)] = h
-                queue[h.job_id] = h.priority
-                if not same:
-                    self._change(Change(keys.CHANGE_HINT, h.cluster, h.job_id, payload))
+                self._write_hint(op.hint, owner, keys.CHANGE_HINT)
             elif isinstance(op, UpdateHint):
-                h = op.hint
-                if owner is not None:  # announced only if it changes something (as Redis)
-                    payload = h.model_dump_json()
-                    queue = self.queues.setdefault((h.cluster, h.vc), {})
-                    same = queue.get(h.job_id) == h.priority and owner.model_dump_json() == payload
-                    self.hints[(h.cluster, h.job_id)] = h
-                    queue[h.job_id] = h.priority
-                    if not same:
-                        self._change(Change(keys.CHANGE_HINT_UPDATED, h.cluster, h.job_id, payload))
+                if owner is not None:  # a no-op once the hint is gone
+                    self._write_hint(op.hint, owner, keys.CHANGE_HINT_UPDATED)
             elif isinstance(op, RemoveHint):
                 existed = self.hints.pop((op.cluster, op.job_id), None)
                 q = self.queues.get((op.cluster, op.vc))

@@ -213,8 +213,28 @@ async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRouti
     # the job partitions first: the batch routine's are what hints wait on
     assigned = sorted(consumer.assignment(), key=lambda tp: (tp.topic != job_topic, tp))
     tps = [tp for tp in assigned if tp.topic in others | {job_topic}]
-    try:
-        for tp in tps:
+    for i, tp in enumerate(tps):
+        if not await _redeliver_partition(app, consumer, tp, job_topic, routine):
+            for rest in tps[i + 1 :]:  # a rebalance under way: its own seek follows
+                consumer.release(rest)
+            return
+
+
+REDELIVERY_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Pauses between tries to read where a held partition is delivered again from (the
+broker slow to answer): a held partition delivers nothing meanwhile, never skips."""
+
+
+async def _redeliver_partition(
+    app: faust.App, consumer: Any, tp: Any, job_topic: str, routine: BatchRoutine[Any]
+) -> bool:
+    """Seek one held partition back (see :func:`_redeliver_dropped`); False when a
+    rebalance or a stop took over (the partition is released: the rebalance seeks it).
+    A failure to read the offset otherwise is retried, the partition held: releasing
+    it without a seek would skip the events Faust dropped (their commit passed)."""
+    tries = 0
+    while True:
+        try:
             if tp.topic == job_topic:
                 offset = await routine.redelivery_offset(tp.partition)
             else:
@@ -228,10 +248,21 @@ async def _redeliver_dropped(app: faust.App, job_topic: str, routine: BatchRouti
                     f"partition {tp.partition}" if tp.topic == job_topic else str(tp),
                     offset,
                 )
-    except Exception as exc:  # a rebalance under way: its own seek follows
-        for tp in tps:
-            consumer.release(tp)
-        log.warning("re-delivery after flow resumed not sought (%r)", exc)
+            return True
+        except Exception as exc:
+            if app.rebalancing or app.should_stop or tp not in consumer.assignment():
+                consumer.release(tp)
+                log.warning("re-delivery after flow resumed not sought (%r)", exc)
+                return False
+            pause = REDELIVERY_RETRY_S[min(tries, len(REDELIVERY_RETRY_S) - 1)]
+            tries += 1
+            log.warning(
+                "%s: where to deliver again from not read (%r); held, retrying in %.1f s",
+                tp,
+                exc,
+                pause,
+            )
+            await asyncio.sleep(pause)
 
 
 def _job_agent(

@@ -103,3 +103,48 @@ def test_node_status_and_telemetry_are_held_and_delivered_again_at_resume(
     assert fake.seeks[0] == (jobs, 3)
     assert set(fake.seeks) == {(telemetry, 40), (status, 7), (jobs, 3), (fresh, 5)}
     assert again == [True, False, False, False] and read == 40  # from the group's commit on
+
+
+class _SlowCommits(_FakeAiokafka):
+    """The broker does not answer the first reads of the group's commits in time."""
+
+    def __init__(self, assigned: set[TP], commits: dict[TP, int], timeouts: int) -> None:
+        super().__init__(assigned, commits)
+        self.timeouts = timeouts
+
+    async def fetch_committed_offsets(self, tps: list[TP]) -> dict[TP, _Commit]:
+        if self.timeouts > 0:
+            self.timeouts -= 1
+            raise TimeoutError()
+        return await super().fetch_committed_offsets(tps)
+
+
+def test_a_slow_broker_keeps_the_partitions_held_until_their_offsets_are_read(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A commit read that times out (a loaded broker) is retried: releasing the held
+    partitions without a seek would skip what Faust dropped (the commit passes it)."""
+    import streams.app as app_module
+
+    monkeypatch.setattr(app_module, "REDELIVERY_RETRY_S", (0.0,))
+    settings = load_settings(
+        topic_prefix="fs", app_id="flow-slow-test", state_dir=str(tmp_path), ces_enabled=True
+    )
+    t = settings.topics
+    status, jobs = TP(t.node_status, 1), TP(t.job_events, 0)
+    fake = _SlowCommits({status, jobs}, {status: 7, jobs: 3}, timeouts=3)
+
+    async def scenario() -> tuple[bool, bool]:
+        w = build_app(settings, InMemoryStore())
+        app: Any = w.app
+        consumer: Any = app.consumer
+        consumer._thread = _ThreadOf(fake)
+        app.flow_control.resume()
+        for _ in range(60):
+            await asyncio.sleep(0)
+        return consumer._fetched_before_seek(status, 6), consumer._fetched_before_seek(status, 7)
+
+    dropped_before, dropped_at = asyncio.run(scenario())
+    assert fake.timeouts == 0
+    assert set(fake.seeks) == {(status, 7), (jobs, 3)}  # both sought, after the timeouts
+    assert (dropped_before, dropped_at) == (True, False)

@@ -84,6 +84,13 @@ class WaitBound:
             self.submit_of[job_id] = submit_time
             heapq.heappush(self.heap, (submit_time, job_id))
 
+    def track(self, waiting: dict[str, float]) -> None:
+        """Jobs already waiting (job -> submit time) when the bound was turned on or
+        restored without them: they wait under it too (those known are left as they are)."""
+        for job_id, submit_time in waiting.items():
+            if job_id not in self.submit_of and job_id not in self.overdue:
+                self.submit(job_id, submit_time)
+
     def started(self, job_id: str) -> None:
         """A job started (it no longer waits)."""
         self.forget(job_id)

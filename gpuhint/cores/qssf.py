@@ -176,7 +176,7 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             st = VcState(model=self.model_factory(), bound=WaitBound(self.wait_bound))
             self.states[key] = st
         elif st.bound.factor != self.wait_bound:  # a state saved under another setting
-            st.bound.factor = self.wait_bound
+            self._rebound(st, self.wait_bound)
         return st
 
     @staticmethod

@@ -152,6 +152,12 @@ class VcState:
                 setattr(self, f.name, f.default_factory())
             elif f.default is not MISSING:
                 setattr(self, f.name, f.default)
+        if "bound" not in state:  # the jobs waiting then are bounded like later ones
+            self.track_waiting()
+
+    def track_waiting(self) -> None:
+        """Put every waiting job under the starvation bound (after it was turned on)."""
+        self.bound.track({j: p.event.submit_time for j, p in self.pending.items()})
 
     def remember_finished(self, job_id: str) -> None:
         """Add (or refresh) a finished job id, forgetting the oldest beyond the cap."""

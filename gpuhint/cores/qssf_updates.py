@@ -6,6 +6,7 @@
   round-robin, and write those whose priority moved.
 * :meth:`HintUpdates._enforce_bound`: move the oldest overdue waiting job to the front
   (:class:`models.wait_bound.WaitBound`).
+* :meth:`HintUpdates._rebound`: the bound turned on or off at a restart.
 * :meth:`HintUpdates._published`: one estimate per published hint (the model's, the
   FIFO guard's arrival order, or the overdue front).
 """
@@ -81,6 +82,30 @@ class HintUpdates:
             self.updates.append(hint)
             self.stats.hints_updated += 1
             self.stats.overdue += 1
+
+    def _rebound(self, st: VcState, factor: float) -> None:
+        """The bound's factor changed (a state saved under another setting): turned on,
+        the jobs waiting already come under it; turned off, the job at the front goes
+        back to its rank (no hint stays overridden by a bound that is off)."""
+        was_off, st.bound.factor = st.bound.factor <= 0, factor
+        if factor > 0:
+            if was_off:
+                st.track_waiting()
+            return
+        for jid in list(st.bound.overdue):
+            st.bound.forget(jid)
+            job = st.pending.get(jid)
+            if job is None:
+                continue
+            mp = st.model_priority.get(jid)
+            if mp is None:  # (cannot happen) the estimate the hint describes
+                mp = (job.hint.expected_duration_s or 0.0) * max(job.event.num_gpus, 1)
+            hint = self._published(st, job.hint, job.event, mp)
+            if hint is not job.hint:
+                job.hint = hint
+                self.store.update_hint(hint)
+                self.updates.append(hint)
+                self.stats.hints_updated += 1
 
     def _published(
         self, st: VcState, hint: PriorityHint, ev: JobEvent, model_priority: float

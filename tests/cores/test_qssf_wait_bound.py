@@ -6,7 +6,7 @@ import pickle
 
 from gpuhint.cores.qssf import HintEngine, VcState
 from gpuhint.cores.sink import InMemoryStore
-from gpuhint.wire.contract import JobEvent, PriorityHint
+from gpuhint.wire.contract import JobEvent, JobPhase, PriorityHint
 from models.base import DurationPrediction
 from models.fifo_guard import FifoGuard
 from models.simulator import SimJob, simulate_vc
@@ -183,3 +183,59 @@ def test_the_settings_default_is_the_cores() -> None:
 
     assert Settings.model_fields["qssf_wait_bound"].default == DEFAULT_WAIT_BOUND
     assert HintEngine(lambda: _Truth({}), InMemoryStore()).wait_bound == DEFAULT_WAIT_BOUND
+
+
+def _waiting_under(factor: float, truth: dict[str, float]) -> VcState:
+    """A VC state saved with two jobs waiting under ``factor`` (0: the bound off)."""
+    engine = HintEngine(lambda: _Truth(truth), InMemoryStore(), wait_bound=factor)
+    for jid, t in (("old", 100.0), ("new", 101.0)):
+        engine.on_job_event(
+            JobEvent(phase=JobPhase.SUBMITTED, job_id=jid, num_gpus=1, time=t, submit_time=t)
+        )
+    return pickle.loads(pickle.dumps(engine.state("default", "default")))
+
+
+def _restarted(st: VcState, truth: dict[str, float], factor: float) -> HintEngine:
+    engine = HintEngine(lambda: _Truth(truth), InMemoryStore(), wait_bound=factor)
+    engine.states["default/default"] = st
+    _warm(engine)
+    return engine
+
+
+def test_jobs_waiting_when_the_bound_is_turned_on_are_bounded_too() -> None:
+    """A restart with the bound on (it was off, or the state predates it): the jobs that
+    were already waiting, the longest waits of all, become overdue like any other."""
+    truth = {"old": 100.0, "new": 1.0, "x": 1.0}
+    off = _waiting_under(0.0, truth)
+    predates = _waiting_under(2.0, truth)
+    legacy = VcState.__new__(VcState)  # pickled before the bound existed
+    legacy.__setstate__({k: v for k, v in predates.__dict__.items() if k != "bound"})
+    for st in (off, legacy):
+        engine = _restarted(st, truth, 2.0)
+        x = JobEvent(phase=JobPhase.SUBMITTED, job_id="x", num_gpus=1, time=200.0, submit_time=200)
+        engine.on_job_event(x)
+        assert [h.job_id for h in engine.updates] == ["old"]
+        assert engine.updates[0].reasons[0].feature == "wait_bound:overdue"
+        started = x.model_copy(update={"phase": JobPhase.STARTED, "job_id": "old", "time": 201.0})
+        engine.on_job_event(started.model_copy(update={"submit_time": 100.0}))
+        assert [h.job_id for h in engine.updates] == ["new"]  # then the next, once
+
+
+def test_turning_the_bound_off_sends_the_job_at_the_front_back_to_its_rank() -> None:
+    """A restart with the bound off (0): no hint stays overridden by it."""
+    truth = {"old": 100.0, "new": 1.0, "x": 1.0, "y": 1.0}
+    on = _restarted(_waiting_under(2.0, truth), truth, 2.0)
+    x = JobEvent(phase=JobPhase.SUBMITTED, job_id="x", num_gpus=1, time=200.0, submit_time=200)
+    on.on_job_event(x)
+    assert [h.job_id for h in on.updates] == ["old"]  # at the front
+    store = InMemoryStore()
+    off = HintEngine(lambda: _Truth(truth), store, wait_bound=0.0)
+    off.states["default/default"] = pickle.loads(pickle.dumps(on.state("default", "default")))
+    off.rebuild()
+    off.on_job_event(x.model_copy(update={"job_id": "y", "time": 300.0, "submit_time": 300.0}))
+    (h,) = off.updates
+    assert h.job_id == "old" and h.priority == 100.0 == h.expected_duration_s
+    assert h.reasons[0].feature == "updated:expected_s"
+    store.flush()
+    assert [j for j, _ in store.queue("default", "default")] == ["new", "x", "y", "old"]
+    assert not off.state("default", "default").bound.overdue

@@ -72,6 +72,9 @@ class JobTracker:
       job: submitted then started), so a consumer that starts late still sees whole
       lifecycles; ``started`` is skipped for jobs that finished without ever starting.
     * A job that goes back (a requeue: running -> pending) emits nothing.
+    * A job not yet finished that shows up under another VC (moved to another partition
+      or queue) is announced finished in its old VC (``vanished_state``, no run time)
+      and emitted from ``submitted`` on in its new one.
     * A job that vanishes before it was seen finished emits ``finished`` with state
       ``vanished_state`` (default UNKNOWN) at the time of the snapshot.
 
@@ -109,6 +112,14 @@ class JobTracker:
             seen.add(job.job_id)
             self._missed.pop(job.job_id, None)
             prev = self._step.get(job.job_id, -1)
+            before = self._jobs.get(job.job_id)
+            if (
+                before is not None
+                and prev < 2
+                and (before.vc or "default") != (job.vc or "default")
+            ):
+                events.extend(self._left_vc(before, now))  # moved to another partition/queue
+                prev = -1  # its new VC hears the whole lifecycle
             target = _ORDER[job.status]
             try:
                 new = [
@@ -141,6 +152,27 @@ class JobTracker:
                     # not the poll (else every poll, and every restart, fails on it)
                     log.warning("job %s: vanished, not published, %s", job_id, _first_line(exc))
         return events
+
+    def _left_vc(self, job: SchedJob, now: float) -> list[JobEvent]:
+        """A job not yet finished now listed under another VC (``scontrol update
+        partition=``, a Workload moved to another queue): its old VC hears it end with
+        ``vanished_state`` and no run time (a cancel: nothing learned), or it would wait
+        there for ever."""
+        gone = SchedJob(
+            **{
+                **job.__dict__,
+                "status": "finished",
+                "final": self.vanished_state,
+                "start_time": None,
+            }
+        )
+        try:
+            return [self._event(gone, 2, now, end_time=now)]
+        except ValueError as exc:
+            log.warning(
+                "job %s: left VC %s, not published, %s", job.job_id, job.vc, _first_line(exc)
+            )
+            return []
 
     def _count_miss(self, job_id: str) -> int:
         """One more snapshot in a row without ``job_id``; how many now."""
@@ -179,7 +211,7 @@ class JobTracker:
             phase=phase,
             job_id=job.job_id,
             cluster=self.cluster,
-            vc=job.vc or "default",
+            vc=_vc(job),
             user=job.user,
             name=job.name,
             num_gpus=max(0, job.num_gpus),
@@ -197,6 +229,10 @@ class JobTracker:
 
 
 _BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
+
+
+def _vc(job: SchedJob) -> str:
+    return job.vc or "default"
 
 
 def _first_line(exc: Exception) -> str:

@@ -33,3 +33,24 @@ def test_a_snapshot_with_a_latin1_job_name_is_read_not_a_decode_error(tmp_path: 
     path.write_bytes(raw)
     assert "r\ufffdsum\ufffd" in read_source(str(path))
     assert "r\ufffdsum\ufffd" in read_source(["cat", str(path)])
+
+
+def test_a_pending_job_moved_to_another_partition_ends_in_its_old_vc() -> None:
+    """``scontrol update jobid=7 partition=b``: before, the job's later events came under
+    VC b only, and VC a kept it waiting for ever (its hint, its place in every expected
+    start, and past the wait limit the front of the queue, holding the bound)."""
+    t0 = 1.7e9
+    tracker = JobTracker(cluster="c")
+    first = SchedJob("7", "pending", submit_time=t0, vc="a", num_gpus=2)
+    assert [(e.vc, e.phase.value) for e in tracker.update([first], t0 + 1)] == [("a", "submitted")]
+    moved = SchedJob("7", "running", submit_time=t0, start_time=t0 + 50, vc="b", num_gpus=2)
+    events = tracker.update([moved], t0 + 60)
+    assert [(e.vc, e.phase.value) for e in events] == [
+        ("a", "finished"),
+        ("b", "submitted"),
+        ("b", "started"),
+    ]
+    left = events[0]
+    assert left.duration_s is None and left.state is not None  # a cancel: nothing learned
+    assert events[1].submit_time == t0  # the wait counts from the real submit
+    assert tracker.update([moved], t0 + 70) == []

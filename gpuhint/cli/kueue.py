@@ -169,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
     record = _recorder(hints, common, args, ks)
     metrics = _metrics(common)
     try:
-        ensure_classes(applier, args.dry_run)
         if args.once:
+            ensure_classes(applier, args.dry_run)
             backend.sync()
             one_pass(applier, args, record, metrics)
             return 0
@@ -234,6 +234,22 @@ def build_applier(
     return applier, hints
 
 
+def starter(applier: Any, backend: Any, dry_run: bool, stop: threading.Event) -> Any:
+    """``start()``: the classes made and the caches listed and watched, once; until that
+    has worked, each call tries again (an API server down at start is an outage, retried
+    by the passes as a later one is, not the end of the daemon)."""
+    started = False
+
+    def start() -> None:
+        nonlocal started
+        if not started:
+            ensure_classes(applier, dry_run)
+            backend.watch(stop)  # the reflectors that started are not started again
+            started = True
+
+    return start
+
+
 def ensure_classes(applier: Any, dry_run: bool) -> None:
     """Create (or fix) the ladder's WorkloadPriorityClasses; say which."""
     created = applier.ensure_classes()
@@ -289,8 +305,8 @@ def _serve_passes(
         stop.set()
 
     old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    start = starter(applier, backend, args.dry_run, stop)
     try:
-        backend.watch(stop)
         log.info(
             "applying hints of cluster %s to Kueue every %.3g s (%s)",
             cluster,
@@ -300,6 +316,7 @@ def _serve_passes(
         failing: str | None = None
         while not stop.is_set():
             try:
+                start()
                 one_pass(applier, args, record, metrics)
                 if failing:
                     log.info("passes succeed again")

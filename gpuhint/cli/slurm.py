@@ -381,12 +381,16 @@ def run_power(args: argparse.Namespace) -> int:
             t0 = time.monotonic()
             try:
                 result = applier.run_pass(time.time())
-            except (redis.RedisError, SlurmCommandError) as exc:
-                metrics.error("redis" if isinstance(exc, redis.RedisError) else "scheduler")
+            except Exception as exc:  # an outage, or a bug: the nodes stay as they are
+                known = isinstance(exc, redis.RedisError | SlurmCommandError)
+                kind = "scheduler" if isinstance(exc, SlurmCommandError) else "internal"
+                metrics.error("redis" if isinstance(exc, redis.RedisError) else kind)
                 record(exc=exc)
                 failures += 1
                 if args.once:
                     raise UserError(f"pass failed: {_one_line(exc)}") from None
+                if not known and failures == 1:
+                    log.exception("power pass failed")
                 log.warning("pass failed (%d): %s; retrying", failures, _one_line(exc))
                 stop.wait(min(60.0, 2.0**failures))
                 continue

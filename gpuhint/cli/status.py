@@ -23,7 +23,8 @@ exit codes (for a monitoring system; docs/operations.md, "Is it working?"):
   1  degraded: hints are made but something lags or failed (the worker behind by more
      than --max-lag events, job events waiting for the worker while newer than the
      newest hint by --max-hint-lag,
-     an applier's last pass failed or is older than three intervals, no node report
+     an applier's last pass failed (or, Kueue, some of its patches did) or is older
+     than three intervals, no node report
      for --max-agent-age while agents did report before)
   2  down: Redis or Kafka unreachable, or no worker in the group (no hints are made)
 
@@ -237,8 +238,12 @@ def _redis_checks(client: Any, cluster: str, now: float) -> tuple[dict[str, Chec
         stale = age > max(3 * interval, 120)
         result = rec.get("result") or {}
         summary = ", ".join(f"{k} {v:,}" for k, v in result.items() if isinstance(v, int))[:90]
+        failed = result.get("errors")  # Kueue: patches the API server failed (403, 500...)
         if not rec.get("ok"):
             state, text = WARN, f"last pass FAILED {human_duration(age)} ago: {rec.get('error')}"
+        elif isinstance(failed, int) and failed > 0:
+            state = WARN
+            text = f"last pass {human_duration(age)} ago: {failed:,} patch(es) failed (see its log)"
         else:
             state = WARN if stale else OK
             text = f"last pass {human_duration(age)} ago" + (" (stopped?)" if stale else "")

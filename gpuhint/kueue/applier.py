@@ -325,6 +325,8 @@ class Applier:
         try:
             ok = self.backend.annotate(a.namespace, a.workload, a.notes)
         except Exception as exc:  # one bad Workload must not stop the pass
+            if _no_answer(exc):  # the API server is down: the pass fails (an outage)
+                raise
             report.errors += 1
             if getattr(exc, "status", None) == 403:  # once, not every Workload every pass
                 log.error(
@@ -345,13 +347,21 @@ class Applier:
             report.starts_cleared += 1
 
     def _apply(self, todo: list[Relabel], report: PassReport) -> None:
+        """Relabel ``todo``; a patch with no answer (the API server is down) ends the
+        pass with that error: the patches not made wait for the next pass."""
         lock = threading.Lock()
+        down: list[Exception] = []
 
         def one(r: Relabel) -> None:
+            if down:
+                return
             self.bucket.take()
             try:
                 ok = self.backend.relabel(r.namespace, r.job_name, r.new_class.name, r.service_s)
             except Exception as exc:  # one bad Job must not stop the pass
+                if _no_answer(exc):
+                    down.append(exc)
+                    return
                 with lock:
                     report.errors += 1
                     first_403 = getattr(exc, "status", None) == 403 and not self._told_403
@@ -379,9 +389,16 @@ class Applier:
         if self.workers == 1 or len(todo) == 1:
             for r in todo:
                 one(r)
-            return
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="relabel") as pool:
-            list(pool.map(one, todo))
+        else:
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="relabel") as pool:
+                list(pool.map(one, todo))
+        if down:
+            raise down[0]
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """The API server did not answer (KubeError status 0: refused, timed out, cut off)."""
+    return getattr(exc, "status", None) == 0
 
 
 def _describe(r: Relabel) -> dict[str, Any]:

@@ -78,6 +78,10 @@ class Reflector(Generic[T]):
             return self.items.get(k)
 
     def start(self, stop: threading.Event) -> None:
+        """List, then watch in a thread; a reflector already watching is left as it is
+        (a start that failed on another kind is tried again)."""
+        if self._thread is not None:
+            return
         self.relist()
         self._thread = threading.Thread(
             target=self._run, args=(stop,), name=f"watch {self.path}", daemon=True

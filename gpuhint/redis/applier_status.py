@@ -4,7 +4,10 @@ After every pass an applier writes ``{prefix}:v1:applier:{cluster}:{name}``: one
 object with when (``at``, UNIX seconds), whether it worked (``ok``), what it did
 (``result``: the pass's own summary) or why not (``error``), how often it runs
 (``interval_s``) and where (``host``, ``pid``). Dry runs write nothing. Writing is best
-effort: Redis down is the pass's own problem, reported by the pass.
+effort: Redis down is the pass's own problem, reported by the pass. The record has no
+TTL: an applier that stopped stays "stopped" in ``gpuhint status`` however long ago
+(an expired record would read as "no applier", and a healthy exit); one retired for
+good is forgotten by deleting its key.
 
 >>> from gpuhint.wire.keys import RedisKeys
 >>> class R(dict):  # a stand-in for redis.Redis: get and set
@@ -31,7 +34,6 @@ from gpuhint.wire.keys import RedisKeys
 log = logging.getLogger(__name__)
 
 APPLIERS = ("slurm-priorities", "slurm-power", "kueue")
-TTL_S = 7 * 86400
 
 
 def record_pass(
@@ -59,7 +61,7 @@ def record_pass(
     }
     try:
         text = json.dumps(doc, sort_keys=True, default=str)
-        r.set(keys.applier(cluster, applier), text, ex=TTL_S)
+        r.set(keys.applier(cluster, applier), text)  # no TTL (one key per applier)
     except Exception as exc:  # redis.RedisError and the like: best effort
         log.debug("cannot record the %s pass: %s", applier, exc)
         return False

@@ -3,7 +3,10 @@ new ones are only added)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gpuhint.slurm.start_comment import comment_counts
 
@@ -53,3 +56,36 @@ class PassResult:
             "start_comment": self.start_comment,
             **self.comments,
         }
+
+
+class _Update(Protocol):
+    @property
+    def job_ids(self) -> tuple[str, ...]: ...
+    @property
+    def site_factor(self) -> int: ...
+
+
+_FOR_JOB = re.compile(r"for job (\S+)$")
+
+
+def accepted(updates: Iterable[_Update], errors: Sequence[str]) -> dict[str, int]:
+    """Job id -> factor of the updates Slurm took: all but the jobs its error lines name
+    (scontrol says ``<why> for job 12`` per job); none when a line names no job of the
+    updates (a batch that failed whole, a message not known here): those are sent again
+    next pass rather than taken as set.
+
+    >>> class U:  job_ids, site_factor = ("1", "2"), 5
+    >>> accepted([U()], ["Invalid job id specified for job 2"])
+    {'1': 5}
+    >>> accepted([U()], ["slurm_update error: Unable to contact slurm controller"])
+    {}
+    """
+    updates = list(updates)
+    ids = {j for u in updates for j in u.job_ids}
+    named = set()
+    for line in errors:
+        m = _FOR_JOB.search(line.strip())
+        if m is None or m.group(1) not in ids:
+            return {}
+        named.add(m.group(1))
+    return {j: u.site_factor for u in updates for j in u.job_ids if j not in named}

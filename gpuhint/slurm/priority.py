@@ -58,7 +58,7 @@ from typing import Protocol
 
 from gpuhint.cores.freshness import HintFreshness
 from gpuhint.slurm.arrays import Collapsed, collapse_arrays
-from gpuhint.slurm.pass_result import PassResult
+from gpuhint.slurm.pass_result import PassResult, accepted
 from gpuhint.slurm.start_comment import (
     CommentPlan,
     CommentUpdate,
@@ -425,8 +425,7 @@ class PriorityApplier:
             errors = self._apply_rate_limited(plan.updates)
             pending = {j.job_id for j in queue}
             self.applied = {k: v for k, v in self.applied.items() if k in pending}
-            for u in plan.updates:
-                self.applied.update(dict.fromkeys(u.job_ids, u.site_factor))
+            self.applied.update(accepted(plan.updates, errors))  # refused: sent again
         refused = len(errors)
         updated = plan.jobs - (refused if not self.dry_run else 0)
         self.total_updated += max(0, updated)

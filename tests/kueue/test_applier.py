@@ -184,3 +184,32 @@ def test_relabels_refused_by_rbac_are_one_error_not_a_warning_per_job_per_pass(
     assert [r.errors for r in reports] == [5, 5, 5]  # still counted (metrics) every pass
     loud = [r for r in caplog.records if r.levelno >= 30]
     assert len(loud) == 1 and "grant patch" in loud[0].getMessage()
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_the_api_server_gone_mid_pass_ends_the_pass_as_an_outage(
+    workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A patch with no answer (HTTP status 0: connection refused, timed out) means the
+    API server is down, not that one Job is odd: the pass stops patching and fails as an
+    outage (the daemon logs it once, records it and retries), not one warning (and, when
+    it is unreachable, a 30 s timeout) per Job, every pass, while it reports success."""
+    from gpuhint.kueue.errors import KubeError
+
+    class Gone(InMemoryKueue):
+        tried = 0
+
+        def relabel(
+            self, namespace: str, job: str, class_name: str, service_s: float | None
+        ) -> bool:
+            Gone.tried += 1
+            raise KubeError(0, f"PATCH jobs/{job}: Connection refused")
+
+    k = Gone()
+    for i in range(40):
+        k.add_job("ns", f"j{i}", job_id=f"id{i}")
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}", 60.0 * (i + 1)) for i in range(40)})
+    a = Applier(k, hints, "c", rate=0, workers=workers)
+    with caplog.at_level("WARNING", logger="gpuhint.kueue"), pytest.raises(KubeError):
+        a.run_pass()
+    assert Gone.tried <= workers and not caplog.records

@@ -77,3 +77,18 @@ def test_an_unreadable_watch_event_drops_the_object_not_the_thread() -> None:
     api = ScriptedApi([[_obj("a", 1)]], [events])
     r = _run(api)
     assert r.items == {"e": 6}
+
+
+def test_a_second_start_after_another_kind_failed_to_list_starts_no_second_watch() -> None:
+    """The daemon retries a failed start (the API server down at boot) for every kind:
+    a kind already watching is neither listed nor watched twice."""
+    api = ScriptedApi([[_obj("a", 1)]], [])
+    r: Reflector[int] = Reflector(api, "/x", _int_value)
+    stop = threading.Event()
+    try:
+        r.start(stop)
+        first = r._thread
+        r.start(stop)
+        assert r._thread is first and api.listed == 1
+    finally:
+        stop.set()

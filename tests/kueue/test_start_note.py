@@ -6,6 +6,8 @@ import calendar
 import time
 from datetime import datetime
 
+import pytest
+
 from gpuhint.kueue.applier import Applier, Cleared, clear_all
 from gpuhint.kueue.hints import MemoryHints
 from gpuhint.kueue.memory import InMemoryKueue
@@ -158,3 +160,23 @@ def test_clear_removes_classes_and_annotations_of_waiting_workloads_only() -> No
     j2 = k.jobs["ns/j2"].view  # admitted: left as it is
     assert ladder.owns(j2.job_class) and j2.notes[0] is not None
     assert clear_all(k, ladder) == Cleared(classes=0, notes=0)
+
+
+def test_the_api_server_gone_while_annotating_fails_the_pass_after_one_try() -> None:
+    """No answer to an annotation patch: the API server is down; the pass fails as an
+    outage (logged once by the daemon) rather than one warning per Workload per pass."""
+    from gpuhint.kueue.errors import KubeError
+
+    class Gone(InMemoryKueue):
+        def annotate(self, namespace: str, workload: str, notes: dict[str, str | None]) -> bool:
+            self.annotations += 1
+            raise KubeError(0, f"PATCH workloads/{workload}: Connection refused")
+
+    k = Gone()
+    for i in range(3):
+        k.add_job("ns", f"j{i}", job_id=f"id{i}", job_class="gpuhint-09")
+    hints = MemoryHints({f"id{i}": _hint(f"id{i}") for i in range(3)})
+    hints.starts = {f"id{i}": tuple(_start(5 * i)) for i in range(3)}  # type: ignore[misc]
+    with pytest.raises(KubeError):
+        Applier(k, hints, "c", rate=0, start_note=True).run_pass()
+    assert k.annotations == 1

@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 GH = [sys.executable, "-m", "gpuhint", "slurm"]
 
@@ -101,3 +104,47 @@ def test_power_wrapper_runs_the_nodes_side_by_side(tmp_path: Path) -> None:
     assert sorted(ln.split()[2] for ln in lines) == [f"gpu0{i}:" for i in range(1, 7)]
     assert all("rc=0" in ln for ln in lines)
     assert took < 8.0, took  # one after the other: 12 s and more
+
+
+def test_the_power_daemon_survives_a_failed_pass_of_any_kind(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pass that fails in a way not foreseen (here fork() refused: OSError; or a bug)
+    is logged with its traceback, recorded for `gpuhint status` and retried, as
+    apply-priorities does: not a traceback exit that loses the resume watch (failed
+    nodes, nodes waking) and leaves the status record saying the last pass was fine."""
+    import json
+    import signal
+
+    from gpuhint.cli import main
+    from gpuhint.cli import slurm as cli_slurm
+    from gpuhint.slurm.power import PowerResult
+
+    class Records(list[dict[str, Any]]):
+        def set(self, key: str, value: str, ex: int | None = None) -> None:
+            self.append(json.loads(value))
+
+    class Client:
+        r = Records()
+
+        def close(self) -> None:
+            pass
+
+    class Applier:
+        total_refused, passes = 0, 0
+
+        def run_pass(self, now: float) -> PowerResult:
+            self.passes += 1
+            if self.passes == 1:
+                raise BlockingIOError(11, "Resource temporarily unavailable")
+            signal.raise_signal(signal.SIGTERM)
+            return PowerResult(target_on=1, on=1, busy=0, powered_down=[], powered_up=[],
+                               refused=0, advice_age_s=None)  # fmt: skip
+
+    monkeypatch.setattr(cli_slurm, "_check_slurm", lambda cli, once: None)
+    monkeypatch.setattr(cli_slurm, "_client", lambda settings: Client())
+    monkeypatch.setattr(cli_slurm, "_power_applier", lambda *a: Applier())
+    monkeypatch.setattr(cli_slurm.time, "sleep", lambda s: None)
+    assert main(["slurm", "apply-power", "--cluster", "c", "--interval", "0.01"]) == 0
+    assert [rec["ok"] for rec in Client.r] == [False, True]
+    assert "Resource temporarily unavailable" in caplog.text

@@ -241,3 +241,39 @@ def test_outage_shows_on_the_applier_metrics() -> None:
     assert s.value("gpuhint_applier_neutral_assignments_total") == 2
     s.redis_down()
     assert s.value("gpuhint_applier_errors_total", kind="redis") == 1
+
+
+class _Refusing(_Queue):
+    """A queue whose jobs sprio does not show (not yet eligible: a --begin in the
+    future), and whose slurmctld refuses the updates of ``refuse`` as scontrol says it."""
+
+    def __init__(self, jobs: list[str], refuse: set[str], line: str = "") -> None:
+        super().__init__(dict.fromkeys(jobs, 0))
+        self.refuse, self.line = refuse, line
+        self.sent: list[str] = []  # job ids updated
+
+    def queue(self) -> list[SlurmJob]:
+        return [SlurmJob(j, "PENDING", site_factor=None) for j in self.factors]
+
+    def apply(self, lines: Sequence[str]) -> list[str]:
+        ids = [j for ln in lines for j in ln.split()[1].removeprefix("jobid=").split(",")]
+        self.sent.extend(ids)
+        if self.line:  # the whole batch failed, no job named
+            return [self.line]
+        return [f"Unexpected message received for job {j}" for j in ids if j in self.refuse]
+
+
+@pytest.mark.parametrize("line", ["", "slurm_update error: Unable to contact slurm controller"])
+def test_a_refused_update_is_sent_again_not_taken_as_applied(line: str) -> None:
+    """A job sprio does not show is compared with what the applier set last: an update
+    Slurm refused was not set, and is sent again next pass (until it is accepted)."""
+    slurm = _Refusing(["1", "2"], refuse={"2"}, line=line)
+    a = PriorityApplier(slurm, _Hints(), "c", fallback=Fallback(neutral="off"))
+    first = a.run_pass()
+    assert first.refused == 1 and first.updated == 1
+    slurm.sent.clear()
+    slurm.refuse, slurm.line = set(), ""
+    again = a.run_pass()
+    assert "2" in slurm.sent
+    assert again.updated >= 1 and again.refused == 0
+    assert a.run_pass().updated == 0  # accepted now: not sent a third time

@@ -75,7 +75,8 @@ class PutStarts:
 
 @dataclass(frozen=True)
 class Count:
-    """Add ``n`` to the named counter (e.g. ``dead_letter``): at-least-once, not idempotent."""
+    """Add ``n`` to the named counter (e.g. ``dead_letter``): once per write, even if the
+    flush is sent again; events processed again after a crash count again."""
 
     name: str
     n: int = 1
@@ -87,7 +88,8 @@ class MarkRebuilt:
 
     hints: int
     reason: str = "redis_empty"
-    """Why: ``redis_empty`` (the epoch marker was gone or replaced)."""
+    """Why: ``redis_empty`` (the epoch marker was gone or replaced) or ``redis_rollback``
+    (Redis came back from a snapshot older than this worker's last flush)."""
 
 
 Op = PutHint | UpdateHint | RemoveHint | PutAdvisory | PutLoad | PutStarts | Count | MarkRebuilt
@@ -170,7 +172,9 @@ class BufferedStore(abc.ABC):
         self.empty_detected = False
         """Set by a flush that found the sink had lost its data: it had to create the
         epoch marker, or the marker is not the one this store saw before (another
-        worker re-created it first); the worker then rebuilds hints from state."""
+        worker re-created it first): ``empty_reason`` ``redis_empty``; or it lacks
+        writes it acknowledged (restored from an older snapshot): ``redis_rollback``.
+        The worker then rebuilds hints from state."""
         self.epoch_seen: str | None = None
         self.empty_reason = ""
         self.vc_conflicts = 0
@@ -196,10 +200,15 @@ class BufferedStore(abc.ABC):
             more,
         )
 
-    def _saw_epoch(self, created: bool, current: str) -> None:
+    def _saw_epoch(self, created: bool, current: str, lost_writes: bool = False) -> None:
+        """Note the sink's epoch marker; ``lost_writes``: the sink no longer holds writes
+        it acknowledged (restored from an older snapshot)."""
         if created or (self.epoch_seen is not None and current != self.epoch_seen):
             self.empty_detected = True
             self.empty_reason = "redis_empty"
+        elif lost_writes:
+            self.empty_detected = True
+            self.empty_reason = "redis_rollback"
         self.epoch_seen = current
 
     def take_empty(self) -> bool:

@@ -1,16 +1,22 @@
 """The Redis store: the key schema of :mod:`gpuhint.wire.keys` written in pipelines.
 
 Writes are buffered (see :class:`gpuhint.cores.sink.BufferedStore`) and one ``flush()``
-sends them as a single non-transactional pipeline. If Redis lost its script cache, only
-the scripted writes, from the first refused one on, are sent again (so a counter or an
-advice entry is not written twice). Every hint write is idempotent: a hint is ``SET`` +
-``ZADD``, a removal is ``DEL`` + ``ZREM`` (a Lua script, so the change stream records a
-removal only when a hint really existed, and a hint or an update only when it changed).
+sends them as a single non-transactional pipeline. A batch sent again (its reply was
+lost: a timeout, a dropped connection, then redis-py's or the sink's retry) leaves Redis
+as if it was applied once: every hint write is idempotent (a hint is ``SET`` +
+``ZADD``, a removal is ``DEL`` + ``ZREM``, in Lua scripts, so the change stream records
+a removal only when a hint really existed, and a hint or an update only when it
+changed), and each other write that is not (a counter, a change entry) carries its
+sequence number: Redis applies it only if it is above the last one applied, which the
+store's record ``writer:{id}`` keeps. If Redis lost its script cache, only the hint
+scripts, from the first refused one on, are sent again.
 A hint write sent under a VC other than the one whose hint for the job lives is refused
 and counted (``hint_vc_conflicts`` in the stats hash, and one warning per flush). Every
-pipeline begins with ``SET epoch <random> NX`` and ``GET epoch``: when the SET succeeds,
-or the marker is not the one this store saw last (another worker re-created it), Redis
-had lost its data and the worker rewrites its pending hints
+pipeline begins with ``SET epoch <random> NX``, ``GET epoch`` and reads the last
+sequence number of this store that Redis holds: when the SET succeeds, or the marker is
+not the one this store saw last (another worker re-created it), Redis had lost its data;
+when Redis holds less than it acknowledged, it came back from an older snapshot (RDB or
+AOF). Either way the worker rewrites its pending hints
 (:attr:`~gpuhint.cores.sink.BufferedStore.empty_detected`).
 """
 
@@ -57,11 +63,16 @@ def _raise_first(replies: Iterable[Any]) -> None:
             raise r
 
 
+_WRITER_TTL_S = 30 * 86400
+"""Lifetime of a writer's record ``{p}:v1:writer:{id}`` (refreshed by every flush)."""
+
 # A job id belongs to the VC whose hint for it lives (docs/redis-keys.md): a write sent
-# under another VC is refused, counted (HINCRBY stats <counter>) and answered with the
-# owner's VC, which the store logs. The VC is read from the stored JSON (cjson); a value
-# that is not a hint's JSON is overwritten as before.
-_OWNER = """
+# under another VC is refused, counted (HINCRBY stats <counter>, once per write even if
+# the batch is sent again: KEYS[5] is the writer's record, ARGV[9] (removal: ARGV[6])
+# the write's sequence number) and answered with the owner's VC, which the store logs.
+# The VC is read from the stored JSON (cjson); a value that is not a hint's JSON is
+# overwritten as before.
+_OWNER = f"""
 local function owner(cur, vc)
   local ok, old = pcall(cjson.decode, cur)
   if ok and type(old) == 'table' and type(old.vc) == 'string' and old.vc ~= vc then
@@ -69,13 +80,20 @@ local function owner(cur, vc)
   end
   return nil
 end
+local function refused(stats, counter, writer, seq)
+  if tonumber(seq) > tonumber(redis.call('HGET', writer, 'refused') or '0') then
+    redis.call('HSET', writer, 'refused', seq)
+    redis.call('EXPIRE', writer, {_WRITER_TTL_S})
+    redis.call('HINCRBY', stats, counter, 1)
+  end
+end
 """
 
-# KEYS: hint key, queue key, changes stream, stats hash; ARGV: job_id, hint JSON,
-# priority, ttl, cluster, vc, maxlen, conflict counter. One command per new hint instead
-# of SET + ZADD + EXPIRE + XADD. The hint already stored (same JSON, same score: a
-# re-emit) is rewritten for its TTL but not announced again. Returns 1 (announced), 0
-# (rewritten) or the owner's VC (refused).
+# KEYS: hint key, queue key, changes stream, stats hash, writer; ARGV: job_id, hint
+# JSON, priority, ttl, cluster, vc, maxlen, conflict counter, sequence number. One
+# command per new hint instead of SET + ZADD + EXPIRE + XADD. The hint already stored
+# (same JSON, same score: a re-emit) is rewritten for its TTL but not announced again.
+# Returns 1 (announced), 0 (rewritten) or the owner's VC (refused).
 _PUT_HINT = (
     _OWNER
     + """
@@ -83,7 +101,7 @@ local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[2] then
   local other = owner(cur, ARGV[6])
   if other then
-    redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
+    refused(KEYS[4], ARGV[8], KEYS[5], ARGV[9])
     return other
   end
 end
@@ -100,9 +118,9 @@ return 1
 """
 )
 
-# KEYS: hint key, queue key, changes stream, stats hash; ARGV: job_id, cluster, vc,
-# maxlen, conflict counter. The job always leaves its own VC's queue; its hint goes
-# (and a removal is announced) only when it exists and is that VC's.
+# KEYS: hint key, queue key, changes stream, stats hash, writer; ARGV: job_id, cluster,
+# vc, maxlen, conflict counter, sequence number. The job always leaves its own VC's
+# queue; its hint goes (and a removal is announced) only when it exists and is that VC's.
 _REMOVE_HINT = (
     _OWNER
     + """
@@ -113,7 +131,7 @@ if not cur then
 end
 local other = owner(cur, ARGV[3])
 if other then
-  redis.call('HINCRBY', KEYS[4], ARGV[5], 1)
+  refused(KEYS[4], ARGV[5], KEYS[5], ARGV[6])
   return other
 end
 redis.call('DEL', KEYS[1])
@@ -135,7 +153,7 @@ if not cur then
 end
 local other = owner(cur, ARGV[6])
 if other then
-  redis.call('HINCRBY', KEYS[4], ARGV[8], 1)
+  refused(KEYS[4], ARGV[8], KEYS[5], ARGV[9])
   return other
 end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -150,6 +168,27 @@ redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
 return 1
 """
 )
+
+# The writes that are not idempotent by themselves (a counter, a change entry of an
+# advice, a load or a rebuild) are applied at most once per write: KEYS[1] is the
+# writer's record, whose field ``once`` holds the sequence number of its last such write
+# applied; a batch sent again (its reply was lost) skips those already applied. Sent
+# with EVAL, never EVALSHA, so a lost script cache cannot leave one behind a later one.
+# KEYS[2]: the stats hash or the change stream; ARGV: the sequence number, then 'incr',
+# field, n or 'xadd', maxlen, field, value, ...
+_ONCE = f"""
+if tonumber(ARGV[1]) <= tonumber(redis.call('HGET', KEYS[1], 'once') or '0') then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'once', ARGV[1])
+redis.call('EXPIRE', KEYS[1], {_WRITER_TTL_S})
+if ARGV[2] == 'incr' then
+  redis.call('HINCRBY', KEYS[2], ARGV[3], ARGV[4])
+else
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+end
+return 1
+"""
 
 # KEYS: a queue key; ARGV: the cluster's hint key prefix, the queue's VC, then members.
 # Drops (in one step, so a hint written meanwhile is never missed) each member whose
@@ -196,34 +235,44 @@ class RedisStore(BufferedStore):
         self._put = self.r.register_script(_PUT_HINT)
         self._sweep = self.r.register_script(_SWEEP)
         self._scripts_loaded = False
+        self.writer = self.k.writer(uuid.uuid4().hex)
+        """This store's record in Redis: which of its writes Redis holds (docs/redis-keys.md)."""
+        self._acked = 0
+        """How many writes Redis acknowledged (each write's sequence number is its rank)."""
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisStore:
         client = redis.Redis.from_url(url, socket_timeout=10, health_check_interval=30)
         return cls(client, **kwargs)
 
-    def _xadd(self, pipe: Any, fields: dict[str, str]) -> None:
-        pipe.xadd(self.k.changes, fields, maxlen=self.changes_maxlen, approximate=True)
+    def _xadd(self, pipe: Any, seq: int, fields: dict[str, str]) -> None:
+        """A change entry, added once even if the batch is sent again (``_ONCE``)."""
+        args = [x for kv in fields.items() for x in kv]
+        pipe.eval(_ONCE, 2, self.writer, self.k.changes, seq, "xadd", self.changes_maxlen, *args)
 
     def _apply(self, ops: list[Op]) -> None:
         if not self._scripts_loaded:
             self._load_scripts()
-        results, starts = self._send(ops)
+        numbered = list(enumerate(ops, start=self._acked + 1))
+        flushed = self._acked + len(ops)
+        results, starts = self._send(numbered, flushed)
         replies = [results[i] for i in starts]  # each op's first reply
         _raise_first(r for r in results if not isinstance(r, NoScriptError))
         lost = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if lost:
             # Redis lost its script cache (restarted, SCRIPT FLUSH). Every other command
-            # of the pipeline ran: send only the scripted writes again, in order, from the
-            # first lost one on (those are idempotent; a counter or an advice entry sent
-            # again would count twice)
+            # of the pipeline ran (``_ONCE`` goes by EVAL): send only the hint scripts
+            # again, in order, from the first lost one on (those are idempotent)
             self._load_scripts()
             again = [i for i in range(lost[0], len(ops)) if isinstance(ops[i], _SCRIPTED)]
-            redo, redo_starts = self._send([ops[i] for i in again])
+            redo, redo_starts = self._send([numbered[i] for i in again], flushed)
             _raise_first(redo)
             for i, at in zip(again, redo_starts, strict=True):
                 replies[i] = redo[at]
-        self._saw_epoch(bool(results[0]), as_text(results[1]))
+        held = results[2]  # the last write of this store Redis holds
+        lost_writes = self._acked > 0 and (held is None or int(held) < self._acked)
+        self._saw_epoch(bool(results[0]), as_text(results[1]), lost_writes)
+        self._acked += len(ops)
         conflicts: list[VcConflict] = []
         for op, res in zip(ops, replies, strict=True):
             target = op_target(op)
@@ -232,15 +281,16 @@ class RedisStore(BufferedStore):
                 conflicts.append(VcConflict(*target, owner=as_text(res)))
         self._refused(conflicts)
 
-    def _hint_script(self, pipe: Any, script: Any, h: PriorityHint) -> None:
+    def _hint_script(self, pipe: Any, script: Any, h: PriorityHint, seq: int) -> None:
         """Queue ``_PUT_HINT`` or ``_UPDATE_HINT`` (same keys and arguments) for a hint."""
         pipe.evalsha(
             script.sha,
-            4,
+            5,
             self.k.hint(h.cluster, h.job_id),
             self.k.queue(h.cluster, h.vc),
             self.k.changes,
             self.k.stats,
+            self.writer,
             h.job_id,
             h.model_dump_json(),
             repr(h.priority),
@@ -249,6 +299,7 @@ class RedisStore(BufferedStore):
             h.vc,
             self.changes_maxlen,
             HINT_VC_CONFLICTS,
+            seq,
         )
 
     def _load_scripts(self) -> None:
@@ -257,67 +308,78 @@ class RedisStore(BufferedStore):
             self.r.script_load(script.script)
         self._scripts_loaded = True
 
-    def _send(self, ops: list[Op]) -> tuple[list[Any], list[int]]:
-        """One pipeline: the epoch marker, then every op in order. Returns the replies
-        (errors as values, not raised) and the index of each op's first reply."""
+    def _send(self, ops: list[tuple[int, Op]], flushed: int) -> tuple[list[Any], list[int]]:
+        """One pipeline: the epoch marker and the writer's record, then every op (with its
+        sequence number) in order, then ``flushed`` (the batch's last sequence number)
+        into the writer's record. Returns the replies (errors as values, not raised) and
+        the index of each op's first reply."""
         pipe = self.r.pipeline(transaction=False)
         pipe.set(self.k.epoch, uuid.uuid4().hex, nx=True)  # True: Redis had lost it
         pipe.get(self.k.epoch)
+        pipe.hget(self.writer, "flushed")  # below the last acknowledged: writes were lost
         starts: list[int] = []
-        for op in ops:
+        for seq, op in ops:
             starts.append(len(pipe))
-            if isinstance(op, PutHint):
-                self._hint_script(pipe, self._put, op.hint)
-            elif isinstance(op, UpdateHint):
-                self._hint_script(pipe, self._update, op.hint)
-            elif isinstance(op, RemoveHint):
-                pipe.evalsha(
-                    self._remove.sha,
-                    4,
-                    self.k.hint(op.cluster, op.job_id),
-                    self.k.queue(op.cluster, op.vc),
-                    self.k.changes,
-                    self.k.stats,
-                    op.job_id,
-                    op.cluster,
-                    op.vc,
-                    self.changes_maxlen,
-                    HINT_VC_CONFLICTS,
-                )
-            elif isinstance(op, PutAdvisory):
-                a = op.advisory
-                key = (
-                    self.k.cluster_advice(a.cluster)
-                    if a.node is None
-                    else self.k.node_advice(a.cluster, a.node)
-                )
-                # unset fields left out: a reader of an older version takes a series
-                # advisory (no ``off_nodes``) as before
-                pipe.set(key, a.model_dump_json(exclude_none=True), ex=self.advisory_ttl_s)
-                self._xadd(
-                    pipe,
-                    {
-                        "type": K.CHANGE_ADVICE,
-                        "cluster": a.cluster,
-                        "node": a.node or "",
-                        "action": a.action.value,
-                        "count": str(a.count),
-                    },
-                )
-            elif isinstance(op, PutLoad):
-                ld = op.load
-                pipe.set(self.k.load(ld.cluster), ld.model_dump_json(), ex=self.advisory_ttl_s)
-                self._xadd(pipe, {"type": K.CHANGE_LOAD, "cluster": ld.cluster})
-            elif isinstance(op, PutStarts):
-                s = op.starts
-                pipe.set(self.k.starts(s.cluster, s.vc), s.model_dump_json(), ex=self.hint_ttl_s)
-            elif isinstance(op, Count):
-                pipe.hincrby(self.k.stats, op.name, op.n)
-            elif isinstance(op, MarkRebuilt):
-                self._xadd(
-                    pipe, {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
-                )
+            self._queue(pipe, seq, op)
+        pipe.hset(self.writer, "flushed", str(flushed))
+        pipe.expire(self.writer, _WRITER_TTL_S)
         return list(pipe.execute(raise_on_error=False)), starts
+
+    def _queue(self, pipe: Any, seq: int, op: Op) -> None:
+        """Queue the commands of write number ``seq``."""
+        if isinstance(op, PutHint):
+            self._hint_script(pipe, self._put, op.hint, seq)
+        elif isinstance(op, UpdateHint):
+            self._hint_script(pipe, self._update, op.hint, seq)
+        elif isinstance(op, RemoveHint):
+            pipe.evalsha(
+                self._remove.sha,
+                5,
+                self.k.hint(op.cluster, op.job_id),
+                self.k.queue(op.cluster, op.vc),
+                self.k.changes,
+                self.k.stats,
+                self.writer,
+                op.job_id,
+                op.cluster,
+                op.vc,
+                self.changes_maxlen,
+                HINT_VC_CONFLICTS,
+                seq,
+            )
+        elif isinstance(op, PutAdvisory):
+            a = op.advisory
+            key = (
+                self.k.cluster_advice(a.cluster)
+                if a.node is None
+                else self.k.node_advice(a.cluster, a.node)
+            )
+            # unset fields left out: a reader of an older version takes a series
+            # advisory (no ``off_nodes``) as before
+            pipe.set(key, a.model_dump_json(exclude_none=True), ex=self.advisory_ttl_s)
+            self._xadd(
+                pipe,
+                seq,
+                {
+                    "type": K.CHANGE_ADVICE,
+                    "cluster": a.cluster,
+                    "node": a.node or "",
+                    "action": a.action.value,
+                    "count": str(a.count),
+                },
+            )
+        elif isinstance(op, PutLoad):
+            ld = op.load
+            pipe.set(self.k.load(ld.cluster), ld.model_dump_json(), ex=self.advisory_ttl_s)
+            self._xadd(pipe, seq, {"type": K.CHANGE_LOAD, "cluster": ld.cluster})
+        elif isinstance(op, PutStarts):
+            s = op.starts
+            pipe.set(self.k.starts(s.cluster, s.vc), s.model_dump_json(), ex=self.hint_ttl_s)
+        elif isinstance(op, Count):
+            pipe.eval(_ONCE, 2, self.writer, self.k.stats, seq, "incr", op.name, op.n)
+        elif isinstance(op, MarkRebuilt):
+            fields = {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
+            self._xadd(pipe, seq, fields)
 
     def sweep_stale(self) -> int:
         """Drop queue members whose hint key has expired (or is another VC's hint); return

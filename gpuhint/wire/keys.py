@@ -60,6 +60,12 @@ class RedisKeys:
         written by the applier after every pass, read by ``gpuhint status``."""
         return f"{self.root}:applier:{cluster}:{name}"
 
+    def writer(self, writer_id: str) -> str:
+        """One worker process's record of its writes (``flushed``, ``once``, ``refused``:
+        sequence numbers; docs/redis-keys.md): a batch sent again is applied once, and a
+        Redis restored from an older snapshot is found."""
+        return f"{self.root}:writer:{writer_id}"
+
     @property
     def stats(self) -> str:
         return f"{self.root}:stats"

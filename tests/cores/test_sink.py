@@ -115,3 +115,41 @@ def test_the_twin_announces_a_replayed_update_once_as_redis_does() -> None:
         store.flush()
     assert [c.type for c in store.changes] == ["hint", "hint_updated"]
     assert store.queue("default", "a") == [("x", 10.0)]
+
+
+def test_a_sink_that_lost_acknowledged_writes_is_rebuilt_as_a_rollback() -> None:
+    """Redis back from an older snapshot keeps its epoch marker: the store reports the
+    lost writes (``redis_rollback``) and the sink rewrites the pending hints, announced."""
+    import asyncio
+
+    from gpuhint.cores.pipeline.store_flush import Sink
+
+    class RolledBack(InMemoryStore):
+        lose = False
+
+        def _apply(self, ops: list[Op]) -> None:
+            super()._apply(ops)
+            assert self.epoch is not None
+            self._saw_epoch(False, self.epoch, lost_writes=self.lose)
+            self.lose = False
+
+    store = RolledBack()
+
+    def rebuild() -> int:
+        store.put_hint(hint("j1", 5), rebuilt=True)
+        return 1
+
+    sink = Sink(store, rebuild)
+    store.count("x")
+    asyncio.run(sink.flush())  # a fresh twin: its marker was created
+    store.lose = True
+    store.count("x")
+    asyncio.run(sink.flush())
+    assert sink.rebuilds == 2 and store.empty_reason == "redis_rollback"
+    assert [c.key for c in store.changes if c.type == "rebuilt"] == [
+        "redis_empty",
+        "redis_rollback",
+    ]
+    store.count("x")
+    asyncio.run(sink.flush())
+    assert sink.rebuilds == 2

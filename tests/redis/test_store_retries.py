@@ -3,7 +3,9 @@ its keys keep their TTLs: on a real Redis server."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 import redis
@@ -35,7 +37,8 @@ def store(redis_url: str, unique_prefix: str) -> RedisStore:
 
 
 def change_types(s: RedisStore) -> Counter[str]:
-    return Counter(f[b"type"].decode() for _, f in s.r.xrange(s.k.changes))
+    entries: Any = s.r.xrange(s.k.changes)
+    return Counter(f[b"type"].decode() for _, f in entries)
 
 
 def test_lost_scripts_do_not_apply_the_rest_of_the_batch_twice(store: RedisStore) -> None:
@@ -112,3 +115,115 @@ def test_sweep_drops_a_member_whose_hint_is_another_vcs(store: RedisStore) -> No
     assert store.sweep_stale() == 1
     assert store.r.zrange(store.k.queue("default", "b"), 0, -1) == [b"y"]
     assert store.r.zrange(store.k.queue("default", "a"), 0, -1) == [b"x"]
+
+
+def lose_next_reply(monkeypatch: pytest.MonkeyPatch, s: RedisStore) -> None:
+    """The next pipeline runs on Redis but its reply is lost (a timeout, a dropped
+    connection after Redis executed it): ``execute()`` raises as redis-py then does."""
+    real = s.r.pipeline
+    armed = [True]
+
+    def pipeline(transaction: bool = True) -> Any:
+        pipe = real(transaction=transaction)
+        run = pipe.execute
+
+        def execute(raise_on_error: bool = True) -> list[Any]:
+            out = run(raise_on_error=raise_on_error)
+            if armed[0]:
+                armed[0] = False
+                raise redis.ConnectionError("Connection closed by server.")
+            return out
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+    monkeypatch.setattr(s.r, "pipeline", pipeline)
+
+
+def test_a_batch_sent_again_after_a_lost_reply_is_applied_once(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis ran the batch but its reply was lost: the retry (the sink's, or redis-py's
+    own) sends it again. No counter counts twice, no change is announced twice."""
+    store.put_hint(hint("x", 10, vc="a"))
+    store.flush()
+    store.take_empty()  # a fresh Redis
+    lose_next_reply(monkeypatch, store)
+    store.count("dead_letter")
+    store.put_advisory(PowerAdvisory(time=1, action=PowerAction.KEEP, reason="r"))
+    store.put_load(ClusterLoad(time=1, total_nodes=4, active_nodes=3, used_nodes=2))
+    store.put_hint(hint("x", 1, vc="b"))  # x is a's: refused and counted
+    store.put_hint(hint("y", 2))
+    store.mark_rebuilt(0)
+    with pytest.raises(redis.ConnectionError):
+        store.flush()
+    assert store.pending == 6  # held for the retry
+    assert store.flush() == 6
+    assert not store.take_empty()  # nothing acknowledged was lost: no rebuild
+    assert store.r.hgetall(store.k.stats) == {b"dead_letter": b"1", b"hint_vc_conflicts": b"1"}
+    assert change_types(store) == Counter({"hint": 2, "advice": 1, "load": 1, "rebuilt": 1})
+    store.count("dead_letter")  # later writes still count
+    store.put_advisory(PowerAdvisory(time=2, action=PowerAction.KEEP, reason="r"))
+    store.flush()
+    assert store.r.hget(store.k.stats, "dead_letter") == b"2"
+    assert change_types(store)["advice"] == 2
+
+
+def restore(s: RedisStore, snapshot: dict[Any, tuple[Any, int]]) -> None:
+    """Put the store's keys back as they were in ``snapshot`` (Redis restarted from an
+    older RDB/AOF: the marker is there, the writes made since are not)."""
+    for k in s.r.scan_iter(match=f"{s.k.root}:*"):
+        s.r.delete(k)
+    for k, (dump, ttl) in snapshot.items():
+        s.r.restore(k, max(ttl, 0), dump)
+
+
+def snapshot(s: RedisStore) -> dict[Any, tuple[Any, int]]:
+    return {k: (s.r.dump(k), s.r.pttl(k)) for k in s.r.scan_iter(match=f"{s.k.root}:*")}
+
+
+def test_redis_restored_from_an_older_snapshot_is_detected(store: RedisStore) -> None:
+    """Redis came back from an RDB/AOF older than the last flush: the epoch marker is
+    the one the worker knew, but its last hints are gone. The flush tells it (reason
+    ``redis_rollback``) so the sink rewrites them from state."""
+    from gpuhint.cores.pipeline.store_flush import Sink
+
+    store.put_hint(hint("old", 1))
+    store.flush()
+    store.take_empty()
+    old = snapshot(store)
+    store.put_hint(hint("new", 2))
+    store.flush()
+    assert not store.take_empty()
+    restore(store, old)
+    rebuilt: list[int] = []
+
+    def rebuild() -> int:
+        rebuilt.append(1)
+        store.put_hint(hint("old", 1), rebuilt=True)
+        store.put_hint(hint("new", 2), rebuilt=True)
+        return 2
+
+    sink = Sink(store, rebuild)
+    sink.epochs[0] = store.epoch_seen  # this process has written everything under it
+    store.count("x")
+    asyncio.run(sink.flush())
+    assert rebuilt == [1] and sink.rebuilds == 1
+    assert store.r.zrange(store.k.queue("default", "a"), 0, -1) == [b"old", b"new"]
+    last: Any = store.r.xrevrange(store.k.changes, count=1)
+    assert last[0][1] == {b"type": b"rebuilt", b"hints": b"2", b"reason": b"redis_rollback"}
+    store.count("x")
+    asyncio.run(sink.flush())
+    assert rebuilt == [1]  # nothing lost since
+
+
+def test_a_snapshot_newer_than_the_last_flush_is_no_rollback(store: RedisStore) -> None:
+    """A restart from a snapshot that holds everything the worker wrote loses nothing:
+    no rebuild."""
+    store.put_hint(hint("a1", 1))
+    store.flush()
+    store.take_empty()
+    restore(store, snapshot(store))
+    store.put_hint(hint("a2", 2))
+    store.flush()
+    assert not store.take_empty()

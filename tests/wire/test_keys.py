@@ -37,4 +37,4 @@ def test_the_rebuilt_change_entry_fields_are_the_ones_written() -> None:
     (tests/redis/test_store.py); a reader who filters on a documented field must find it."""
     row = next(r for r in DOC.read_text().splitlines() if r.startswith("| `rebuilt` |"))
     fields = set(re.findall(r"`([a-z_]+)`", row.split("|")[2]))
-    assert fields == {"hints", "reason", "redis_empty"}
+    assert fields == {"hints", "reason", "redis_empty", "redis_rollback"}

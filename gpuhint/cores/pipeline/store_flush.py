@@ -12,6 +12,9 @@ pending hints from their state (``rebuild()``). So:
 * Redis came back empty (the marker was gone or replaced): every worker rebuilds, the
   one that re-created the marker (it had to) and the others (the marker they knew is
   gone) -- a ``rebuilt`` change announces it (reason ``redis_empty``);
+* Redis came back from an older snapshot (RDB/AOF: the marker is there, the last
+  writes are not): each worker whose acknowledged writes are missing rebuilds (reason
+  ``redis_rollback``, also announced);
 * a process's first flush (it cannot know what happened to Redis since its state was
   saved: another worker may have re-created the marker meanwhile) and a partition newly
   assigned to it (its previous owner may have died before it could rebuild) rebuild
@@ -74,7 +77,7 @@ class Sink:
         self.owned = owned
         self.failures = 0
         self.rebuilds = 0
-        """Rebuilds because Redis came back empty (``redis_empty``)."""
+        """Rebuilds because Redis lost data (``redis_empty``, ``redis_rollback``)."""
         self.catch_ups = 0
         """Rebuilds of partitions not yet written under Redis's current epoch by this
         process (its first flush, partitions newly assigned)."""
@@ -119,10 +122,11 @@ class Sink:
         store.take_empty()
         if empty:
             self.rebuilds += 1
-            if n:  # Redis lost what it held (a restart without persistence, a flush)
+            if n:  # Redis lost what it held (a restart without persistence or from an
+                # older snapshot, a flush)
                 log.warning("re-wrote %d pending hints from state (%s)", n, store.empty_reason)
             else:  # a first start, or nothing was waiting: not an alarm
-                log.info("Redis holds no gpuhint data yet (%s); nothing waiting to re-write",
+                log.info("Redis holds no gpuhint data of ours (%s); nothing waiting to re-write",
                          store.empty_reason)  # fmt: skip
             store.mark_rebuilt(n)
         else:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -127,9 +128,63 @@ def load_scenario(name_or_path: str | Path) -> dict[str, Any]:
         if not isinstance(spec, dict):
             raise ValueError(f"scenario {path}: expected a JSON object")
     merged = {**copy.deepcopy(_BASE), **spec}
-    if not isinstance(merged["gpus"], int) or merged["gpus"] < 0:
-        raise ValueError(f"scenario {key}: 'gpus' must be a non-negative integer")
+    problem = _problem(merged)
+    if problem:
+        raise ValueError(f"scenario {key}: {problem}")
     return merged
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _problem(spec: dict[str, Any]) -> str | None:
+    """What is wrong with a scenario (its values are read at every sample), else None."""
+    if not _int(spec["gpus"]) or spec["gpus"] < 0:
+        return "'gpus' must be a non-negative integer"
+    for k in ("memory_total_mib", "idle_w", "max_w", "period_s", "jitter"):
+        if not _num(spec[k]):
+            return f"{k!r} must be a number"
+    util = spec["util"]
+    if not isinstance(util, list) or not util:
+        return "'util' must be a non-empty list (per GPU: a number or a list of numbers)"
+    for u in util:
+        if not (_num(u) or (isinstance(u, list) and u and all(_num(x) for x in u))):
+            return "'util' entries must be numbers or non-empty lists of numbers"
+    if not isinstance(spec["events"], list):
+        return "'events' must be a list"
+    for n, e in enumerate(spec["events"]):
+        if not _event_ok(e):
+            return (
+                f"events[{n}] must be an object with a numeric at_s/until_s, an integer gpu "
+                "and xid, lost, field_error {method: code} or ecc {corrected|uncorrected: n}"
+            )
+    mig = spec["mig"]
+    if not isinstance(mig, dict) or not all(
+        isinstance(v, list) and all(isinstance(m, dict) and _int(m.get("gi")) for m in v)
+        for v in mig.values()
+    ):
+        return "'mig' must map a GPU index to a list of instances, each with an integer 'gi'"
+    return None
+
+
+def _event_ok(e: Any) -> bool:
+    if not isinstance(e, dict):
+        return False
+    if any(k in e and not _num(e[k]) for k in ("at_s", "until_s")):
+        return False
+    if ("gpu" in e and not (e["gpu"] is None or _int(e["gpu"]))) or (
+        "xid" in e and not _int(e["xid"])
+    ):
+        return False
+    return all(
+        k not in e or (isinstance(e[k], dict) and all(_int(v) for v in e[k].values()))
+        for k in ("field_error", "ecc")
+    )
 
 
 class FakeNvml:

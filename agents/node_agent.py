@@ -102,7 +102,8 @@ class NodeAgent:
 
     def tick(self) -> None:
         """One round: scheduler events, other nodes' status, GPU samples and this node's
-        status, then a send attempt (made even when a step before it raised)."""
+        status, then sending for at most ``interval_s`` (even when a step before it
+        raised), so a backlog to a slow broker does not hold up the next sample."""
         now = self.clock()
         try:
             running: set[str] = set()
@@ -127,7 +128,7 @@ class NodeAgent:
                     self.topics.node_status, self._key, encode_message(result.status)
                 )
         finally:  # what is buffered (from earlier ticks too) still goes out
-            self.publisher.pump()
+            self.publisher.pump(budget_s=self.interval_s)
         self.ticks += 1
         self.last_tick_at = now
 

@@ -96,6 +96,8 @@ class MigReading:
     profile: str | None
     memory_total_bytes: int | None
     memory_used_bytes: int | None
+    processes: tuple[ProcessReading, ...] | None = None
+    """The instance's compute processes (None: unreadable)."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class Nvml(Protocol):
 
     def processes(self, index: int) -> list[ProcessReading]: ...
     def mig_instances(self, index: int) -> list[MigReading]:
-        """MIG GPU instances when MIG mode is enabled, else ``[]``."""
+        """MIG GPU instances when MIG mode is enabled, else ``[]``, with their processes
+        (in MIG mode NVML gives the whole GPU's only to a privileged caller)."""
         ...
 
     def watch_xid(self) -> None:
@@ -205,6 +208,26 @@ class RealNvml:
         except nv.NVMLError as exc:
             code = getattr(exc, "value", UNKNOWN)
             raise NvmlError(code, _MESSAGES.get(code, str(exc))) from None
+        except Exception as exc:
+            if not isinstance(exc, getattr(nv, "NVMLLibraryMismatchError", ())):
+                raise
+            raise NvmlError(FUNCTION_NOT_FOUND) from None  # a function this driver lacks
+
+    def _call_first(self, names: tuple[str, ...], *args: Any) -> Any:
+        """Call the first of pynvml's functions ``names`` that this driver has (newer
+        bindings name C functions that older drivers lack)."""
+        missing = NvmlError(FUNCTION_NOT_FOUND)
+        for name in names:
+            fn = getattr(self._nv, name, None)
+            if fn is None:
+                continue
+            try:
+                return self._call(fn, *args)
+            except NvmlError as exc:
+                if exc.code != FUNCTION_NOT_FOUND:
+                    raise
+                missing = exc
+        raise missing
 
     def _h(self, index: int) -> Any:
         h = self._handles.get(index)
@@ -252,11 +275,11 @@ class RealNvml:
         return int(self._call(nv.nvmlDeviceGetClockInfo, self._h(index), nv.NVML_CLOCK_SM))
 
     def throttle_reasons(self, index: int) -> int:
-        nv = self._nv
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
-            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        names = (
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
         )
-        return int(self._call(fn, self._h(index)))
+        return int(self._call_first(names, self._h(index)))
 
     def ecc_errors(self, index: int, uncorrected: bool) -> int:
         nv = self._nv
@@ -270,7 +293,12 @@ class RealNvml:
         )
 
     def processes(self, index: int) -> list[ProcessReading]:
-        procs = self._call(self._nv.nvmlDeviceGetComputeRunningProcesses, self._h(index))
+        return self._processes(self._h(index))
+
+    def _processes(self, handle: Any) -> list[ProcessReading]:
+        """The compute processes of a device or MIG device handle."""
+        names = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")
+        procs = self._call_first(names, handle)  # _v3 needs R510+, _v2 is older
         out = []
         for p in procs:
             used = getattr(p, "usedGpuMemory", None)
@@ -311,7 +339,10 @@ class RealNvml:
                 total, used = int(mem.total), int(mem.used)
             except NvmlError:
                 pass
-            out.append(MigReading(gi, profile, total, used))
+            procs: tuple[ProcessReading, ...] | None = None
+            with suppress(NvmlError):  # unlike the whole GPU's, needs no privileges
+                procs = tuple(self._processes(mh))
+            out.append(MigReading(gi, profile, total, used, procs))
         return out
 
     # --- XID events ------------------------------------------------------

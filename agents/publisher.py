@@ -264,7 +264,7 @@ class BufferedPublisher:
         self._buf: deque[Record] = deque()
         self.dropped = 0
         self.corrupt = 0
-        """Records lost in corrupt spill segments (also counted in :attr:`dropped`)."""
+        """Records lost in corrupt (or deleted) spill segments (also in :attr:`dropped`)."""
         self._spill = (
             Spill(Path(spill_dir), spill_max_records or 10 * buffer_max, self._count_corrupt)
             if spill_dir
@@ -312,17 +312,27 @@ class BufferedPublisher:
             log.warning("buffer full: dropped %d oldest record(s) so far", self.dropped + n)
         self.dropped += n
 
-    def pump(self, *, force: bool = False) -> int:
-        """Send what is buffered, unless backing off (``force`` ignores the backoff).
+    def pump(self, *, force: bool = False, budget_s: float | None = None) -> int:
+        """Send what is buffered, unless backing off (``force`` ignores the backoff), for
+        at most ``budget_s`` seconds (no send is given a timeout past it).
 
         Returns the number of records acknowledged.
         """
         if not force and self.clock() < self._next_try:
             return 0
+        deadline = None if budget_s is None else self.clock() + budget_s
         sent = 0
+        tried = False
         while self.pending and not self._abort:
+            timeout_s = self.send_timeout_s
+            if deadline is not None:
+                left = deadline - self.clock()
+                if left <= 0:
+                    break
+                timeout_s = min(timeout_s, left)
+            tried = True
             try:
-                n = self._send_some()
+                n = self._send_some(timeout_s)
             except TransportError as exc:
                 self._failed(exc)
                 return sent
@@ -332,6 +342,8 @@ class BufferedPublisher:
             sent += n
             if n == 0:
                 break
+        if not tried:
+            return 0
         if self._down_since is not None:
             log.warning("transport back after %.0f s", self.clock() - self._down_since)
             self._down_since = None
@@ -339,15 +351,15 @@ class BufferedPublisher:
         self._next_try = 0.0
         return sent
 
-    def _send_some(self) -> int:
+    def _send_some(self, timeout_s: float) -> int:
         spill = self._spill
         records = spill.head() if spill is not None else []  # quarantines corrupt segments
         if spill is not None and records:  # spilled records go first
-            n = self.transport.send(records, self.send_timeout_s)
+            n = self.transport.send(records, timeout_s)
             spill.consume_head(n, records)
         else:
             batch = [self._buf[i] for i in range(min(self.batch_max, len(self._buf)))]
-            n = self.transport.send(batch, self.send_timeout_s)
+            n = self.transport.send(batch, timeout_s)
             for _ in range(n):
                 self._buf.popleft()
         self.sent += n
@@ -382,7 +394,7 @@ class BufferedPublisher:
         deadline = self.clock() + timeout_s
         while self.pending and self.clock() < deadline and not self._abort:
             before = self.pending
-            self.pump(force=True)
+            self.pump(force=True, budget_s=deadline - self.clock())
             if self.pending and self.pending >= before:
                 time.sleep(min(0.5, max(0.0, deadline - self.clock())))
         return self.pending
@@ -416,4 +428,6 @@ class BufferedPublisher:
             self.transport.close()
         except Exception as exc:  # never fail the shutdown on the transport
             log.warning("closing the transport: %s", exc)
+        if self._spill is not None:
+            self._spill.close()
         return lost

@@ -125,7 +125,7 @@ class Sampler:
             # The driver itself is gone: every GPU we knew of is unhealthy.
             log.error("NVML device count failed: %s", exc)
             gone = tuple(_health(i, False, f"NVML: {exc.message}") for i in range(self._num_gpus))
-            status = self._status(now, [], gone, running_jobs, samples_dropped)
+            status = self._status(now, [], gone, running_jobs, samples_dropped, driver_ok=False)
             return SampleResult([], status)
 
         samples: list[GpuSample] = []
@@ -179,6 +179,11 @@ class Sampler:
         if i in self._lost_logged:
             log.warning("GPU %d answers again", i)
             self._lost_logged.discard(i)
+        if values["processes"] is None:  # MIG without privileges: from its instances
+            mig_procs = _mig_processes(values["mig_instances"])
+            if mig_procs is not None:
+                values["processes"] = mig_procs
+                r.errors.pop("processes", None)
 
         for field, exc in r.errors.items():
             key = (i, field, exc.code)
@@ -274,7 +279,10 @@ class Sampler:
         health: Iterable[GpuHealth],
         running_jobs: Iterable[str],
         samples_dropped: int,
+        *,
+        driver_ok: bool = True,
     ) -> NodeStatus:
+        """``driver_ok=False``: NVML failed as a whole (unhealthy even with no GPU known)."""
         health = tuple(health)
         return NodeStatus(
             cluster=self.cluster,
@@ -282,7 +290,7 @@ class Sampler:
             time=now,
             num_gpus=self._num_gpus,
             busy_gpus=sum(1 for s in samples if self._busy(s)),
-            healthy=all(h.ok for h in health),
+            healthy=driver_ok and all(h.ok for h in health),
             gpu_health=health,
             running_jobs=self._jobs(running_jobs),
             samples_dropped=min(samples_dropped, MAX_COUNT),  # saturates, like a gauge
@@ -326,6 +334,12 @@ def _processes(procs: Sequence[ProcessReading] | None) -> tuple[GpuProcess, ...]
         )
         for p in (procs or ())
     )
+
+
+def _mig_processes(migs: Sequence[MigReading] | None) -> list[ProcessReading] | None:
+    """The processes of a GPU's MIG instances (None when none could be read)."""
+    read = [m.processes for m in migs or () if m.processes is not None]
+    return [p for procs in read for p in procs] if read else None
 
 
 def _mig_instances(migs: Sequence[MigReading] | None) -> tuple[MigInstance, ...]:

@@ -6,24 +6,32 @@ record, written to a temporary file, flushed and fsync'd, then renamed into plac
 segment that cannot be read back whole (a line cut short by a crash or a full disk, a
 line that is not a record) is *quarantined*: the file is renamed ``<name>.bad`` and kept
 for inspection, its readable records are still sent, and the lines lost are logged and
-reported to ``on_lost``. Other files in the directory are left alone.
+reported to ``on_lost``. A segment that cannot be read at all (deleted under the agent,
+unreadable) is skipped, never blocking the records behind it; a deleted one's records are
+reported lost. A ``.tmp`` file is a write cut short (its records were never counted): it
+is removed, at start-up or when the write fails (a full disk). Other files in the
+directory are left alone. One agent at a time uses a directory (a lock on ``.lock``,
+freed by :meth:`Spill.close` or the process's end): a second one gets
+:class:`SpillDirBusy`.
 
 >>> import tempfile
 >>> d = Path(tempfile.mkdtemp())
 >>> s = Spill(d, 100)
 >>> s.write([Record("t", b"k", b"{}")]), s.count
 (0, 1)
+>>> s.close()
 >>> _ = (d / "seg-000000000002.jsonl").write_text('{"t": "t", "k": "k", "v": "1"}\\n{"t"')
 >>> s2 = Spill(d, 100)
 >>> [r.value for r in s2.head()], s2.consume_head(1, s2.head())
 ([b'{}'], None)
->>> [r.value for r in s2.head()], s2.lost, sorted(p.name for p in d.iterdir())
+>>> [r.value for r in s2.head()], s2.lost, sorted(p.name for p in d.glob('seg-*'))
 ([b'1'], 1, ['seg-000000000002.jsonl', 'seg-000000000002.jsonl.bad'])
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -32,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +54,18 @@ class Record:
     value: bytes
 
 
+class SpillDirBusy(OSError):
+    """Another agent (process) uses this spill directory."""
+
+
 _SEGMENT = re.compile(r"^seg-(\d+)\.jsonl(\.bad)?$")
 
 
 class Spill:
     """Disk segments ``seg-<n>.jsonl`` of spilled records, oldest first, bounded in records.
 
-    ``on_lost(n)`` is called with the number of lines lost in a quarantined segment.
+    ``on_lost(n)`` is called with the number of lines lost in a quarantined segment, or
+    records in a segment deleted under the agent.
     """
 
     def __init__(
@@ -63,13 +77,18 @@ class Spill:
         self.lost = 0
         """Lines lost in quarantined segments so far."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.dir)
         self.segments: deque[tuple[Path, int]] = deque()
         found: list[tuple[int, Path]] = []
         last = 0
         for p in self.dir.glob("seg-*"):
             m = _SEGMENT.match(p.name)
             if m is None:
-                if p.suffix != ".tmp":  # a .tmp is a write cut short: never renamed, not sent
+                if p.suffix == ".tmp":  # a write cut short by a crash: never counted, not sent
+                    log.info("spill dir %s: removing %s (a write cut short)", self.dir, p.name)
+                    with contextlib.suppress(OSError):
+                        p.unlink()
+                else:
                     log.warning("spill dir %s: ignoring %s (not a segment)", self.dir, p.name)
                 continue
             last = max(last, int(m.group(1)))
@@ -87,6 +106,12 @@ class Spill:
             else:
                 p.unlink(missing_ok=True)
         self._seq = last + 1
+
+    def close(self) -> None:
+        """Free the directory for another agent (what is on disk stays)."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     @property
     def count(self) -> int:
@@ -107,10 +132,15 @@ class Spill:
 
     def head(self) -> list[Record]:
         """The records of the oldest segment that has any ([] when none is left);
-        unreadable segments on the way are quarantined."""
+        corrupt segments on the way are quarantined, unreadable ones skipped."""
         while self.segments:
             path, n = self.segments[0]
-            records, bad = _read_segment(path)
+            try:
+                records, bad = _read_segment(path)
+            except OSError as exc:  # deleted or unreadable: it must not block the rest
+                self.segments.popleft()
+                self._unreadable(path, n, exc)
+                continue
             if bad:
                 self._quarantine(path, bad, records)
             if records:
@@ -122,13 +152,31 @@ class Spill:
 
     def consume_head(self, n: int, records: list[Record]) -> None:
         """``n`` records of the head segment (read as ``records``) were sent."""
-        path, _ = self.segments.popleft()
+        path, _ = self.segments[0]
         rest = records[n:]
         if not rest:
+            self.segments.popleft()
             path.unlink(missing_ok=True)
             return
-        self._write_durably(path, rest)
-        self.segments.appendleft((path, len(rest)))
+        self._write_durably(path, rest)  # if this fails the segment stays, sent again whole
+        self.segments[0] = (path, len(rest))
+
+    def _unreadable(self, path: Path, n: int, exc: OSError) -> None:
+        """Skip a head segment that cannot be read: lost when deleted, else kept on disk
+        (sent after a restart)."""
+        if isinstance(exc, FileNotFoundError):
+            self.lost += n
+            log.error("spill segment %s vanished: %d record(s) lost", path.name, n)
+            if self.on_lost is not None:
+                self.on_lost(n)
+        else:
+            log.error(
+                "cannot read spill segment %s: %s; skipped, its %d record(s) stay on disk "
+                "for the next start",
+                path.name,
+                exc,
+                n,
+            )
 
     def _quarantine(self, path: Path, bad: int, good: list[Record]) -> None:
         """Keep a segment with ``bad`` unreadable lines as ``<name>.bad``; the ``good``
@@ -136,7 +184,11 @@ class Spill:
         kept = path.with_name(path.name + ".bad")
         path.replace(kept)
         if good:
-            self._write_durably(path, good)
+            try:
+                self._write_durably(path, good)
+            except OSError:  # a full disk: keep the segment as it was, try again later
+                kept.replace(path)
+                raise
         self.lost += bad
         log.warning(
             "spill segment %s is corrupt: %d line(s) lost, %d record(s) still sent; kept as %s",
@@ -151,20 +203,49 @@ class Spill:
     def _write_durably(self, path: Path, records: Iterable[Record]) -> None:
         """Write ``records`` to ``path`` atomically, fsync'd before and after the rename."""
         tmp = path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for r in records:
-                f.write(
-                    json.dumps({"t": r.topic, "k": r.key.decode(), "v": r.value.decode()}) + "\n"
-                )
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                for r in records:
+                    line = {"t": r.topic, "k": r.key.decode(), "v": r.value.decode()}
+                    f.write(json.dumps(line) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(path)
+        except BaseException:  # a full disk, a bad record: leave no partial file behind
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         with contextlib.suppress(OSError):  # the rename itself (not on every platform)
             fd = os.open(self.dir, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def _lock(directory: Path) -> TextIO | None:
+    """Hold ``directory/.lock`` (with our pid in it); raise :class:`SpillDirBusy` when
+    another process holds it. None where the file system has no locks."""
+    f = (directory / ".lock").open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise SpillDirBusy(
+            f"spill dir {directory} is in use by another agent (pid {holder}); "
+            "give each agent its own spill dir"
+        ) from None
+    except OSError as exc:  # no locks on this file system: go on without
+        log.warning("spill dir %s: cannot lock it (%s)", directory, exc)
+        f.close()
+        return None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _read_segment(path: Path) -> tuple[list[Record], int]:

@@ -203,11 +203,13 @@ def run(args: argparse.Namespace) -> int:
         "".join(f", {f.name}" for f in [*feeds, *node_feeds]),
     )
     lost = _run_until_stopped(agent, args, metrics, log)
-    if lost:
+    kept = agent.publisher.pending if args.once else 0  # on disk, not sent: --once says so
+    if lost or kept:
+        where = "stdout" if args.dry_run else settings.kafka_bootstrap
         print(
-            f"gpuhint agent: {lost} record(s) could not be sent to "
-            f"{'stdout' if args.dry_run else settings.kafka_bootstrap} "
-            f"within {args.flush_timeout:g} s",
+            f"gpuhint agent: {lost or kept} record(s) could not be sent to {where} within "
+            f"{args.flush_timeout:g} s"
+            + (f"; kept in {settings.agent_spill_dir} for the next run" if not lost else ""),
             file=sys.stderr,
         )
         return 1
@@ -369,12 +371,17 @@ def _make_publisher(args: argparse.Namespace, settings: Settings, node: str) -> 
             probe.unlink()
         except OSError as exc:
             raise UserError(f"--spill-dir {settings.agent_spill_dir}: {exc.strerror}") from None
-    return BufferedPublisher(
-        transport,
-        buffer_max=settings.agent_buffer_max,
-        spill_dir=settings.agent_spill_dir,
-        send_timeout_s=send_timeout_s,
-    )
+    from agents.spill import SpillDirBusy
+
+    try:
+        return BufferedPublisher(
+            transport,
+            buffer_max=settings.agent_buffer_max,
+            spill_dir=settings.agent_spill_dir,
+            send_timeout_s=send_timeout_s,
+        )
+    except SpillDirBusy as exc:
+        raise UserError(str(exc)) from None
 
 
 def _start_metrics(

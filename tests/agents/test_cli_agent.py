@@ -181,3 +181,54 @@ def test_a_second_sigterm_during_the_exit_flush_spills_at_once(tmp_path: Path) -
     assert lost == 0 and took < 10
     kept = [x for f in tmp_path.glob("seg-*.jsonl") for x in f.read_text().splitlines()]
     assert len(kept) == 9  # 8 GPU samples and the node status, on disk
+
+
+def test_once_exits_1_when_its_records_only_reached_the_spill_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/agent.md: --once exits 1 if records could not be sent; with a spill dir it
+    exited 0 with Kafka down (a connectivity check that always passed)."""
+    argv = ["agent", "--nvml", "fake", "--once", "--interval", "1", "--flush-timeout", "0"]
+    rc = main([*argv, "--bootstrap", "127.0.0.1:1", "--spill-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "9 record(s) could not be sent to 127.0.0.1:1" in err, err
+    assert f"kept in {tmp_path}" in err and "Traceback" not in err
+    assert list(tmp_path.glob("seg-*.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "needle"),
+    [
+        ({"util": "abc"}, "'util'"),
+        ({"util": []}, "'util'"),
+        ({"util": [[]]}, "'util'"),
+        ({"util": [50, "x"]}, "'util'"),
+        ({"memory_total_mib": "big"}, "'memory_total_mib'"),
+        ({"jitter": True}, "'jitter'"),
+        ({"events": {"at_s": 0}}, "'events'"),
+        ({"events": [{"at_s": "x", "gpu": 0, "lost": True}]}, "events[0]"),
+        ({"events": [{"gpu": "0", "xid": 13}]}, "events[0]"),
+        ({"events": [{"gpu": 0, "xid": "13"}]}, "events[0]"),
+        ({"events": [{"gpu": 0, "field_error": {"temperature_c": "x"}}]}, "events[0]"),
+        ({"events": [{"gpu": 0, "ecc": {"uncorrected": "x"}}]}, "events[0]"),
+        ({"mig": {"0": [{"profile": "1g.10gb"}]}}, "'mig'"),
+        ({"mig": [1]}, "'mig'"),
+    ],
+)
+def test_a_bad_scenario_file_is_one_line_not_a_traceback_every_tick(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: dict[str, object], needle: str
+) -> None:
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"gpus": 2, **scenario}))
+    one_line_error(capsys, ["--nvml", "fake", "--scenario", str(f), "--once", "--dry-run"], needle)
+
+
+def test_a_spill_dir_in_use_by_another_agent_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agents.publisher import BufferedPublisher, MemoryTransport
+
+    running = BufferedPublisher(MemoryTransport(), buffer_max=10, spill_dir=tmp_path)
+    argv = ["--nvml", "fake", "--once", "--dry-run", "--spill-dir", str(tmp_path)]
+    one_line_error(capsys, argv, "in use by another agent")
+    running.close(0)

@@ -165,3 +165,22 @@ def test_sigterm_with_kafka_away_keeps_the_buffer_on_disk(tmp_path: Path) -> Non
     ]
     assert len(kept) >= 9 and len(kept) % 9 == 0
     assert all(isinstance(decode_message(k["v"]), GpuSample | NodeStatus) for k in kept)
+
+
+def test_a_tick_sends_for_at_most_one_interval() -> None:
+    """A backlog to a slow broker held the tick (and the next samples) until all was sent."""
+    now = [0.0]
+
+    class Slow(MemoryTransport):
+        def send(self, records, timeout_s):  # type: ignore[no-untyped-def]
+            now[0] += 4.0  # each batch takes 4 s to be acknowledged
+            return super().send(records, timeout_s)
+
+    t = Slow()
+    pub = BufferedPublisher(t, buffer_max=1000, batch_max=2, clock=lambda: now[0])
+    for i in range(40):  # a backlog from an outage
+        pub.publish("x", b"k", str(i).encode())
+    a = NodeAgent(nvml=FakeNvml("steady"), publisher=pub, cluster="c", node="n", interval_s=10)
+    a.start()
+    a.tick()
+    assert now[0] <= 12.0 and pub.pending > 0  # the next sample is not held up

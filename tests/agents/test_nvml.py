@@ -188,3 +188,79 @@ def test_pynvml_handles_map_by_the_address_they_point_at() -> None:
     raw = (ctypes.c_char * 8)()
     a, b = ctypes.cast(raw, ctypes.POINTER(Dev)), ctypes.cast(raw, ctypes.POINTER(Dev))
     assert a is not b and _handle_key(a) == _handle_key(b)  # an event's handle is a new object
+
+
+def test_a_driver_older_than_the_bindings_still_gives_processes_and_throttle_reasons(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nvidia-ml-py >= 12.535 calls C functions that drivers before R535 (R470, R525...)
+    lack: the sample crashed on processes and throttle_reasons stayed None."""
+    m = stub_pynvml(lost=set(), no_temp=set())
+
+    class NVMLLibraryMismatchError(Exception):  # what pynvml raises for a missing _v3
+        pass
+
+    def v3(h: tuple[str, int]) -> Any:
+        raise NVMLLibraryMismatchError("Unversioned function called ...")
+
+    def event_reasons(h: tuple[str, int]) -> int:
+        raise StubError(13)  # NVML_ERROR_FUNCTION_NOT_FOUND: no such symbol in this driver
+
+    m.NVMLLibraryMismatchError = NVMLLibraryMismatchError
+    m.nvmlDeviceGetComputeRunningProcesses = v3
+    m.nvmlDeviceGetComputeRunningProcesses_v2 = lambda h: [
+        types.SimpleNamespace(pid=77, usedGpuMemory=1 << 30)
+    ]
+    m.nvmlDeviceGetCurrentClocksEventReasons = event_reasons
+    m.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: 0x8
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    nv = RealNvml()
+    nv.init()
+    r = Sampler(nv, cluster="c", node="n", clock=lambda: 0.0).sample()
+    g0 = r.gpu_samples[0]
+    assert g0.processes[0].pid == 77 and g0.processes[0].used_memory_mb == 1024
+    assert g0.throttle_reasons == 0x8
+    assert r.status.gpu_health[0].ok and r.status.gpu_health[0].error is None
+
+
+def test_a_mig_gpu_read_without_privileges_still_shows_its_processes_and_is_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In MIG mode NVML gives no utilization, and the whole GPU's processes only to a
+    privileged caller (the shipped units run as a user): a GPU whose every instance ran
+    a job was reported idle (busy_gpus 0) with "processes: Insufficient Permissions"."""
+    m = stub_pynvml(lost=set(), no_temp=set())
+    parent = {("h", 0)}
+
+    def util(h: Any) -> Any:
+        if h in parent:
+            raise StubError(NOT_SUPPORTED)
+        return types.SimpleNamespace(gpu=0, memory=0)
+
+    def procs(h: Any) -> list[Any]:
+        if h in parent:
+            raise StubError(4)  # NVML_ERROR_NO_PERMISSION
+        if h == ("mig", 0, 1):
+            return [types.SimpleNamespace(pid=4711, usedGpuMemory=3 << 30)]
+        return []
+
+    def mig_handle(h: Any, i: int) -> Any:
+        if i > 1:
+            raise StubError(6)  # NOT_FOUND: an empty slot
+        return ("mig", h[1], i)
+
+    m.nvmlDeviceGetUtilizationRates = util
+    m.nvmlDeviceGetComputeRunningProcesses = procs
+    m.nvmlDeviceGetMigMode = lambda h: [1 if h in parent else 0, 0]
+    m.nvmlDeviceGetMaxMigDeviceCount = lambda h: 7
+    m.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
+    m.nvmlDeviceGetGpuInstanceId = lambda mh: mh[2] + 1
+    m.nvmlDeviceGetName = lambda mh: "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    nv = RealNvml()
+    nv.init()
+    r = Sampler(nv, cluster="c", node="n", clock=lambda: 0.0).sample()
+    g0 = r.gpu_samples[0]
+    assert [mi.gpu_instance_id for mi in g0.mig_instances] == [1, 2]
+    assert [(p.pid, p.used_memory_mb) for p in g0.processes] == [(4711, 3072)]
+    assert r.status.busy_gpus == 1 and r.status.gpu_health[0].error is None

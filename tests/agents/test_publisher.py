@@ -133,3 +133,41 @@ def test_a_nan_flush_timeout_is_refused_not_a_silent_loss() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         p.close(float("nan"))
     assert p.pending == 1 and p.close(1.0) == 0 and len(t.records) == 1
+
+
+def test_the_exit_flush_keeps_to_its_timeout_with_a_slow_broker(tmp_path: Path) -> None:
+    """flush(10) sent every pending batch however long each took (a slow broker: minutes),
+    so systemd's / Kubernetes' SIGKILL (30 s) came first and the buffer was lost."""
+    clock = Clock()
+    timeouts: list[float] = []
+
+    class Slow(MemoryTransport):
+        def send(self, records, timeout_s):  # type: ignore[no-untyped-def]
+            timeouts.append(timeout_s)
+            clock.t += 4.0  # each batch takes 4 s to be acknowledged
+            return super().send(records, timeout_s)
+
+    t = Slow()
+    p = BufferedPublisher(t, buffer_max=100, batch_max=2, spill_dir=tmp_path, clock=clock)
+    for i in range(20):
+        p.publish("x", b"k", str(i).encode())
+    assert p.close(timeout_s=10.0) == 0
+    assert clock.t <= 12.0 and timeouts == [10.0, 6.0, 2.0]  # no send past the deadline
+    assert len(t.records) == 6 and p.pending == 14  # the rest is kept on disk
+    assert list(tmp_path.glob("seg-*.jsonl"))
+
+
+def test_a_tick_sends_for_at_most_its_budget() -> None:
+    clock = Clock()
+
+    class Slow(MemoryTransport):
+        def send(self, records, timeout_s):  # type: ignore[no-untyped-def]
+            clock.t += 4.0
+            return super().send(records, timeout_s)
+
+    t = Slow()
+    p = BufferedPublisher(t, buffer_max=100, batch_max=2, clock=clock)
+    for i in range(20):
+        p.publish("x", b"k", str(i).encode())
+    assert p.pump(budget_s=10.0) == 6 and p.pending == 14
+    assert p.pump() == 14  # no budget: everything

@@ -144,6 +144,19 @@ def test_driver_gone_reports_every_known_gpu_unhealthy() -> None:
     assert not r.status.healthy and all(not h.ok for h in r.status.gpu_health)
 
 
+def test_a_device_count_failing_from_the_first_sample_is_not_a_healthy_node() -> None:
+    """With no GPU known yet, all([]) made a node whose driver fails 'healthy' (0 GPUs)."""
+    nv, _, clock = make("steady")
+
+    def boom() -> int:
+        raise NvmlError(DRIVER_NOT_LOADED)
+
+    nv.device_count = boom  # type: ignore[method-assign]
+    r = Sampler(nv, cluster="c1", node="gpu01", clock=clock).sample()
+    assert r.gpu_samples == [] and r.status.num_gpus == 0
+    assert not r.status.healthy
+
+
 def test_messages_are_the_wire_types() -> None:
     _, s, _ = make("steady")
     r = s.sample()

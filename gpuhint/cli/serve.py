@@ -160,7 +160,8 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     except (ValueError, KeyError, TypeError) as exc:  # another cluster's file, or damaged
         local.close()
         raise UserError(f"the feed's watermark in {path} cannot be used: {exc}") from None
-    server = Server(one, site.feed, site.passes, poll_s=args.poll, stop=stop, nodes=site.nodes)
+    passes = site.passes + ([] if args.once else sweep_passes(store))
+    server = Server(one, site.feed, passes, poll_s=args.poll, stop=stop, nodes=site.nodes)
     log.info(
         "serve %s: %s, redis %s, state %s, model %s, CES %s",
         settings.cluster,
@@ -178,6 +179,20 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     if args.once:  # as the appliers' own --once: what could not be done is an error
         _once_failed(site)
     return 0
+
+
+SWEEP_INTERVAL_S = 300.0
+"""How often queue members whose hint expired are dropped (as the worker does)."""
+
+
+def sweep_passes(store: Any) -> list[Any]:
+    """The sweep of stale queue members (docs/redis-keys.md), for a store that has one:
+    without it, a queue keeps the ids of hints that expired (a job whose end was never
+    seen) for as long as the queue key lives, and every write refreshes that."""
+    from gpuhint.serve.server import Pass
+
+    sweep = getattr(store, "sweep_stale", None)
+    return [] if sweep is None else [Pass("stale queue sweep", sweep, SWEEP_INTERVAL_S)]
 
 
 def _once_failed(site: _Site) -> None:
@@ -268,7 +283,8 @@ def _kueue_feed(cluster: str, ks: Any) -> Any:
 def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any, stop: threading.Event) -> Any:
     """The Kueue applier's pass. Its cache of Jobs and Workloads is listed once per pass
     with ``--once``, else kept current by watches until ``stop`` (as the applier's own
-    daemon does), so a pass reads no list from the API server."""
+    daemon does), so a pass reads no list from the API server. The classes are made and
+    the watches started by the first pass the API server answers."""
     from redis.exceptions import RedisError
 
     from gpuhint.cli import kueue
@@ -280,14 +296,15 @@ def _kueue_pass(kargs: argparse.Namespace, common: Any, ks: Any, stop: threading
     applier, hints = kueue.build_applier(kargs, common, ks, ladder, backend)
     record = kueue._recorder(hints, common, kargs, ks)
     metrics = kueue._metrics(common)
-    kueue.ensure_classes(applier, kargs.dry_run)
-    if not kargs.once:
-        backend.watch(stop)
+    start = kueue.starter(applier, backend, kargs.dry_run, stop)
 
     def one_pass() -> None:
         try:
             if kargs.once:
+                kueue.ensure_classes(applier, kargs.dry_run)
                 backend.sync()
+            else:  # the API server down at start is an outage, retried like a later one
+                start()
             kueue.one_pass(applier, kargs, record, metrics)
         except Exception as exc:  # counted, recorded for `gpuhint status`; the loop retries
             if isinstance(exc, KubeError):

@@ -171,6 +171,11 @@ class JobAwareCore:
         if d:
             d.pop()
 
+    def renumber(self, new: dict[int, int]) -> None:
+        """The driver renumbered its nodes (old -> new); nodes not in ``new`` are gone."""
+        self.idle_start = {new[i]: t for i, t in self.idle_start.items() if i in new}
+        self.downs = {new[i]: d for i, d in self.downs.items() if i in new}
+
     # -- deciding --------------------------------------------------------------------
     def timeout(self, t: float) -> float:
         """The power-down age that minimizes energy + ``wait_price_w`` x boot waits over

@@ -160,6 +160,12 @@ class JobsCesEngine:
         c.dirty = False
         c.version += 1
         assert c.core is not None
+        forget_s = self.cfg.forget_after_s
+        if forget_s is not None and t - c.swept >= self.cfg.heartbeat_s:
+            c.swept = t  # nodes gone silent: looked for once a heartbeat
+            gone = c.gone(t, forget_s)
+            if gone:
+                c.forget(gone)
         choice = c.core.decide(t, c)
         woke = [c.names[i] for i in c.wake(choice.wake, t)] if choice.wake else []
         for i in choice.down:

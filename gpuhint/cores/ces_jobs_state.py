@@ -13,12 +13,15 @@ power-down); one that reports powered off is off, unless it was woken less than 
 ``confirm_s`` ago (later, its wake failed: the next wakes prefer other nodes). The
 scheduler's demand wakes show up as a job started on a node believed off (it boots).
 GPUs per node: the most common ``num_gpus`` of the cluster's NodeStatus
-(``JobsCesConfig.gpus_per_node`` until one is seen).
+(``JobsCesConfig.gpus_per_node`` until one is seen). A node believed on, with no job,
+silent for ``JobsCesConfig.forget_after_s`` left the cluster: :meth:`JobsCluster.forget`.
 
-Events are idempotent: a resent or late ``submitted`` or ``started`` of a job recently
-finished (the cluster's last :data:`RECENT_FINISHED_MAX` finished ids, checkpointed; a
-``finished`` of a job never seen counts too), and a repeated ``submitted`` or ``started``
-of a job queued or running, change nothing (its arrival is counted once).
+A NodeStatus older than the node's last one applied changes nothing (a late copy, or one
+redelivered after a crash). Events are idempotent: a resent or late ``submitted`` or
+``started`` of a job recently finished (the cluster's last :data:`RECENT_FINISHED_MAX`
+finished ids, checkpointed; a ``finished`` of a job never seen counts too), and a
+repeated ``submitted`` or ``started`` of a job queued or running, change nothing (its
+arrival is counted once).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import bisect
 import hashlib
 import heapq
 import math
+from array import array
 from dataclasses import dataclass, field
 
 from gpuhint.cores.qssf_state import RECENT_FINISHED_MAX
@@ -66,6 +70,11 @@ class JobsCesConfig:
     watts_per_node: float = 700.0
     keep_decisions: int = 0
     """Decisions kept in :attr:`JobsCluster.decisions` (tests, evaluation); 0: none."""
+    forget_after_s: float | None = None
+    """A node believed on, with no job, whose last NodeStatus is older than this left the
+    cluster (removed, renamed): forgotten. None (here; the worker's is a week,
+    :func:`gpuhint.cores.pipeline.cluster_load.make_jobs_config`): never, as the offline
+    simulator, whose nodes report once. Nodes never reported are kept."""
 
 
 class JobsCluster:
@@ -100,8 +109,10 @@ class JobsCluster:
         self.woken: dict[int, float] = {}  # node -> its boot's end, until it reports on
         self.wake_failed: dict[int, float] = {}  # node -> when its last wake failed
         self.node_gpus: list[int] = []  # each node's GPUs (0: no NodeStatus yet)
+        self.seen = array("d")  # each node's last NodeStatus applied, when (-inf: none)
         self.gpu_nodes: dict[int, int] = {}  # GPUs -> nodes with that many
         self.g = cfg.gpus_per_node
+        self.swept = -math.inf  # when nodes gone silent were last looked for
         self.version = 0
         """Bumped by every change but the clock (``t_last``): a checkpoint is re-encoded
         only when it moved (:mod:`gpuhint.cores.pipeline.cluster_load`)."""
@@ -123,6 +134,8 @@ class JobsCluster:
         d.setdefault("node_gpus", [0] * len(self.names))
         d.setdefault("gpu_nodes", {})
         d.setdefault("g", self.cfg.gpus_per_node)
+        d.setdefault("seen", array("d", [-math.inf]) * len(self.names))
+        d.setdefault("swept", -math.inf)
 
     def has_finished(self, job: str) -> bool:
         """Whether ``job`` is one of the last finished jobs remembered."""
@@ -138,18 +151,62 @@ class JobsCluster:
     def set_gpus(self, i: int, gpus: int) -> None:
         """Node ``i`` has ``gpus`` GPUs; the policy's GPUs per node is the most common
         count (ties: the larger), from the next arrival on."""
-        old = self.node_gpus[i]
-        if gpus <= 0 or gpus == old:
+        if gpus <= 0 or gpus == self.node_gpus[i]:
             return
+        self._count_gpus(i, -1)
         self.node_gpus[i] = gpus
-        if old:
-            self.gpu_nodes[old] -= 1
-            if not self.gpu_nodes[old]:
-                del self.gpu_nodes[old]
-        self.gpu_nodes[gpus] = self.gpu_nodes.get(gpus, 0) + 1
-        self.g = max(self.gpu_nodes.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        self._count_gpus(i, 1)
+        self._commonest_gpus()
+
+    def _count_gpus(self, i: int, k: int) -> None:
+        """Count node ``i`` in (``k`` 1) or out of (-1) the nodes by GPUs."""
+        gpus = self.node_gpus[i]
+        if gpus:
+            n = self.gpu_nodes[gpus] = self.gpu_nodes.get(gpus, 0) + k
+            if not n:
+                del self.gpu_nodes[gpus]
+
+    def _commonest_gpus(self) -> None:
+        if self.gpu_nodes:
+            self.g = max(self.gpu_nodes.items(), key=lambda kv: (kv[1], kv[0]))[0]
         if self.core is not None:
             self.core.g = self.g
+
+    def gone(self, t: float, after_s: float) -> list[int]:
+        """Nodes believed on with no job whose last NodeStatus is over ``after_s`` old."""
+        seen, state, jobs_on = self.seen, self.state, self.jobs_on
+        return [
+            i
+            for i in range(len(self.names))
+            if state[i] == ON and not jobs_on[i] and -math.inf < seen[i] < t - after_s
+        ]
+
+    def forget(self, gone: list[int]) -> None:
+        """Drop nodes ``gone`` (on, no job): every node number is renumbered."""
+        drop = set(gone)
+        keep = [i for i in range(len(self.names)) if i not in drop]
+        new = {old: k for k, old in enumerate(keep)}
+        for i in drop:
+            self._count_gpus(i, -1)
+        self._commonest_gpus()
+        self.names = [self.names[i] for i in keep]
+        self.index = {n: k for k, n in enumerate(self.names)}
+        for attr in ("state", "jobs_on", "status_busy", "cycles", "advised_at", "node_gpus"):
+            col = getattr(self, attr)
+            setattr(self, attr, [col[i] for i in keep])
+        self.seen = array("d", [self.seen[i] for i in keep])
+        self.idle = {new[i]: v for i, v in self.idle.items() if i in new}
+        self.boots = [(r, new[i]) for r, i in self.boots if i in new]
+        heapq.heapify(self.boots)
+        self.running = {
+            j: (e, g, tuple(new[i] for i in ns)) for j, (e, g, ns) in self.running.items()
+        }
+        for attr in ("ready_at", "woken", "wake_failed"):
+            d = getattr(self, attr)
+            setattr(self, attr, {new[i]: v for i, v in d.items() if i in new})
+        if self.core is not None:
+            self.core.renumber(new)
+        self.version += 1
 
     # -- the view ------------------------------------------------------------------
     def node_counts(self) -> dict[str, int]:
@@ -194,6 +251,7 @@ class JobsCluster:
         self.cycles.append(0)
         self.advised_at.append(_NAN)
         self.node_gpus.append(0)
+        self.seen.append(-math.inf)
         if idle:
             self._became_idle(i, t)
         return i
@@ -327,11 +385,17 @@ def _record(c: JobsCluster, i: int) -> tuple[object, ...]:
 
 def apply_node_status(c: JobsCluster, ns: NodeStatus, t: float, confirm_s: float) -> bool:
     """Apply a NodeStatus; whether the node's power or use changed for the policy. Any
-    change of the node's record bumps ``c.version`` (the checkpoint is re-encoded)."""
-    new = ns.node not in c.index
+    change of the node's record bumps ``c.version`` (the checkpoint is re-encoded). One
+    older than the node's last applied is out of date (a late copy, or a redelivery
+    after a crash): ignored."""
+    j = c.index.get(ns.node)
+    if j is not None and ns.time < c.seen[j]:
+        return False
+    new = j is None
     busy = ns.busy_gpus > 0 or bool(ns.running_jobs)
     i = c.node(ns.node, t, idle=ns.powered_on and not busy)
     before = _record(c, i)
+    c.seen[i] = ns.time
     c.status_busy[i] = busy
     c.set_gpus(i, ns.num_gpus)
     applied = _power_report(c, i, ns, t, confirm_s)

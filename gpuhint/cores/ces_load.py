@@ -52,6 +52,23 @@ _OFF, _ALWAYS, _FRESH = 0, 1, 2
 job, or never sent a NodeStatus); used while its last NodeStatus is fresh."""
 
 
+FORGET_AFTER_S = 7 * 86400.0
+"""A node with no job that has not reported for a week left the cluster (removed or
+renamed): the tracker forgets it (no longer counted, named to wake, nor checkpointed)."""
+
+
+_COLUMNS = (
+    "num_gpus",
+    "busy_gpus",
+    "status_jobs",
+    "powered_on",
+    "healthy",
+    "idle_since",
+    "last_seen",
+)
+"""The per-node columns (node number -> value) a checkpoint holds."""
+
+
 def _col(code: str, n: int = 0, v: float = 0) -> array[Any]:
     return array(code, [v]) * n if n else array(code)
 
@@ -77,13 +94,15 @@ class _Tracked:
     Persistent (pickled as the columns' buffers, the name list as one cached blob):
     ``names``/``index``, the per-node columns, ``jobs`` (node number -> job
     ids placed on it, only non-empty sets), ``slot`` and ``peak_used``. Derived (rebuilt
-    on unpickling, not saved): the used-node counters. Used nodes whose count depends on
-    the time (``_FRESH``: used per their NodeStatus, no placed job) sit in two lazy heaps
-    split at the last query time ``T``: ``above`` (fresh at ``T``: counted, min-heap of
-    a key <= their ``last_seen``) and ``below`` (stale at ``T``, max-heap of their exact
-    ``last_seen``). A query at another time moves only the nodes that cross it, so a
-    NodeStatus costs O(1) amortized (plus a heap push when a node joins or goes back in
-    time) whatever the cluster's size.
+    on unpickling, not saved): ``placed`` (job id -> its node numbers, the inverse of
+    ``jobs``: a finish frees every node its job was placed on) and the used-node
+    counters. Used nodes whose count depends on the time (``_FRESH``: used per their
+    NodeStatus, no placed job) sit in two lazy heaps split at the last query time
+    ``T``: ``above`` (fresh at ``T``: counted, min-heap of a key <= their ``last_seen``)
+    and ``below`` (stale at ``T``, max-heap of their exact ``last_seen``). A query at
+    another time moves only the nodes that cross it, so a NodeStatus costs O(1)
+    amortized (plus a heap push when a node joins or goes back in time) whatever the
+    cluster's size.
     """
 
     __module__ = "gpuhint.cores.ces"  # the path checkpoints (pickles) name it by
@@ -106,23 +125,11 @@ class _Tracked:
 
     # -- persistence: columns only; the counters are rebuilt ------------------------
 
-    _SAVED = (
-        "names",
-        "num_gpus",
-        "busy_gpus",
-        "status_jobs",
-        "powered_on",
-        "healthy",
-        "idle_since",
-        "last_seen",
-        "jobs",
-        "slot",
-        "peak_used",
-    )
+    _SAVED = ("names", *_COLUMNS, "jobs", "slot", "peak_used")
 
     def __getstate__(self) -> dict[str, Any]:
         state = {k: getattr(self, k) for k in self._SAVED}
-        # names only ever get appended: pickle the list again only when it grew
+        # names get appended (or dropped, resetting the cache): pickle again when it grew
         cached: tuple[int, bytes] | None = self.__dict__.get("_names_blob")
         if cached is None or cached[0] != len(self.names):
             cached = self._names_blob = (len(self.names), pickle.dumps(self.names, protocol=5))
@@ -150,6 +157,10 @@ class _Tracked:
 
     def _derive(self) -> None:
         n = len(self.names)
+        self.placed: dict[str, set[int]] = {}
+        for i, ids in self.jobs.items():
+            for job in ids:
+                self.placed.setdefault(job, set()).add(i)
         self.cat = _col("b", n)
         self.side = _col("b", n)  # _FRESH nodes: 1 in ``above``, 0 in ``below``
         self.token = _col("q", n)  # the valid heap entry's token
@@ -164,6 +175,32 @@ class _Tracked:
             self.settle(i)
 
     # -- nodes ------------------------------------------------------------------------
+
+    def gone(self, time: float, after_s: float) -> list[int]:
+        """Nodes with no placed job not heard of for over ``after_s`` at ``time``: no
+        report (or, never reported, freed of their last job) since ``time - after_s``."""
+        out = []
+        for i in range(len(self.names)):
+            seen = self.last_seen[i]
+            if seen != seen:  # NaN: known from placements only, since its last job ended
+                seen = self.idle_since[i]
+            if i not in self.jobs and time - seen > after_s:  # NaN compares False: kept
+                out.append(i)
+        return out
+
+    def forget(self, gone: list[int]) -> None:
+        """Drop nodes ``gone`` (no job placed on them): columns rebuilt, counters too."""
+        drop = set(gone)
+        keep = [i for i in range(len(self.names)) if i not in drop]
+        renum = {old: new for new, old in enumerate(keep)}
+        self.names = [self.names[i] for i in keep]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        for attr in _COLUMNS:
+            col = getattr(self, attr)
+            setattr(self, attr, array(col.typecode, [col[i] for i in keep]))
+        self.jobs = {renum[i]: ids for i, ids in self.jobs.items()}
+        self._names_blob = None  # the list changed, not only grew
+        self._derive()
 
     def add(self, name: str) -> int:
         i = len(self.names)
@@ -271,7 +308,8 @@ class ClusterLoadTracker:
     """Derives used/idle/powered-on nodes per cluster and closes 10-minute slots.
 
     A node is *used* when its latest NodeStatus has ``busy_gpus > 0`` (or running jobs)
-    or a job started on it (JobEvent ``started`` with ``nodes``) has not finished.
+    or a job started on it (JobEvent ``started`` with ``nodes``) has not finished (its
+    ``finished`` frees every node it was placed on, whichever nodes that event lists).
     Each event's time drives the slot clock: when an event falls in a later slot, the
     slots before it close and come back as :class:`SlotObservation` (peak used over the
     slot), ready for :meth:`CesEngine.observe`. Events must come roughly in time order;
@@ -279,6 +317,8 @@ class ClusterLoadTracker:
     node's last one applied (out of date: ignored). A node is *powered on* while it says so
     and has reported within ``stale_after_s`` (default 2 minutes): a node that was
     powered down falls silent, and the policy then sees it off and can name it to wake.
+    One silent for ``forget_after_s`` (a week; None: never) with no job placed on it left
+    the cluster (removed, renamed): it is forgotten at the next slot's start.
 
     Cost: a NodeStatus or a job placement updates the node's columns and the used-node
     counters in O(1) amortized (silence is expired lazily, see :class:`_Tracked`); only
@@ -295,12 +335,19 @@ class ClusterLoadTracker:
     """
 
     def __init__(
-        self, slot_s: int = 600, max_gap_slots: int = 144, stale_after_s: float | None = None
+        self,
+        slot_s: int = 600,
+        max_gap_slots: int = 144,
+        stale_after_s: float | None = None,
+        forget_after_s: float | None = FORGET_AFTER_S,
     ) -> None:
         self.slot_s = slot_s
         self.max_gap_slots = max_gap_slots
         # Agents report every 10 s by default: two minutes of silence means powered off.
         self.stale_after_s = float(stale_after_s if stale_after_s is not None else min(slot_s, 120))
+        if forget_after_s is not None and not forget_after_s >= self.stale_after_s:
+            raise ValueError("forget_after_s must be >= stale_after_s (or None: never)")
+        self.forget_after_s = forget_after_s
         self.clusters: dict[str, _Tracked] = {}
 
     def _tick(self, cluster: str, time: float) -> tuple[_Tracked, list[SlotObservation]]:
@@ -318,6 +365,10 @@ class ClusterLoadTracker:
                 out.append(self._observation(cluster, c, s))
                 c.peak_used = c.count_used(time, self.stale_after_s)
             c.slot = k
+            if self.forget_after_s is not None:
+                gone = c.gone(k * self.slot_s, self.forget_after_s)
+                if gone:
+                    c.forget(gone)
         return c, out
 
     def _observation(self, cluster: str, c: _Tracked, slot: int) -> SlotObservation:
@@ -389,14 +440,19 @@ class ClusterLoadTracker:
         return out
 
     def on_job_event(self, ev: JobEvent) -> list[SlotObservation]:
-        """Apply a job start/finish placed on ``ev.nodes``; return the slots it closed."""
+        """Apply a job start (placed on ``ev.nodes``) or finish (frees every node the job
+        was placed on, listed in ``ev.nodes`` or not); return the slots it closed."""
         c, out = self._tick(ev.cluster, ev.time)
-        if ev.phase is JobPhase.SUBMITTED or not ev.nodes:
+        if ev.phase is JobPhase.SUBMITTED:
             return out
-        for name in ev.nodes:
-            i = c.index.get(name)
-            if i is None:
-                i = c.add(name)
+        nodes = [i if (i := c.index.get(name)) is not None else c.add(name) for name in ev.nodes]
+        if ev.phase is JobPhase.STARTED:
+            if nodes:
+                c.placed.setdefault(ev.job_id, set()).update(nodes)
+        else:
+            placed = c.placed.pop(ev.job_id, set())
+            nodes += sorted(placed.difference(nodes))
+        for i in nodes:
             was = c.used(i)
             if ev.phase is JobPhase.STARTED:
                 c.jobs.setdefault(i, set()).add(ev.job_id)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
+
+import pytest
+
 from gpuhint.cores.ces import CesEngine, ClusterLoadTracker, SlotObservation
 from gpuhint.cores.sink import InMemoryStore
 from gpuhint.wire.contract import JobEvent, NodeStatus, PowerAction
@@ -82,10 +86,10 @@ def test_tracker_derives_used_idle_and_closes_slots() -> None:
     assert [o.time for o in out] == [0.0, 600.0]
     first, second = out
     assert first.used == 2  # a and b were both busy within slot 0: the peak counts
-    assert second.used == 1
+    assert second.used == 0  # j's finish freed both its nodes, listed or not
     assert first.total == 4 and first.active == 3 and first.off_nodes == ("d",)
-    # idle nodes, longest idle first: c (since t=2), then b (freed at t=100)
-    assert [n for n, _ in second.idle_nodes] == ["c", "b"]
+    # idle nodes, longest idle first: c (since t=2), then a and b (freed at t=100)
+    assert [n for n, _ in second.idle_nodes] == ["c", "a", "b"]
 
 
 def test_tracker_busy_gpus_mean_used() -> None:
@@ -113,3 +117,58 @@ def test_a_node_that_stops_reporting_counts_as_off_and_can_be_woken() -> None:
     assert first.used == 1 and first.idle_nodes == ()
     assert second.active == 2 and second.off_nodes == ()  # it is back
     assert [n for n, _ in second.idle_nodes] == ["quiet"]
+
+
+@pytest.mark.parametrize("listed", [(), ("a",)])
+def test_a_finish_frees_every_node_of_its_job(listed: tuple[str, ...]) -> None:
+    """A ``finished`` that lists none (or only some) of the job's nodes still frees them
+    all: they must not count as used forever, nor stay in the checkpoint."""
+    t = ClusterLoadTracker(slot_s=600, stale_after_s=600)
+    start = JobEvent(phase="started", job_id="j", time=10, submit_time=0, nodes=("a", "b"))
+    t.on_job_event(start)
+    t.on_job_event(JobEvent(phase="finished", job_id="j", time=100, submit_time=0, nodes=listed))
+    c = t.clusters["default"]
+    assert c.jobs == {} and c.placed == {}
+    (obs,) = t.tick("default", 1300.0)[1:]
+    assert obs.used == 0 and [n for n, _ in obs.idle_nodes] == ["a", "b"]
+    assert [since for _, since in obs.idle_nodes] == [100.0, 100.0]
+
+
+def test_a_job_still_running_after_a_restart_is_freed_by_its_finish() -> None:
+    """The job -> nodes index is rebuilt from a checkpoint (it is not saved)."""
+    t = ClusterLoadTracker(slot_s=600, stale_after_s=600)
+    t.on_job_event(JobEvent(phase="started", job_id="j", time=10, submit_time=0, nodes=("a", "b")))
+    t.clusters = pickle.loads(pickle.dumps(t.clusters, protocol=pickle.HIGHEST_PROTOCOL))
+    t.on_job_event(JobEvent(phase="finished", job_id="j", time=100, submit_time=0))
+    (obs,) = t.tick("default", 600.0)
+    assert obs.used == 2  # the peak of slot 0
+    c = t.clusters["default"]
+    assert c.jobs == {} and c.count_used(600.0, 600.0) == 0
+
+
+DAY = 86400.0
+
+
+def test_a_node_renamed_or_removed_is_forgotten_after_a_week() -> None:
+    """A node silent for ``forget_after_s`` (and no job on it) left the cluster: it is
+    neither counted nor named to wake, and leaves the checkpoint; a later report of it
+    brings it back."""
+    t = ClusterLoadTracker(slot_s=600, stale_after_s=120)
+    t.on_node_status(NodeStatus(node="old", time=0, num_gpus=8))
+    t.on_job_event(JobEvent(phase="started", job_id="j", time=5, submit_time=0, nodes=("x",)))
+    t.on_job_event(JobEvent(phase="finished", job_id="j", time=6, submit_time=0, nodes=("x",)))
+    t.on_job_event(  # a job placed on a silent node keeps it
+        JobEvent(phase="started", job_id="k", time=7, submit_time=0, nodes=("held",))
+    )
+    obs: list[SlotObservation] = []
+    for s in range(60, int(8 * DAY), 60):
+        obs += t.on_node_status(NodeStatus(node="new", time=s, num_gpus=8))
+    week = [o for o in obs if o.time >= 7 * DAY + 600]
+    assert week and all(o.total == 2 and o.off_nodes == () for o in week)
+    assert obs[0].total == 4 and obs[0].off_nodes == ("old",)
+    c = t.clusters["default"]
+    assert c.names == ["held", "new"] and c.placed == {"k": {0}}
+    assert len(pickle.dumps(c)) < 2000
+    t.on_node_status(NodeStatus(node="old", time=8 * DAY + 590, num_gpus=8))
+    (back,) = t.tick("default", 8 * DAY + 600)
+    assert back.total == 3 and [n for n, _ in back.idle_nodes] == ["old"]

@@ -5,10 +5,16 @@ job, nodes of other sizes, and checkpoints taken in the middle of all that."""
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
-from gpuhint.cores.ces_jobs import OFF, JobsCesConfig, JobsCesEngine
+from gpuhint.cores.ces_jobs import OFF, ON, JobsCesConfig, JobsCesEngine
 from gpuhint.cores.ces_jobs_state import JobsCluster
-from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor, make_processor
+from gpuhint.cores.pipeline.cluster_load import (
+    ClusterLoadProcessor,
+    make_jobs_config,
+    make_processor,
+)
+from gpuhint.cores.sink import InMemoryStore
 from gpuhint.wire import pickles
 from gpuhint.wire.contract import JobEvent, NodeStatus
 from models.power_jobs import JobAwareConfig
@@ -120,6 +126,67 @@ def test_the_finished_jobs_survive_a_restart() -> None:
     assert q.jobs.clusters["default"].head_gpus() is None
 
 
+def test_a_late_older_node_status_does_not_undo_a_newer_one() -> None:
+    """A copy of a's report from before it was powered off arrives late: a stays off
+    (not believed on and idle, capacity the policy would count on)."""
+    eng = _eng()
+    eng.on_message(NodeStatus(node="a", time=0, num_gpus=8))
+    eng.on_message(NodeStatus(node="a", time=100, num_gpus=8, powered_on=False))
+    eng.on_message(NodeStatus(node="a", time=50, num_gpus=8))  # late
+    c = eng.cluster("default")
+    assert c.state[c.index["a"]] == OFF and c.index["a"] not in c.idle
+
+
+def test_node_statuses_redelivered_after_a_crash_change_nothing() -> None:
+    """The worker re-applies a batch after a crash on top of the checkpoint that holds
+    it: a's idle time (since 100) must not restart at the clock (200)."""
+    table: dict[str, bytes] = {}
+    p = _proc(table, min_idle_s=3600)
+    batch = [
+        NodeStatus(node="a", time=0, num_gpus=8, busy_gpus=8),
+        NodeStatus(node="b", time=0, num_gpus=8),
+        NodeStatus(node="a", time=100, num_gpus=8),
+        NodeStatus(node="b", time=200, num_gpus=8),
+    ]
+    for m in batch:
+        p.on_message(m)
+    p.checkpoint_dirty()  # ... and the worker dies before committing the batch's offsets
+    q = _proc(table, min_idle_s=3600)
+    for m in batch:
+        q.on_message(m)
+    assert p.jobs is not None and q.jobs is not None
+    live, back = p.jobs.clusters["default"], q.jobs.clusters["default"]
+    assert back.idle == live.idle == {1: 0.0, 0: 100.0}
+    assert list(back.idle) == list(live.idle)
+
+
+def test_a_late_node_status_after_a_restart_is_ignored_as_without_it() -> None:
+    """b's report at 115 changed nothing but its time (the state was not re-encoded):
+    the checkpoint still knows it, so a late copy of 112 saying off is ignored."""
+    table: dict[str, bytes] = {}
+    p = _proc(table, min_idle_s=3600)
+    batches = [
+        [
+            NodeStatus(node="a", time=0, num_gpus=8, busy_gpus=8),
+            NodeStatus(node="b", time=0, num_gpus=8),
+            NodeStatus(node="a", time=100, num_gpus=8),
+        ],
+        [NodeStatus(node="a", time=110, num_gpus=8)],
+        [NodeStatus(node="b", time=115, num_gpus=8)],
+    ]
+    for batch in batches:
+        for m in batch:
+            p.on_message(m)
+        p.checkpoint_dirty()
+    q = _proc(table, min_idle_s=3600)
+    late = NodeStatus(node="b", time=112, num_gpus=8, powered_on=False)
+    p.on_message(late)
+    q.on_message(late)
+    assert p.jobs is not None and q.jobs is not None
+    live, back = p.jobs.clusters["default"], q.jobs.clusters["default"]
+    assert back.state == live.state == [ON, ON] and back.idle == live.idle
+
+
 # -- checkpoints -------------------------------------------------------------------
 
 
@@ -155,14 +222,14 @@ def test_a_restart_after_a_status_in_the_confirm_window_decides_alike() -> None:
         p.on_message(m)
         p.checkpoint_dirty()
     q = _proc(table)
-    tail = [
+    tail: list[JobEvent | NodeStatus] = [
         _ev("started", "j", 20, ("a",)),
         _ev("finished", "j", 400, ("a",)),
         NodeStatus(node="b", time=2000, num_gpus=8, powered_on=False),
     ]
-    for m in tail:
-        p.on_message(m)
-        q.on_message(m)
+    for msg in tail:
+        p.on_message(msg)
+        q.on_message(msg)
     assert p.jobs is not None and q.jobs is not None
     assert q.jobs.flush("default") == p.jobs.flush("default")
 
@@ -197,7 +264,7 @@ def test_a_checkpoint_of_before_the_new_fields_still_loads() -> None:
     eng = _eng()
     _ran_one_job(eng)
     c = eng.cluster("default")
-    for name in ("finished", "woken", "wake_failed", "node_gpus", "gpu_nodes", "g"):
+    for name in ("finished", "woken", "wake_failed", "node_gpus", "gpu_nodes", "g", "seen"):
         del c.__dict__[name]
     old = pickle.dumps(c, protocol=0).replace(
         b"gpuhint.cores.ces_jobs_state", b"gpuhint.cores.ces_jobs"
@@ -205,6 +272,7 @@ def test_a_checkpoint_of_before_the_new_fields_still_loads() -> None:
     back = pickles.loads(old)
     assert isinstance(back, JobsCluster)
     assert (back.finished, back.node_gpus, back.g) == ({}, [0, 0], 8)
+    assert list(back.seen) == [float("-inf")] * 2
     eng.clusters["default"] = back
     eng.on_message(NodeStatus(node="a", time=100, num_gpus=4))
     assert back.g == 4
@@ -339,3 +407,50 @@ def test_a_checkpoint_with_the_finished_ids_themselves_still_refuses_their_resen
     assert "j" not in back.queue and len(back.core.arrivals) == arrivals
     eng.on_message(_ev("submitted", "k", 41, submit=41))
     assert "k" in back.queue and len(back.core.arrivals) == arrivals + 1
+
+
+def test_an_unreadable_job_aware_checkpoint_does_not_stop_the_worker() -> None:
+    """A checkpoint whose job-aware part cannot be read is ignored (logged) as a wholly
+    unreadable one is: the cluster starts afresh instead of every message raising."""
+    table = {"default": pickle.dumps((3, None, None, (b"not a pickle", 0.0)))}
+    p = _proc(table)
+    p.on_message(NodeStatus(node="a", time=0, num_gpus=8))
+    assert p.jobs is not None
+    assert p.jobs.clusters["default"].names == ["a"]
+
+
+# -- nodes that leave the cluster ------------------------------------------------------
+
+
+def test_a_node_silent_for_a_week_while_believed_on_is_forgotten() -> None:
+    """b was removed (or renamed): its last report said on and idle, then nothing. It
+    must not stay idle capacity (and a power-down candidate) forever; c, off and silent,
+    stays (a node to wake); after a restart the cluster decides alike."""
+    store = InMemoryStore()
+    cfg = make_jobs_config()
+    cfg = replace(cfg, policy=JobAwareConfig(warmup_s=0, min_idle_s=30 * 86400.0))
+    eng = JobsCesEngine(store, cfg)
+    eng.on_message(NodeStatus(node="b", time=0, num_gpus=8))
+    eng.on_message(NodeStatus(node="c", time=0, num_gpus=8, powered_on=False))
+    c = eng.cluster("default")
+    for t in range(0, 8 * 86400, 600):
+        eng.on_message(NodeStatus(node="a", time=t, num_gpus=4))
+        if t == 6 * 86400:
+            assert c.names == ["b", "c", "a"] and c.index["b"] in c.idle
+            eng.on_message(_ev("started", "j", t, ("a",), submit=t))  # runs past the sweep
+        if t == 7.5 * 86400:
+            assert c.running["j"][2] == (1,)  # renumbered with its node
+            eng.on_message(_ev("finished", "j", t, ("a",), submit=6 * 86400))
+    assert c.names == ["c", "a"] and c.idle == {1: 7.5 * 86400} and c.jobs_on == [0, 0]
+    assert c.index == {"c": 0, "a": 1} and c.state == [OFF, ON] and c.seen[0] == 0.0
+    assert c.gpu_nodes == {8: 1, 4: 1}
+    store.flush()
+    adv = store.get_advisory("default")
+    assert adv is not None and adv.total_nodes == 2 and adv.off_nodes == ("c",)
+    back = pickles.loads(pickle.dumps(c))
+    eng.on_message(NodeStatus(node="b", time=8 * 86400, num_gpus=8))  # it came back
+    assert c.names == ["c", "a", "b"] and c.index["b"] in c.idle
+    again = JobsCesEngine(None, cfg)
+    again.clusters["default"] = back
+    again.on_message(NodeStatus(node="b", time=8 * 86400, num_gpus=8))
+    assert (back.names, back.idle, back.state) == (c.names, c.idle, c.state)

@@ -16,9 +16,11 @@ and QSSF hint of the cluster (the message path forwards them when :attr:`wants_j
 it writes the power advisories, and the slot engine only the ClusterLoad.
 
 Checkpoint format (version 3): ``pickle((3, tracked, engine_blob, jobs))``, ``jobs`` the
-job-aware engine's cluster state as ``(blob, clock)`` (None without it): the pickled
-:class:`~gpuhint.cores.ces_jobs.JobsCluster`, re-encoded only when its ``version`` moved
-(most NodeStatus change nothing there but the clock, saved beside it); version 2 lacks it.
+job-aware engine's cluster state as ``(blob, clock, seen)`` (None without it): the
+pickled :class:`~gpuhint.cores.ces_jobs.JobsCluster`, re-encoded only when its
+``version`` moved (most NodeStatus change nothing there but the clock and the node's
+last report time, saved beside it: ``seen``, the raw bytes of its float64 column;
+older checkpoints lack it); version 2 lacks ``jobs``.
 ``tracked`` pickles as the tracker's node columns (``array`` buffers, copied whole: no
 object per node; the used-node counters are rebuilt on load). ``engine_blob`` is the
 forecaster + policy pickled on its own and reused while no slot closed (they change only
@@ -31,11 +33,13 @@ from __future__ import annotations
 
 import logging
 import pickle
+from array import array
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuhint.cores.ces import CesEngine, ClusterLoadTracker, SlotObservation
-from gpuhint.cores.ces_jobs import JobsCesConfig, JobsCesEngine
+from gpuhint.cores.ces_jobs import JobsCesConfig, JobsCesEngine, JobsCluster
+from gpuhint.cores.ces_load import FORGET_AFTER_S
 from gpuhint.cores.pipeline.state_table import DEFAULT_MAX_RECORD_BYTES, SplitRecords
 from gpuhint.cores.sink import HintStore
 from gpuhint.wire import pickles
@@ -100,6 +104,9 @@ class ClusterLoadProcessor:
                 return
             if version >= 2 and engine_state is not None:
                 engine_state = pickles.loads(engine_state)
+            jobs = None
+            if rest and rest[0] is not None and self.jobs is not None:
+                jobs = _jobs_state(*rest[0])
         except Exception as exc:  # a corrupt checkpoint must not stop the worker
             log.warning("ignoring unreadable CES checkpoint of %s: %s", cluster, exc)
             return
@@ -107,10 +114,7 @@ class ClusterLoadProcessor:
             self.tracker.clusters[cluster] = tracked
         if engine_state is not None:
             self.engine.clusters[cluster] = engine_state
-        if rest and rest[0] is not None and self.jobs is not None:
-            blob, clock = rest[0]
-            jobs = pickles.loads(blob)
-            jobs.t_last = clock
+        if jobs is not None and self.jobs is not None:
             self.jobs.clusters[cluster] = jobs
         log.info("restored CES state of cluster %s", cluster)
 
@@ -171,9 +175,9 @@ class ClusterLoadProcessor:
         self._engine_blobs[cluster] = (state, state.slot, blob)
         return blob
 
-    def _jobs_blob(self, cluster: str) -> tuple[bytes, float] | None:
-        """The job-aware state of ``cluster`` pickled (re-encoded only when it changed)
-        and its clock."""
+    def _jobs_blob(self, cluster: str) -> tuple[bytes, float, bytes] | None:
+        """The job-aware state of ``cluster`` pickled (re-encoded only when it changed),
+        its clock and its nodes' last report times."""
         c = self.jobs.clusters.get(cluster) if self.jobs is not None else None
         if c is None:
             return None
@@ -181,7 +185,7 @@ class ClusterLoadProcessor:
         if cached is None or cached[0] is not c or cached[1] != c.version:
             blob = pickle.dumps(c, protocol=pickle.HIGHEST_PROTOCOL)
             cached = self._jobs_blobs[cluster] = (c, c.version, blob)
-        return cached[2], c.t_last
+        return cached[2], c.t_last, c.seen.tobytes()
 
     def checkpoint(self, cluster: str) -> None:
         """Save ``cluster``'s state (see the module's note on the format)."""
@@ -204,6 +208,18 @@ class ClusterLoadProcessor:
         self.checkpoints.pop(key, None)  # type: ignore[attr-defined]
 
 
+def _jobs_state(blob: bytes, clock: float, seen: bytes | None = None) -> JobsCluster:
+    """The job-aware cluster of a checkpoint: its pickle, clock and report times."""
+    jobs = pickles.loads(blob)
+    if not isinstance(jobs, JobsCluster):
+        raise TypeError(f"job-aware state is a {type(jobs).__name__}")
+    jobs.t_last = clock
+    if seen is not None and len(seen) == 8 * len(jobs.names):
+        jobs.seen = array("d")
+        jobs.seen.frombytes(seen)
+    return jobs
+
+
 def make_jobs_config(
     quantile: float = 0.98,
     boot_s: float = 300.0,
@@ -213,13 +229,15 @@ def make_jobs_config(
     confirm_s: float = 300.0,
 ) -> JobsCesConfig:
     """The job-aware engine's configuration from the worker's settings (a cluster
-    advisory at least once per CES slot)."""
+    advisory at least once per CES slot; a node silent for a week while believed on left
+    the cluster, as the load tracker's)."""
     return JobsCesConfig(
         JobAwareConfig(quantile=quantile, max_cycles_per_day=max_cycles_per_day),
         PowerModel(boot_s=boot_s),
         watts_per_node=watts_per_node,
         heartbeat_s=float(slot_s),
         confirm_s=confirm_s,
+        forget_after_s=FORGET_AFTER_S,
     )
 
 

@@ -212,6 +212,12 @@ class Settings(BaseSettings):
     ces_stale_after_s: float = Field(
         120.0, gt=0, description="a node silent this long counts as powered off"
     )
+    ces_forget_node_after_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="a node with no job silent this long left the cluster (removed, "
+        "renamed): no longer counted, named in advice nor checkpointed",
+    )
     ces_policy: Literal["jobs", "series"] = Field(
         "jobs",
         description="worker: power advice from the job events (queue, predicted ends, "
@@ -292,6 +298,16 @@ class Settings(BaseSettings):
             if db and (not db.isdigit() or int(db) > 15):
                 raise ValueError(f"Redis db {db!r} in the URL path is not a number 0-15")
         return value
+
+    @model_validator(mode="after")
+    def _ces_forget_after_stale(self) -> Self:
+        if self.ces_forget_node_after_s < self.ces_stale_after_s:
+            raise _FieldsError(
+                "a node must count as powered off (GPUHINT_CES_STALE_AFTER_S) before it is "
+                "forgotten (GPUHINT_CES_FORGET_NODE_AFTER_S)",
+                "ces_forget_node_after_s",
+            )
+        return self
 
     @model_validator(mode="after")
     def _kafka_security(self) -> Self:

@@ -227,6 +227,7 @@ def make_jobs_config(
     slot_s: int = 600,
     max_cycles_per_day: int = 6,
     confirm_s: float = 300.0,
+    forget_after_s: float = FORGET_AFTER_S,
 ) -> JobsCesConfig:
     """The job-aware engine's configuration from the worker's settings (a cluster
     advisory at least once per CES slot; a node silent for a week while believed on left
@@ -237,7 +238,7 @@ def make_jobs_config(
         watts_per_node=watts_per_node,
         heartbeat_s=float(slot_s),
         confirm_s=confirm_s,
-        forget_after_s=FORGET_AFTER_S,
+        forget_after_s=forget_after_s,
     )
 
 
@@ -248,6 +249,7 @@ def make_processor(
     slot_s: int = 600,
     watts_per_node: float = 700.0,
     stale_after_s: float | None = None,
+    forget_after_s: float = FORGET_AFTER_S,
     checkpoints: Mapping[str, bytes] | None = None,
     on_save: Callable[[str, bytes], None] | None = None,
     jobs_config: JobsCesConfig | None = None,
@@ -268,7 +270,9 @@ def make_processor(
     if policy == "jobs":
         cfg = jobs_config or make_jobs_config(watts_per_node=watts_per_node, slot_s=slot_s)
         jobs = JobsCesEngine(store, cfg)
-    tracker = ClusterLoadTracker(slot_s=slot_s, stale_after_s=stale_after_s)
+    tracker = ClusterLoadTracker(
+        slot_s=slot_s, stale_after_s=stale_after_s, forget_after_s=forget_after_s
+    )
     return ClusterLoadProcessor(
         tracker,
         engine,
@@ -294,6 +298,7 @@ def processor_from_settings(
         slot_s=settings.ces_slot_s,
         watts_per_node=settings.ces_watts_per_node,
         stale_after_s=min(settings.ces_stale_after_s, settings.ces_slot_s),
+        forget_after_s=settings.ces_forget_node_after_s,
         jobs_config=make_jobs_config(
             settings.ces_quantile,
             settings.ces_boot_s,
@@ -301,6 +306,7 @@ def processor_from_settings(
             settings.ces_slot_s,
             settings.ces_max_cycles_per_node_day,
             settings.ces_confirm_s,
+            settings.ces_forget_node_after_s,
         ),
         checkpoints=checkpoints,
         on_save=on_save,

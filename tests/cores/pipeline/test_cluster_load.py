@@ -190,3 +190,17 @@ def test_the_worker_settings_reach_the_job_aware_engine(monkeypatch: pytest.Monk
     assert cfg.policy.quantile == 0.9 and cfg.policy.max_cycles_per_day == 3
     assert cfg.power.boot_s == 120 and cfg.confirm_s == 1800
     assert Settings.model_fields["ces_confirm_s"].default == 300.0
+
+
+def test_the_forget_window_is_a_setting_of_both_ces_engines() -> None:
+    """GPUHINT_CES_FORGET_NODE_AFTER_S reaches the load tracker and the job-aware engine;
+    one shorter than the stale window is refused at load (one line, not a ValueError at
+    the worker's first message)."""
+    from gpuhint.cores.pipeline.cluster_load import processor_from_settings
+    from gpuhint.wire.config import ConfigError, load_settings
+
+    proc = processor_from_settings(load_settings(ces_forget_node_after_s=3600), None)
+    assert proc.tracker.forget_after_s == 3600
+    assert proc.jobs is not None and proc.jobs.cfg.forget_after_s == 3600
+    with pytest.raises(ConfigError, match="GPUHINT_CES_FORGET_NODE_AFTER_S"):
+        load_settings(ces_forget_node_after_s=60)

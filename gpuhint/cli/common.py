@@ -15,14 +15,8 @@ from typing import Any
 from gpuhint.lab.json_out import finite
 from gpuhint.lab.traces.readers import OnError, TraceError, TraceRead, read_trace
 from gpuhint.lab.traces.records import open_binary
-from gpuhint.wire.config import (
-    ConfigError,
-    Settings,
-    config_path,
-    load_settings,
-    section_values,
-    unknown_env,
-)
+from gpuhint.wire.command_config import section_values, unknown_env
+from gpuhint.wire.config import ConfigError, Settings, config_path, load_settings
 
 
 class UserError(Exception):
@@ -189,7 +183,7 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
     if p.exists() and not p.is_file() and not p.is_dir():
         raise UserError(f"{path}: not a regular file (a device or a pipe): save the trace first")
     try:
-        read = read_trace(path, fmt, on_error)  # type: ignore[arg-type]
+        read = read_trace(path, fmt, on_error, unique_ids=True)  # type: ignore[arg-type]
     except TraceError as exc:
         hint = (
             ""  # skipping cannot help: the format, or the document itself, is wrong
@@ -209,7 +203,8 @@ def load_trace(path: str | Path, fmt: str = "auto", on_error: OnError = "stop") 
         # unreadable, or a damaged / truncated gzip file
         raise UserError(f"{path}: cannot read: {exc}") from None
     if not read.jobs:
-        why = "".join(f"\n  skipped {e}" for e in read.errors[:5])
+        why = "".join(f"\n  {left_out_line(n, r)}" for r, n in read.left_out.items())
+        why += "".join(f"\n  skipped {e}" for e in read.errors[:5])
         if len(read.errors) > 5:
             why += f"\n  ... and {len(read.errors) - 5} more bad rows"
         raise UserError(f"{path}: no usable jobs in the trace{why}")
@@ -230,9 +225,21 @@ def _first_bad_utf8_line(path: Path) -> int | None:
     return None
 
 
+def left_out_line(n: int, why: str) -> str:
+    """One reason valid records are no jobs of the trace, counted.
+
+    >>> left_out_line(2, "pending or running (no history yet)")
+    'left out 2 jobs: pending or running (no history yet)'
+    """
+    return f"left out {n:,} job{'s' if n != 1 else ''}: {why}"
+
+
 def report_skipped(read: TraceRead, limit: int = 10) -> None:
+    """Say on stderr which records were left out (by reason) and which rows skipped."""
     import sys
 
+    for why, n in read.left_out.items():
+        print(left_out_line(n, why), file=sys.stderr)
     for err in read.errors[:limit]:
         print(f"skipped {err}", file=sys.stderr)
     if len(read.errors) > limit:

@@ -12,10 +12,8 @@ carry a password) are :class:`~pydantic.SecretStr` and never logged.
 from __future__ import annotations
 
 import contextvars
-import difflib
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
@@ -397,57 +395,6 @@ def config_path(config_file: str | Path | None = None) -> Path | None:
         what = "is a directory, not a TOML file" if path.is_dir() else "does not exist"
         raise ConfigError(f"config file {path} {what}")
     return path
-
-
-def section_values(path: Path | None, section: str) -> dict[str, Any]:
-    """A command's own settings in the TOML file: the table ``[section]`` and top-level
-    ``section_<name>`` keys, as ``{name: value}`` (both spellings of one name: an error).
-
-    >>> import tempfile
-    >>> f = Path(tempfile.mkdtemp()) / "g.toml"
-    >>> _ = f.write_text('slurm_rate = 500\\n[slurm]\\nmin_idle = 2\\n')
-    >>> section_values(f, "slurm")
-    {'min_idle': 2, 'rate': 500}
-    """
-    if path is None:
-        return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read configuration file {path}: {exc}") from None
-    table = data.get(section, {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: {section} must be a table ([{section}])")
-    out = dict(table)
-    for key, value in data.items():
-        if key.startswith(section + "_"):
-            name = key.removeprefix(section + "_")
-            if name in out:
-                raise ConfigError(f"{path}: {key} and [{section}] {name} both set; keep one")
-            out[name] = value
-    return out
-
-
-def unknown_env(
-    known: set[str], environ: dict[str, str] | None = None
-) -> list[tuple[str, str | None]]:
-    """``GPUHINT_*`` variables no setting reads, each with the closest known name.
-
-    >>> unknown_env({"GPUHINT_CLUSTER"}, {"GPUHINT_CLUSTR": "x", "GPUHINT_CLUSTER": "y"})
-    [('GPUHINT_CLUSTR', 'GPUHINT_CLUSTER')]
-    """
-    env = os.environ if environ is None else environ
-    names = known | {f"GPUHINT_{f}".upper() for f in Settings.model_fields} | OTHER_ENV
-    out = []
-    for name in sorted(env):
-        upper = name.upper()
-        if not upper.startswith("GPUHINT_") or upper in names:
-            continue
-        if upper.startswith(OTHER_ENV_PREFIXES):
-            continue
-        close = difflib.get_close_matches(upper, names, n=1, cutoff=0.75)
-        out.append((name, close[0] if close else None))
-    return out
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:

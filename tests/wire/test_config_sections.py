@@ -12,7 +12,8 @@ import pytest
 from gpuhint.cli.common import UserError, command_env_names, section_settings, warn_unknown_env
 from gpuhint.kueue.settings import KueueSettings, load_kueue_settings
 from gpuhint.slurm.settings import SlurmSettings, load_slurm_settings
-from gpuhint.wire.config import ConfigError, load_settings, section_values, unknown_env
+from gpuhint.wire.command_config import section_values, unknown_env
+from gpuhint.wire.config import ConfigError, load_settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "gpuhint.example.toml"
 SLURM = set(SlurmSettings.model_fields)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpuhint.cores.qssf import EngineStats, HintEngine
     from gpuhint.cores.sink import InMemoryStore
     from gpuhint.lab.traces.records import TraceRead
-    from gpuhint.wire.contract import JobEvent
+    from gpuhint.wire.contract import JobEvent, PriorityHint
 
 HELP = "replay a real trace through the hint core in-process (no Kafka, no Redis)"
 DESCRIPTION = """\
@@ -262,21 +262,40 @@ def _print_replay(
     for vc, q in queues.items():
         head = sorted(q.items(), key=lambda kv: (kv[1], kv[0]))[: args.top]
         print(f"queue {vc}: {len(q)} pending; run first:")
-        hints = {j: store.hints[(args.cluster, j)] for j, _ in head}
-        _print_jobs([(j, hints[j].num_gpus, hints[j].predicted_duration_s, p) for j, p in head])
+        _print_jobs([(j, store.hints[(args.cluster, j)]) for j, _ in head])
 
 
-def _print_jobs(rows: list[tuple[str, int, float, float]]) -> None:
-    """A queue head, one job a line: (job id, GPUs, predicted duration s, priority), the
-    ids padded to the longest shown so the columns line up, the duration in human units."""
-    from gpuhint.cli.common import human_duration
+def _print_jobs(rows: list[tuple[str, PriorityHint]]) -> None:
+    """A queue head, one job a line, each hint's fields describing one estimate (as
+    ``gpuhint hints``): its expected service (GPUs x the mean run, what it ranks by), the
+    typical run (the point forecast) with the 80% band of runs, and why it ranks out of
+    that order if it does. With heavy tails (many runs fail fast, a few run for hours)
+    the mean can lie above the band (docs/qssf.md, "Hints that agree with themselves")."""
+    from gpuhint.cli.common import human_duration, human_gpu_time
+    from gpuhint.lab.evaluation.qssf_online import expected_at_submit
 
     width = max((len(r[0]) for r in rows), default=0)
-    for job_id, gpus, predicted, prio in rows:
-        print(
-            f"    job {job_id:>{width}}  {gpus:>3} GPUs  predicted "
-            f"{human_duration(predicted):>9}  priority {prio:12,.0f} GPU-s"
+    for job_id, h in rows:
+        mean = expected_at_submit(h)
+        lo, hi = h.duration_p10_s, h.duration_p90_s
+        band = (
+            "" if lo is None or hi is None else f", 80%: {human_duration(lo)}-{human_duration(hi)}"
         )
+        print(
+            f"    job {job_id:>{width}}  {h.num_gpus:>3} GPUs  expected service "
+            f"{human_gpu_time(max(h.num_gpus, 1) * mean):>12} (mean run {human_duration(mean)}; "
+            f"typical ~{human_duration(h.predicted_duration_s)}{band}){_override(h)}"
+        )
+
+
+def _override(h: PriorityHint) -> str:
+    """Why a hint ranks out of its expected service's order, if it does."""
+    first = h.reasons[0].feature if h.reasons else ""
+    if first == "wait_bound:overdue":
+        return "  [first: waited past its limit]"
+    if first.startswith("fifo_guard:") and first != "fifo_guard:hints":
+        return "  [arrival order: hints ranked worse than FIFO here]"
+    return ""
 
 
 def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
@@ -304,9 +323,7 @@ def _print_schedule(sched: object, top: int, sizing: dict[str, str]) -> None:
             "where the replay stopped" if ago < 0.01 else f"{ago:,.1f} h before the replay stopped"
         )
         print(f"  queue {vc} {when}: {len(waiting)} waiting; run first:")
-        _print_jobs(
-            [(w.job_id, w.num_gpus, w.predicted_duration_s, w.priority) for w in waiting[:top]]
-        )
+        _print_jobs([(w.job_id, w.hint) for w in waiting[:top] if w.hint is not None])
 
 
 def _times(num: float, den: float) -> str:

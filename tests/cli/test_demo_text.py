@@ -32,7 +32,7 @@ def test_demo_queue_heads_stay_aligned_with_long_ids_and_read_in_human_units(
         cols = {line.index(" GPUs ") for line in block}
         assert len(cols) == 1, block  # the GPUs column lines up in each block
         for line in block:
-            m = re.search(r"predicted\s+([\d,.]+) (s|min|h|d)\b", line)
+            m = re.search(r"typical ~([\d,.]+) (s|min|h|d)\b", line)
             assert m, line
             value = float(m.group(1).replace(",", ""))
             assert m.group(2) != "min" or value < 120, line  # not "4,886.4 min"
@@ -55,3 +55,24 @@ def test_demo_schedule_queue_aligns_ids_of_different_lengths(
     assert blocks and any(len(b) > 1 for b in blocks)
     for block in blocks:
         assert len({line.index(" GPUs ") for line in block}) == 1, block
+
+
+def test_demo_rows_describe_one_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    """The service shown is GPUs x the mean run the row names (what the priority ranks
+    by), not GPUs x the point forecast beside a priority that means something else; a
+    job moved to the front says so."""
+    from gpuhint.cli.demo import _print_jobs
+    from gpuhint.wire.contract import FeatureContribution, PriorityHint
+
+    def hint(job: str, first: str | None) -> PriorityHint:
+        reasons = [FeatureContribution(feature=first, contribution=1.0)] if first else []
+        return PriorityHint(job_id=job, num_gpus=4, submit_time=0, predicted_duration_s=90,
+                            priority=4 * 1800.0 if first is None else 1e-4,
+                            duration_p10_s=30, duration_p90_s=240, model="m",
+                            model_version="1", created_at=0, expected_duration_s=1800,
+                            reasons=reasons)  # fmt: skip
+
+    _print_jobs([("a", hint("a", None)), ("b", hint("b", "wait_bound:overdue"))])
+    a, b = capsys.readouterr().out.splitlines()
+    assert "expected service    2.0 GPU-h (mean run 30 min; typical ~90 s, 80%: 30 s-4 min)" in a
+    assert a.endswith(")") and b.endswith("[first: waited past its limit]")

@@ -182,6 +182,8 @@ class ClosedLoopRanker:
         self.snapshot_at = snapshot_at
         self.snapshot: list[tuple[float, int]] | None = None  # (priority, job) waiting then
         self.snapshot_t = math.nan
+        self.snapshot_hints: dict[int, PriorityHint] = {}
+        """Each job waiting at the snapshot -> its hint as published then."""
         self._since_snapshot = 0
         self.cluster = cluster
         self.model_name = model_name
@@ -238,6 +240,7 @@ class ClosedLoopRanker:
         self.snapshot = sorted(
             (self.priority[self.index_of[jid]], self.index_of[jid]) for jid in waiting
         )
+        self.snapshot_hints = {self.index_of[jid]: p.hint for jid, p in waiting.items()}
 
     def _waiting(self) -> dict[str, Any]:
         if not self.jobs:

@@ -11,6 +11,7 @@ from typing import Any
 from gpuhint.lab.evaluation.qssf_inputs import GPUS_PER_NODE, InputError, sim_job
 from gpuhint.lab.evaluation.qssf_online import ClosedLoopRanker
 from gpuhint.lab.traces.readers import TraceJob
+from gpuhint.wire.contract import PriorityHint
 from models.simulator import simulate_vc, size_vcs
 
 
@@ -22,6 +23,8 @@ class WaitingJob:
     num_gpus: int
     priority: float
     predicted_duration_s: float
+    hint: PriorityHint | None = None
+    """Its hint as published at the snapshot (expected duration, band, reasons)."""
 
 
 @dataclass
@@ -104,7 +107,13 @@ def schedule_summary(
         n += len(sj)
         updates += ranker.hint_updates
         queues[vc] = [
-            WaitingJob(vc_jobs[i].job_id, vc_jobs[i].num_gpus, p, ranker.predicted[i])
+            WaitingJob(
+                vc_jobs[i].job_id,
+                vc_jobs[i].num_gpus,
+                p,
+                ranker.predicted[i],
+                ranker.snapshot_hints.get(i),
+            )
             for p, i in ranker.snapshot or []
         ]
         queue_times[vc] = ranker.snapshot_t

@@ -65,7 +65,7 @@ from models.registry import make_model
 from streams.batching import take_ready
 from streams.faust_assignor import LoadSampler, LoadView
 from streams.faust_consumer import running_thread
-from streams.faust_io import Channels, FaustEdge, make_faust_app, redelivery_start
+from streams.faust_io import Channels, FaustEdge, log_start, make_faust_app, redelivery_start
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,12 @@ async def _redeliver_partition(
                 offset = await routine.redelivery_offset(tp.partition)
             else:
                 offset = await redelivery_start(app, tp)
+            start = None if offset is None else await log_start(app, tp)
+            if offset is not None and start is not None and start > offset:
+                # retention deleted it: aiokafka resets the seek to the log's start, and
+                # the fetch loop's mark would wait for an offset that never comes
+                log.warning("%s: offsets %d..%d are gone from the log", tp, offset, start - 1)
+                offset = start
             if offset is None:
                 consumer.release(tp)
             elif await consumer.redeliver_from(tp, offset):

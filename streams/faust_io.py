@@ -33,6 +33,7 @@ __all__ = [
     "changelog_topics",
     "committed_offset",
     "faust_broker_url",
+    "log_start",
     "make_faust_app",
     "redelivery_start",
 ]
@@ -231,6 +232,22 @@ async def redelivery_start(app: faust.App, tp: TP) -> int | None:
         return None if first is None or last is None or last <= first else int(first)
 
     start: int | None = await thread.call_thread(log_start)
+    return start
+
+
+async def log_start(app: faust.App, tp: TP) -> int | None:
+    """The first offset the log of ``tp`` holds now, asked in the consumer's thread
+    (None: no running consumer). Raises when it cannot be read."""
+    thread = running_thread(app.consumer)
+    if thread is None:
+        return None
+
+    async def read() -> int | None:
+        got = await asyncio.wait_for(thread._ensure_consumer().beginning_offsets([tp]), 10)
+        start = got.get(tp)
+        return None if start is None else int(start)
+
+    start: int | None = await thread.call_thread(read)
     return start
 
 

@@ -90,7 +90,7 @@ def test_node_status_and_telemetry_are_held_and_delivered_again_at_resume(
         app.flow_control.resume()  # Faust clears the queues
         stale = [consumer._fetched_before_seek(tp, 3000) for tp in (telemetry, status)]
         stale.append(consumer._fetched_before_seek(empty, 0))
-        for _ in range(30):
+        for _ in range(80):
             await asyncio.sleep(0)
         again = [consumer._fetched_before_seek(telemetry, o) for o in (39, 40, 41)]
         again.append(consumer._fetched_before_seek(empty, 0))  # released: delivered
@@ -100,8 +100,8 @@ def test_node_status_and_telemetry_are_held_and_delivered_again_at_resume(
     assert stale == [True, True, True]  # what the fetch loop still holds is dropped
     # the job partition first (hints wait on it); a partition never committed from
     # the log's start; an empty one is released, not sought
-    assert fake.seeks[0] == (jobs, 3)
-    assert set(fake.seeks) == {(telemetry, 40), (status, 7), (jobs, 3), (fresh, 5)}
+    assert fake.seeks[0] == (jobs, 5)  # its commit (3) is older than the log's start (5)
+    assert set(fake.seeks) == {(telemetry, 40), (status, 7), (jobs, 5), (fresh, 5)}
     assert again == [True, False, False, False] and read == 40  # from the group's commit on
 
 
@@ -146,5 +146,44 @@ def test_a_slow_broker_keeps_the_partitions_held_until_their_offsets_are_read(
 
     dropped_before, dropped_at = asyncio.run(scenario())
     assert fake.timeouts == 0
-    assert set(fake.seeks) == {(status, 7), (jobs, 3)}  # both sought, after the timeouts
+    # both sought, after the timeouts (jobs: its commit, 3, is older than the log start)
+    assert set(fake.seeks) == {(status, 7), (jobs, 5)}
     assert (dropped_before, dropped_at) == (True, False)
+
+
+class _Retention(_FakeAiokafka):
+    """Retention deleted offsets 0..19 of every partition."""
+
+    async def beginning_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return {tp: 20 for tp in tps}
+
+    async def end_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        return {tp: 30 for tp in tps}
+
+
+def test_a_commit_older_than_the_log_start_is_delivered_again_from_the_log_start(
+    tmp_path: Path,
+) -> None:
+    """The group's commits (3, 7) are older than the log's start (20: a group stopped
+    for longer than the retention). aiokafka resets a seek to 3 to the log's start, so
+    the fetch loop's mark waiting for offset 3 dropped every record that came: the
+    partition delivered nothing and its commit stayed put for the life of the process."""
+    settings = load_settings(
+        topic_prefix="fret", app_id="flow-retention", state_dir=str(tmp_path), ces_enabled=True
+    )
+    t = settings.topics
+    status, jobs = TP(t.node_status, 1), TP(t.job_events, 0)
+    fake = _Retention({status, jobs}, {status: 7, jobs: 3})
+
+    async def scenario() -> list[bool]:
+        w = build_app(settings, InMemoryStore())
+        app: Any = w.app
+        consumer: Any = app.consumer
+        consumer._thread = _ThreadOf(fake)
+        app.flow_control.resume()
+        for _ in range(80):
+            await asyncio.sleep(0)
+        return [consumer._fetched_before_seek(tp, 20) for tp in (jobs, status)]
+
+    assert asyncio.run(scenario()) == [False, False]  # the log's first record is taken
+    assert set(fake.seeks) == {(status, 20), (jobs, 20)}

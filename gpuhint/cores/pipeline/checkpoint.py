@@ -67,6 +67,7 @@ applied again to the saved state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -252,6 +253,7 @@ class BatchRoutine(Generic[E]):
         """One save at a time: a VC's records go out in order."""
         self.generation = 0
         """Bumped by :meth:`forget`: a save begun before it is dropped."""
+        self._reseeked: dict[int, int] = {}  # partition -> offset last sought again
 
     # -- offsets ---------------------------------------------------------------------------
     def committable(self, partition: int) -> int | None:
@@ -354,19 +356,30 @@ class BatchRoutine(Generic[E]):
         return await self.edge.first_offset(partition, 0)
 
     async def reseek_stalled(self, after_s: float = 2.0) -> int:
-        """Seek again every partition whose seek back has not been answered for
-        ``after_s`` (a fetch already under way when it was asked can deliver past it,
-        and the consumer may then drop the re-read offsets as old); return how many."""
-        now = self.clock()
-        n = 0
+        """Seek again every partition whose seek back is unanswered for ``after_s`` (a
+        fetch under way then can deliver past it, and the consumer drop the re-read
+        offsets as old); return how many. Unanswered again, the first offset the log
+        holds is sought (retention may have deleted the one sought: it never comes)."""
+        now, n = self.clock(), 0
         for partition, p in list(self.partitions.items()):
-            if p.seeking is not None and now - p.sought_at >= after_s:
-                log.info(
-                    "partition %d: offset %d not delivered yet; seeking again", partition, p.seeking
-                )
-                p.sought_at = now
-                await self.edge.seek(partition, p.seeking)
-                n += 1
+            if (target := p.seeking) is None or now - p.sought_at < after_s:
+                continue
+            p.sought_at, first = now, None
+            if self._reseeked.get(partition) == target:
+                with contextlib.suppress(Exception):  # the broker busy: the same again
+                    first = await self.edge.first_offset(partition, target)
+                if p.seeking != target or self.partitions.get(partition) is not p:
+                    continue  # delivered or forgotten meanwhile
+            if first is not None and first > target:
+                log.warning("partition %d: offset %d is gone from the log; seeking to %d",
+                            partition, target, first)  # fmt: skip
+                p.seeking = target = first
+            else:
+                log.info("partition %d: offset %d not delivered yet; seeking again",
+                         partition, target)  # fmt: skip
+            self._reseeked[partition] = target
+            await self.edge.seek(partition, target)
+            n += 1
         return n
 
     # -- the batch -------------------------------------------------------------------------

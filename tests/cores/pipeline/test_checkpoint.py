@@ -336,3 +336,28 @@ def test_a_commit_that_cannot_be_read_holds_the_partition() -> None:
     asyncio.run(routine.run_batch(msgs[2:]))
     assert routine.committable(0) == 8
     assert [j for j, _ in store.queue("default", "a")] == [f"j{o}" for o in range(2, 8)]
+
+
+def test_a_seek_back_to_an_offset_retention_deleted_moves_on_to_the_log_start() -> None:
+    """Retention deleted the offset a seek back waits for before it was fetched again:
+    the consumer resumes at the log's start, so that offset never comes. Asked again,
+    the routine seeks to the first offset the log holds instead of waiting forever
+    (every event discarded, the commit stuck for the life of the process)."""
+    now = [0.0]
+    edge = ListEdge(committed={0: 0}, log={0: [0, 1, 2, 3, 4]})
+    routine, store = _routine(edge, now=now)
+    msgs = [_msg(o, job=f"j{o}") for o in range(5)]
+    asyncio.run(routine.run_batch([msgs[0], msgs[3]]))
+    assert edge.seeks == [(0, 1)]
+    edge.log = {0: [3, 4]}  # 1 and 2 deleted by retention
+    now[0] = 2.5
+    assert asyncio.run(routine.reseek_stalled()) == 1
+    assert edge.seeks[-1] == (0, 1)  # first asked again as it was
+    asyncio.run(routine.run_batch(msgs[3:]))  # the consumer resumed at the log's start
+    assert routine.committable(0) == 1
+    now[0] = 5.0
+    assert asyncio.run(routine.reseek_stalled()) == 1
+    assert edge.seeks[-1] == (0, 3)  # not 1 again: the log starts at 3 now
+    asyncio.run(routine.run_batch(msgs[3:]))
+    assert routine.committable(0) == 5 and routine.stats.holes == 1
+    assert [j for j, _ in store.queue("default", "a")] == ["j0", "j3", "j4"]

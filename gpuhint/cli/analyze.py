@@ -184,6 +184,8 @@ class Steps:
 
 
 def _read(args: argparse.Namespace, tail: int) -> Any:
+    from gpuhint.cli.common import _first_bad_utf8_line as first_bad_utf8_line
+    from gpuhint.cli.common import left_out_line
     from gpuhint.lab.analysis.reader import read_frame
     from gpuhint.lab.traces.readers import TraceError
 
@@ -205,6 +207,11 @@ def _read(args: argparse.Namespace, tail: int) -> Any:
             )
         bar.update(done - bar.n)
 
+    trace = Path(args.trace)
+    if trace.exists() and not trace.is_file() and not trace.is_dir():
+        raise UserError(
+            f"{args.trace}: not a regular file (a device or a pipe): save the trace first"
+        )
     try:
         frame = read_frame(
             args.trace, args.format, args.on_error, tail_jobs=tail, progress=progress
@@ -212,7 +219,7 @@ def _read(args: argparse.Namespace, tail: int) -> Any:
     except TraceError as exc:
         hint = (
             ""
-            if "unknown trace format" in exc.reason
+            if "unknown trace format" in exc.reason or args.on_error == "skip"
             else "\n  (use --on-error skip to skip bad rows and report them)"
         )
         raise UserError(f"{exc}{hint}") from None
@@ -220,18 +227,42 @@ def _read(args: argparse.Namespace, tail: int) -> Any:
         raise UserError(f"{args.trace}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"{args.trace}: is a directory, not a trace file") from None
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+    except UnicodeDecodeError as exc:
+        bad = first_bad_utf8_line(trace)
+        where = f"{args.trace}:{bad}" if bad else args.trace
+        raise UserError(f"{where}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
+    except (OSError, EOFError, zlib.error) as exc:
         raise UserError(f"{args.trace}: cannot read: {exc}") from None
     finally:
         if bar is not None:
             bar.close()
-    if frame.rows == 0:
-        raise UserError(f"{args.trace}: no usable jobs in the trace")
+    for why, n in frame.left_out.items():
+        _say(left_out_line(n, why))
     for err in frame.errors[:10]:
         _say(f"skipped {err}")
     if len(frame.errors) > 10:
         _say(f"... and {len(frame.errors) - 10} more bad rows skipped")
+    if frame.rows == 0:
+        raise UserError(f"{args.trace}: no usable jobs in the trace")
+    _first_of_each_id(frame)
     return frame
+
+
+def _first_of_each_id(frame: Any) -> None:
+    """Keep the first job (in file order) of each id in the jobs the simulations run:
+    the service's core takes a repeated id for a resend of the job and drops it."""
+    seen: set[str] = set()
+    keep = []
+    for job in sorted(frame.tail, key=lambda j: j.line):
+        if job.job_id not in seen:
+            seen.add(job.job_id)
+            keep.append(job)
+    if len(keep) < len(frame.tail):
+        _say(
+            f"QSSF and CES simulations: left out {len(frame.tail) - len(keep):,} jobs whose id "
+            "repeats an earlier job's (the service would drop them as resends)"
+        )
+        frame.tail = sorted(keep, key=lambda j: (j.submit_time, j.line))
 
 
 def run(args: argparse.Namespace) -> int:

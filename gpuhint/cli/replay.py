@@ -32,9 +32,10 @@ if TYPE_CHECKING:
     from gpuhint.wire.contract import JobEvent
 
 DESCRIPTION = """\
-Reads a job trace (Helios cluster_log.csv, Philly cluster_job_log JSON, or a plain
-job_id,submission_time,duration,num_gpu CSV) and publishes every job's submitted,
-started and finished events to the job-event topic, keyed by cluster/VC, in time order.
+Reads a job trace (Helios cluster_log.csv, Philly cluster_job_log JSON, a plain
+job_id,submission_time,duration,num_gpu CSV, or a Slurm sacct --parsable2 / --json
+export; gzipped or not) and publishes every job's submitted, started and finished
+events to the job-event topic, keyed by cluster/VC, in time order.
 
 A trace without start times (e.g. the ITP traces) is replayed as if each job started
 at submit. Pace it with --speed N (trace time N x faster than real time) or send as
@@ -46,6 +47,7 @@ examples:
   gpuhint replay --trace jobs.csv --until "2017-10-20 00:00:00"   # stop there: leaves jobs pending
   gpuhint replay --trace venus.csv --resume   # after a failed run: go on where Kafka's acks ended
   gpuhint replay --trace itp_01.csv --spread-vcs 8   # a trace without VCs over 8 keys, by user
+  gpuhint replay --trace history.sacct --cluster hpc1   # Slurm: sacct -a -X --parsable2
 
 A trace without VCs puts every job on VC "default": one key, one partition, one worker.
 --spread-vcs N hashes each job's user (CRC-32; the job id if it has no user) into N
@@ -59,7 +61,19 @@ of acknowledged events is kept in a state file. If the broker goes away, replay 
 with backoff for GPUHINT_KAFKA_RETRY_S seconds (300), then stops with exit code 2 and
 how far it got; --resume continues from there (events are sent at least once).
 TLS/SASL: GPUHINT_KAFKA_SECURITY_PROTOCOL etc. (docs/operations.md).
+
+Progress: a bar on a terminal; without one (a log file, a Kubernetes Job) a line a
+minute; --no-progress: neither.
+
+Bad input: the first bad row stops the run with file:line and the reason (exit 2);
+--on-error skip skips bad rows and reports each. A job whose id repeats an earlier
+job's is a bad row (the worker would take it for a resend and drop it); the pending and
+running jobs of an sacct export are left out, and counted.
 """
+
+
+PROGRESS_LINE_S = 60.0
+"""Without a terminal (no bar): a progress line on stderr this often (seconds)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
@@ -69,16 +83,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_trace_file_arg(p, "trace file (.csv, .json, optionally .gz)")
+    add_trace_file_arg(p, "trace file (.csv, .json, sacct export; optionally .gz)")
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka (else GPUHINT_KAFKA_BOOTSTRAP)")
     pace = p.add_mutually_exclusive_group()
     pace.add_argument("--speed", type=float, metavar="N", help="replay N x faster than real time")
     pace.add_argument("--max", action="store_true", help="as fast as possible (default)")
     p.add_argument("--cluster", help="cluster name on events (else GPUHINT_CLUSTER)")
-    p.add_argument("--until", metavar="TIME", help="stop before events after this trace time")
+    p.add_argument(
+        "--until",
+        metavar="TIME",
+        help="send the events up to this trace time (YYYY-MM-DD HH:MM:SS, UTC unless it "
+        "has a zone; seconds for a trace counted from 0, as ITP's)",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="send at most N events")
     p.add_argument(
-        "--no-progress", action="store_true", help="hide the progress bar (off without a terminal)"
+        "--no-progress",
+        action="store_true",
+        help="hide the progress bar (without a terminal: a line a minute instead)",
     )
     p.add_argument(
         "--spread-vcs",
@@ -178,7 +199,11 @@ def _checked(args: argparse.Namespace) -> tuple[Settings, float | None]:
         try:
             until = parse_time(args.until)
         except ValueError:
-            raise UserError(f"--until {args.until!r}: expected YYYY-MM-DD HH:MM:SS") from None
+            until = math.nan
+        if math.isnan(until):
+            raise UserError(
+                f"--until {args.until!r}: expected YYYY-MM-DD HH:MM:SS (UTC) or trace seconds"
+            ) from None
     return settings, until
 
 
@@ -192,10 +217,29 @@ def _events(
     report_skipped(read)
     events = spread_events(job_events(read.jobs, cluster=settings.cluster), args.spread_vcs)
     if until is not None:
+        first = events[0].time if events else until
         events = [e for e in events if e.time <= until]
+        if not events:
+            raise UserError(
+                f"--until {args.until!r} is before the trace's first event "
+                f"({_when(first)}): nothing to send"
+            )
     if args.limit is not None:
         events = events[: args.limit]
     return read, events
+
+
+def _when(t: float) -> str:
+    """A trace time in words: a UTC date, or seconds for a trace counted from 0.
+
+    >>> _when(1506816000.0), _when(3600.0)
+    ('2017-10-01 00:00:00 UTC', '3,600 s')
+    """
+    from datetime import UTC, datetime
+
+    if t < 10 * 365 * 86400:  # before 1980: seconds since the trace's start
+        return f"{t:,.0f} s"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _resume_state(
@@ -281,10 +325,20 @@ def _progress(
         disable=True if args.no_progress else None,  # None: off when stderr is no terminal
     )
     shown_down = False
+    lines = bool(bar.disable) and not args.no_progress  # no terminal: lines, not a bar
+    last_line = time.monotonic()
 
     def progress(p: ReplayProgress) -> None:
-        nonlocal shown_down
+        nonlocal shown_down, last_line
         bar.update(p.acked - bar.n)
+        if lines and time.monotonic() - last_line >= PROGRESS_LINE_S:
+            last_line = time.monotonic()
+            print(
+                f"replay: {p.acked:,} of {p.total:,} events acknowledged "
+                f"({100 * p.acked / max(p.total, 1):.0f}%)",
+                file=sys.stderr,
+                flush=True,
+            )
         if p.down_since is not None:
             bar.set_postfix_str(f"Kafka down, retry {p.retries}", refresh=True)
             shown_down = True

@@ -343,3 +343,62 @@ def test_default_folders_of_two_dated_traces_differ(
         assert rc == 0, err
     made = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
     assert made == ["analyze-big", "analyze-jobs.2020", "analyze-jobs.2021"]
+
+
+def test_unreadable_traces_say_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As every other command that reads a trace: a byte that is not UTF-8 is named by
+    ``file:line`` (no line before), and a pipe is no trace ("no such file" before)."""
+    import os
+
+    p = tmp_path / "latin1.csv"
+    p.write_bytes(b"job_id,submission_time,duration,num_gpu\n1,0,10,1\n2,5,10,1\n3,caf\xe9,1,1\n")
+    rc, _, err = _run(capsys, str(p), "-o", str(tmp_path / "out"))
+    assert rc == 2 and f"{p}:4: not UTF-8 text" in err and "Traceback" not in err
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    rc, _, err = _run(capsys, str(fifo), "-o", str(tmp_path / "out"))
+    assert rc == 2 and "pipe.csv: not a regular file" in err
+
+
+def test_left_out_jobs_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An sacct export's running and pending jobs are no history: analyze says so."""
+    rc, _, err = _run(capsys, str(SAMPLES["sacct"]), "-o", str(tmp_path / "o"), "--no-qssf")
+    assert rc == 0 and "left out 2 jobs: pending or running (no history yet)" in err
+
+
+def test_repeated_job_ids_are_warned_and_simulated_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Repeated ids are a trace check here, not bad rows; the simulations (the service's
+    core, which drops a repeated id as a resend) get the first job of each id: an
+    AssertionError traceback before."""
+    lines = VENUS.read_text().splitlines()
+    rows = [line.split(",", 1) for line in lines[1:]]
+    p = tmp_path / "dups.csv"
+    p.write_text(lines[0] + "\n" + "".join(f"j{k % 20},{r[1]}\n" for k, r in enumerate(rows)))
+    rc, out, err = _run(capsys, str(p), "-o", str(tmp_path / "o"), "--json", "--no-ces")
+    assert rc == 0, err
+    assert f"QSSF and CES simulations: left out {len(rows) - 20} jobs whose id" in err
+    numbers = json.loads(out)
+    assert "duplicate_ids" in {c["check"] for c in numbers["trace_checks"]}
+    assert numbers["rows"] == len(rows)
+
+
+def test_no_skip_hint_when_skipping(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An error of the file itself stops a run with --on-error skip too: the hint to use
+    --on-error skip (which the run did) is not given, as in the other commands."""
+    p = tmp_path / "two.json"
+    p.write_text(PHILLY.read_text() + "\n[]\n")
+    rc, _, err = _run(capsys, str(p), "-o", str(tmp_path / "o"), "--on-error", "skip")
+    assert rc == 2 and "unexpected text after the JSON array" in err
+    assert "use --on-error skip" not in err
+
+
+def test_no_usable_jobs_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every row bad under --on-error skip: the rows skipped and why, not only "no
+    usable jobs" (as the other commands say it)."""
+    p = tmp_path / "bad.csv"
+    p.write_text("job_id,submission_time,duration,num_gpu\na,0,ten,1\nb,5,-1,1\n")
+    rc, _, err = _run(capsys, str(p), "-o", str(tmp_path / "o"), "--on-error", "skip")
+    assert rc == 2 and "no usable jobs" in err
+    assert f"skipped {p}:2: duration is not a number" in err and f"skipped {p}:3:" in err

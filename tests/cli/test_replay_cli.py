@@ -85,3 +85,55 @@ def test_a_run_without_resume_that_sends_nothing_keeps_the_earlier_state(
     broker.down = False
     assert main(["replay", str(TRACE), "--no-progress", "--resume"]) == 0
     assert broker.sent == sent  # all had been sent: nothing again
+
+
+def test_left_out_jobs_are_reported(
+    broker: MemoryTransport, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An sacct export's running and pending jobs are not replayed: the run says so."""
+    sacct = Path(__file__).resolve().parents[1] / "data" / "slurm" / "sacct_parsable.txt"
+    assert main(["replay", str(sacct), "--no-progress"]) == 0
+    assert broker.sent == 6  # 2 finished jobs x 3 events
+    err = capsys.readouterr().err
+    assert "left out 2 jobs: pending or running (no history yet)" in err
+
+
+def test_a_repeated_job_id_is_not_replayed(
+    broker: MemoryTransport, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The worker takes a second job with a seen id for a resend and drops it: replay
+    names it as a bad row (file:line), or skips and counts it with --on-error skip."""
+    p = tmp_path / "dups.csv"
+    p.write_text("job_id,submission_time,duration,num_gpu\na,0,10,1\nb,5,10,1\na,20,10,1\n")
+    assert main(["replay", str(p), "--no-progress"]) == 2 and broker.sent == 0
+    assert "dups.csv:4: job id 'a' already at line 2" in capsys.readouterr().err
+    assert main(["replay", str(p), "--no-progress", "--on-error", "skip"]) == 0
+    assert broker.sent == 6 and f"skipped {p}:4: job id 'a'" in capsys.readouterr().err
+
+
+def test_a_long_replay_into_a_log_file_says_how_far_it_got(
+    broker: MemoryTransport, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal the bar is off: a replay paced over hours said nothing until
+    its end. Now a plain line every PROGRESS_LINE_S (0 here: every batch)."""
+    monkeypatch.setattr(replay_cli, "PROGRESS_LINE_S", 0.0)
+    assert main(["replay", str(TRACE)]) == 0
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("replay: ")]
+    total = broker.sent
+    assert lines and lines[-1] == f"replay: {total:,} of {total:,} events acknowledged (100%)"
+    assert "\r" not in err
+    assert main(["replay", str(TRACE), "--no-progress"]) == 0  # asked for silence: none
+    assert "replay: " not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("until", ["2000-01-01 00:00:00", "3600", "nan"])
+def test_an_until_that_leaves_nothing_to_send_is_refused(
+    broker: MemoryTransport, capsys: pytest.CaptureFixture[str], until: str
+) -> None:
+    """--until before the trace's first event (another year, or seconds for a trace in
+    dates): "replayed 0 events", exit 0, before: a silent no-op."""
+    assert main(["replay", str(TRACE), "--no-progress", "--until", until]) == 2
+    assert broker.sent == 0
+    err = capsys.readouterr().err
+    assert f"--until {until!r}" in err and "Traceback" not in err

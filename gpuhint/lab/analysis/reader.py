@@ -44,6 +44,7 @@ import pandas as pd
 
 from gpuhint.lab.traces import readers as traces
 from gpuhint.lab.traces.readers import OnError, TraceError, TraceJob
+from gpuhint.lab.traces.records import csv_rows
 
 CHUNK_ROWS = 100_000
 PARALLEL_MIN_BYTES = 16 << 20
@@ -73,6 +74,8 @@ class TraceFrame:
     tail: list[TraceJob] = field(default_factory=list)
     """The last ``tail_jobs`` jobs of the trace (by submit time) as TraceJob records."""
     seconds: float = 0.0
+    left_out: dict[str, int] = field(default_factory=dict)
+    """Valid records that are no jobs (an sacct export's running jobs), by reason."""
 
     @property
     def rows(self) -> int:
@@ -147,6 +150,7 @@ class _Counting(io.RawIOBase):
 
 def _iter_csv(
     path: Path,
+    kind: str,
     parse: RowParser,
     on_error: OnError,
     errors: list[TraceError],
@@ -158,10 +162,9 @@ def _iter_csv(
     binary: Any = gzip.GzipFile(fileobj=buffered) if gzipped else buffered
     with io.TextIOWrapper(binary, encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
-        if reader.fieldnames is None:
-            raise TraceError(str(path), 1, "empty file: no header")
+        reader.fieldnames = traces.csv_header(reader.fieldnames, str(path), kind)
         width = len(reader.fieldnames)
-        for row in reader:
+        for row in csv_rows(reader, str(path)):
             line = reader.line_num
             try:
                 if None in row:
@@ -205,6 +208,7 @@ def read_frame(
     kind = traces.detect_format(p) if fmt == "auto" else fmt
     total = p.stat().st_size
     errors: list[TraceError] = []
+    left_out: dict[str, int] = {}
     parse = _ROW_PARSERS.get(kind)
     n_workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
     parts = (
@@ -220,10 +224,11 @@ def read_frame(
                 p, kind, on_error, parts, n_workers, chunk_rows, tail_jobs, progress, total
             )
         elif parse is not None:
-            source: Iterator[TraceJob] = _iter_csv(p, parse, on_error, errors, counter)
+            source: Iterator[TraceJob] = _iter_csv(p, kind, parse, on_error, errors, counter)
         else:
             read = traces.read_trace(p, kind, on_error)  # type: ignore[arg-type]
             errors.extend(read.errors)
+            left_out = read.left_out
             counter.count = total
             source = iter(read.jobs)
         if parts is None:
@@ -246,6 +251,7 @@ def read_frame(
         errors=errors,
         tail=tail_sorted,
         seconds=time.perf_counter() - t0,
+        left_out=left_out,
     )
 
 
@@ -316,7 +322,7 @@ def _parse_part(
         header = fh.readline().decode("utf-8-sig")
         fh.seek(part[0])
         text = fh.read(part[1] - part[0]).decode("utf-8")
-    fields = next(csv.reader([header]))
+    fields = traces.csv_header(next(csv.reader([header])), path, kind)
     width = len(fields)
     reader = csv.DictReader(io.StringIO(text, newline=""), fieldnames=fields)
     bad: list[tuple[int, str]] = []
@@ -324,19 +330,22 @@ def _parse_part(
 
     def jobs() -> Iterator[TraceJob]:
         nonlocal stop
-        for row in reader:
-            line = part[2] - 1 + reader.line_num
-            try:
-                if None in row:
-                    raise ValueError(
-                        f"{width + len(row[None])} fields where the header has {width}"
-                    )
-                yield parse(row, line)
-            except ValueError as exc:
-                if on_error == "stop":
-                    stop = (line, str(exc))
-                    return
-                bad.append((line, str(exc)))
+        try:
+            for row in csv_rows(reader, path, offset=part[2] - 1):
+                line = part[2] - 1 + reader.line_num
+                try:
+                    if None in row:
+                        raise ValueError(
+                            f"{width + len(row[None])} fields where the header has {width}"
+                        )
+                    yield parse(row, line)
+                except ValueError as exc:
+                    if on_error == "stop":
+                        stop = (line, str(exc))
+                        return
+                    bad.append((line, str(exc)))
+        except TraceError as exc:  # a row the csv module cannot split: stops the read
+            stop = (exc.line, exc.reason)
 
     chunks, tail = _frames(jobs(), chunk_rows, tail_jobs, None, None, 0)
     return chunks, list(tail), bad, stop
@@ -385,7 +394,9 @@ def _latest_jobs(path: Path, kind: str, on_error: OnError, keep: set[int]) -> li
     if parse is not None:
         with open(path, "rb") as raw:
             jobs = [
-                j for j in _iter_csv(path, parse, on_error, [], _Counting(raw)) if j.line in keep
+                j
+                for j in _iter_csv(path, kind, parse, on_error, [], _Counting(raw))
+                if j.line in keep
             ]
     else:
         jobs = [j for j in traces.read_trace(path, kind, on_error).jobs if j.line in keep]  # type: ignore[arg-type]

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gpuhint.lab.traces.records import OnError, TraceError, nonneg_number, open_text, parse_time
+from gpuhint.lab.traces.records import (
+    OnError,
+    TraceError,
+    csv_rows,
+    nonneg_number,
+    open_text,
+    parse_time,
+)
 
 SeriesFormat = Literal["auto", "nodes", "helios-vc"]
 
@@ -130,7 +137,7 @@ def parse_series(
     rows = 0
     last_t = -math.inf
     end_line = reader.line_num
-    for row in reader:
+    for row in csv_rows(reader, path, SeriesError):
         # a quoted field may hold newlines: the row starts after the previous one ended
         lineno, end_line = end_line + 1, reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):

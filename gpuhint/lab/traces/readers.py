@@ -23,18 +23,21 @@ import csv
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from gpuhint.lab.traces.records import (
+    Check,
     OnError,
     TraceError,
     TraceJob,
     TraceRead,
     collect_jobs,
+    csv_rows,
+    first_of_each_id,
     iter_json_array,
     nonneg_number,
     open_text,
@@ -170,15 +173,33 @@ def _plain_row(row: dict[str, str], line: int) -> TraceJob:
     )
 
 
+CSV_COLUMNS = {
+    "helios": ("job_id", "gpu_num", "submit_time", "duration"),
+    "plain": ("job_id", "submission_time", "duration", "num_gpu"),
+}
+"""The columns a CSV format's rows need."""
+
+
+def csv_header(names: Sequence[str] | None, path: str, kind: str) -> list[str]:
+    """A CSV format's header, its names stripped and lower case (as :func:`detect_format`
+    reads them); a header without the format's columns is a line-1 :class:`TraceError`."""
+    if names is None:
+        raise TraceError(path, 1, "empty file: no header")
+    fields = [n.strip().lower() for n in names]
+    missing = [c for c in CSV_COLUMNS[kind] if c not in fields]
+    if missing:
+        raise TraceError(path, 1, f"header lacks {', '.join(missing)} for the {kind} format")
+    return fields
+
+
 def _read_csv(
-    path: Path, parse: Callable[[dict[str, str], int], TraceJob], on_error: OnError
+    path: Path, parse: Callable[[dict[str, str], int], TraceJob], on_error: OnError, kind: str
 ) -> TraceRead:
     out = TraceRead(jobs=[])
     with open_text(path) as fh:
         reader = csv.DictReader(fh)
-        if reader.fieldnames is None:
-            raise TraceError(str(path), 1, "empty file: no header")
-        for row in reader:
+        reader.fieldnames = csv_header(reader.fieldnames, str(path), kind)
+        for row in csv_rows(reader, str(path)):
             line = reader.line_num
             try:
                 if None in row:
@@ -205,7 +226,10 @@ _PHILLY_STATES = {
 def _philly_record(rec: Any) -> TraceJob:
     if not isinstance(rec, dict):
         raise ValueError(f"expected a job object, got {type(rec).__name__}")
-    job_id = str(rec.get("jobid") or "").strip()
+    raw_id = rec.get("jobid")
+    if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
+        raise ValueError(f"jobid must be a string or a number, got {type(raw_id).__name__}")
+    job_id = str(raw_id or "").strip()
     if not job_id:
         raise ValueError("missing jobid")
     submitted = rec.get("submitted_time")
@@ -218,7 +242,12 @@ def _philly_record(rec: Any) -> TraceJob:
     except ValueError as exc:
         raise ValueError(f"bad time: {exc}") from None
     runtime = rec.get("runtime_min")
-    if isinstance(runtime, int | float) and math.isfinite(runtime) and runtime >= 0:
+    if (
+        isinstance(runtime, int | float)
+        and not isinstance(runtime, bool)  # true is no number of minutes
+        and math.isfinite(runtime)
+        and runtime >= 0
+    ):
         duration = float(runtime) * 60.0
     elif start is not None and end is not None and end >= start:
         duration = end - start
@@ -227,7 +256,12 @@ def _philly_record(rec: Any) -> TraceJob:
     detail = rec.get("detail") or []
     if not isinstance(detail, list):
         raise ValueError("detail must be a list of {ip, gpus}")
-    gpus = sum(len(d.get("gpus") or []) for d in detail if isinstance(d, dict))
+    gpus = 0
+    for k, d in enumerate(detail):
+        ids = (d.get("gpus") or []) if isinstance(d, dict) else []
+        if not isinstance(ids, list):
+            raise ValueError(f"detail[{k}].gpus must be a list of GPU ids")
+        gpus += len(ids)
     status = str(rec.get("status") or "")
     return TraceJob(
         job_id=job_id,
@@ -242,16 +276,14 @@ def _philly_record(rec: Any) -> TraceJob:
     )
 
 
-def _read_philly(path: Path, on_error: OnError) -> TraceRead:
+def _read_philly(path: Path, on_error: OnError, check: Check) -> TraceRead:
     with open_text(path) as fh:
         text = fh.read()
     out = TraceRead(jobs=[])
     collect_jobs(
         path,
         iter_json_array(text),
-        lambda rec, line: refused_or(
-            dataclasses.replace(_philly_record(rec), line=line), contract_error
-        ),
+        lambda rec, line: refused_or(dataclasses.replace(_philly_record(rec), line=line), check),
         on_error,
         out,
     )
@@ -259,12 +291,17 @@ def _read_philly(path: Path, on_error: OnError) -> TraceRead:
 
 
 def read_trace(
-    path: str | Path, fmt: TraceFormat = "auto", on_error: OnError = "stop"
+    path: str | Path,
+    fmt: TraceFormat = "auto",
+    on_error: OnError = "stop",
+    unique_ids: bool = False,
 ) -> TraceRead:
     """Read a trace file into :class:`TraceJob` records, sorted by submit time.
 
     Raises :class:`TraceError` (``file:line: reason``) on the first bad record unless
-    ``on_error="skip"``; raises :class:`FileNotFoundError` if the file is missing.
+    ``on_error="skip"``; raises :class:`FileNotFoundError` if the file is missing. With
+    ``unique_ids`` a job whose id an earlier one has is a bad record (for replay and the
+    simulations: the service drops it as a resend).
     """
     p = Path(path)
     if p.is_dir():
@@ -275,15 +312,16 @@ def read_trace(
     # rows the wire contract refuses (70,000 GPUs, a run of two years, a VC name with a
     # space) are bad rows too, checked as they are read: the first bad row in file order
     # stops the read, whichever kind of bad it is
+    check = first_of_each_id(contract_error) if unique_ids else contract_error
     if kind == "helios":
-        out = _read_csv(p, checked_row(_helios_row), on_error)
+        out = _read_csv(p, checked_row(_helios_row, check), on_error, kind)
     elif kind == "plain":
-        out = _read_csv(p, checked_row(_plain_row), on_error)
+        out = _read_csv(p, checked_row(_plain_row, check), on_error, kind)
     elif kind == "philly":
-        out = _read_philly(p, on_error)
+        out = _read_philly(p, on_error, check)
     elif kind in ("sacct", "sacct-json"):
         read = read_sacct_parsable if kind == "sacct" else read_sacct_json
-        out = read(p, on_error, contract_error)
+        out = read(p, on_error, check)
     else:  # pragma: no cover - guarded by the Literal
         raise ValueError(f"unknown format {fmt!r}")
     out.fmt = kind
@@ -292,13 +330,13 @@ def read_trace(
 
 
 def checked_row(
-    parse: Callable[[dict[str, str], int], TraceJob],
+    parse: Callable[[dict[str, str], int], TraceJob], check: Check = None
 ) -> Callable[[dict[str, str], int], TraceJob]:
-    """``parse``, refusing a row whose job the wire contract refuses (ValueError with
-    :func:`contract_error`'s reason, as any bad row)."""
+    """``parse``, refusing a row whose job ``check`` (default: the wire contract,
+    :func:`contract_error`) refuses: a ValueError with its reason, as any bad row."""
 
     def checked(row: dict[str, str], line: int) -> TraceJob:
-        job = refused_or(parse(row, line), contract_error)
+        job = refused_or(parse(row, line), check or contract_error)
         assert job is not None  # a row parser returns a job or raises
         return job
 

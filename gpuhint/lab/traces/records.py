@@ -5,6 +5,7 @@ The format readers (:mod:`.readers`, :mod:`.sacct`, :mod:`.loadseries`) build on
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -54,11 +55,20 @@ class TraceJob:
         return self.num_gpus * self.duration
 
 
+class LeftOut(Exception):
+    """A valid record that is no job of the trace: counted by its reason, not an error."""
+
+
 @dataclass
 class TraceRead:
     jobs: list[TraceJob]
     errors: list[TraceError] = field(default_factory=list)
     fmt: str = ""
+    left_out: dict[str, int] = field(default_factory=dict)
+    """Valid records that are no jobs of the trace (jobs still running), by reason."""
+
+    def leave_out(self, why: LeftOut) -> None:
+        self.left_out[str(why)] = self.left_out.get(str(why), 0) + 1
 
 
 def open_binary(path: Path) -> BinaryIO:
@@ -100,8 +110,29 @@ def nonneg_number(raw: str | None, col: str) -> float:
     return f
 
 
-def iter_json_array(text: str) -> Iterator[tuple[int, Any]]:
-    """Yield (line, element) for each element of a top-level JSON array."""
+def csv_rows(
+    reader: Any, path: str, error: type[TraceError] = TraceError, offset: int = 0
+) -> Iterator[Any]:
+    """The rows of a ``csv`` reader. A row the csv module cannot split (a field past its
+    128 KiB limit: a stray quote swallowing the lines after it) is ``error`` naming the
+    line it starts on (``offset`` + the reader's line)."""
+    rows = iter(reader)
+    while True:
+        before = reader.line_num
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise error(
+                path, offset + before + 1, f"{exc} (a stray quote swallows the lines after it?)"
+            ) from None
+        yield row
+
+
+def iter_json_array(text: str, rest_ok: bool = False) -> Iterator[tuple[int, Any]]:
+    """Yield (line, element) for each element of a top-level JSON array; text after the
+    array is an error unless ``rest_ok`` (the array inside a larger document)."""
     dec = json.JSONDecoder()
     i = 0
     n = len(text)
@@ -120,7 +151,7 @@ def iter_json_array(text: str) -> Iterator[tuple[int, Any]]:
     while True:
         i = skip_ws(i)
         if i < n and text[i] == "]":
-            return
+            break
         line += text.count("\n", pos, i)
         pos = i
         try:
@@ -128,14 +159,23 @@ def iter_json_array(text: str) -> Iterator[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             line_no = text.count("\n", 0, exc.pos) + 1
             raise TraceError("", line_no, f"invalid JSON: {exc.msg}") from None
+        except RecursionError:  # [[[[... past the decoder's recursion limit
+            raise TraceError("", line, "invalid JSON: nested too deeply") from None
         yield line, obj
         i = skip_ws(end)
         if i < n and text[i] == ",":
             i += 1
         elif i < n and text[i] == "]":
-            return
+            break
         else:
             raise TraceError("", text.count("\n", 0, i) + 1, "expected ',' or ']' after a job")
+    i = skip_ws(i + 1)
+    if i < n and not rest_ok:  # e.g. two exports concatenated: the second array not read
+        raise TraceError(
+            "",
+            text.count("\n", 0, i) + 1,
+            "unexpected text after the JSON array: a trace holds one array of jobs",
+        )
 
 
 def collect_jobs(
@@ -153,6 +193,8 @@ def collect_jobs(
                 job = parse(rec, line)
                 if job is not None:
                     out.jobs.append(job)
+            except LeftOut as why:
+                out.leave_out(why)
             except (ValueError, TypeError) as exc:
                 err = TraceError(str(path), line, str(exc))
                 if on_error == "stop":
@@ -166,6 +208,25 @@ def collect_jobs(
 
 Check = Callable[[TraceJob], str | None] | None
 """Why a parsed job is refused (e.g. the wire contract's caps), checked row by row."""
+
+
+def first_of_each_id(check: Check) -> Check:
+    """``check``, then: a job whose id an earlier record of the trace has is refused (the
+    service takes a repeated id for a producer's resend of that job and drops it)."""
+    seen: dict[str, int] = {}
+
+    def checked(job: TraceJob) -> str | None:
+        why = check(job) if check is not None else None
+        if why is None:
+            if job.job_id in seen:
+                return (
+                    f"job id {job.job_id!r} already at line {seen[job.job_id]}: the service "
+                    "would take this job for a resend of that one and drop it"
+                )
+            seen[job.job_id] = job.line
+        return why
+
+    return checked
 
 
 def refused_or(job: TraceJob | None, check: Check) -> TraceJob | None:

@@ -15,7 +15,8 @@ Columns may come in any order (the header names them; ``JobID``, ``Submit`` and
 
 * job steps (``123.batch``, ``123.0``, ``123.extern``) are folded into their job: skipped;
 * array tasks (``123_4``) are jobs of their own; a pending array (``123_[5-9]``) and
-  jobs still pending or running have no history yet and are left out;
+  jobs still pending or running have no history yet and are left out (counted in
+  ``TraceRead.left_out``; the commands report them);
 * GPUs come from ``AllocTRES`` (``gres/gpu=N`` or typed ``gres/gpu:a100=N``), else
   ``ReqTRES``; the VC is the account, else the partition (as the agent does);
 * times are ISO (``2026-01-01T10:00:00``) in the local time zone, as sacct prints
@@ -36,6 +37,7 @@ from typing import Any
 
 from gpuhint.lab.traces.records import (
     Check,
+    LeftOut,
     OnError,
     TraceError,
     TraceJob,
@@ -55,6 +57,7 @@ SACCT_FIELDS = (
 _REQUIRED = ("jobid", "submit", "state")
 _STEP = re.compile(r"^\d+(_\d+)?\.")
 _PENDING_ARRAY = re.compile(r"_\[")
+_NO_HISTORY = "pending or running (no history yet)"
 
 
 def looks_like_sacct(header: str) -> bool:
@@ -86,7 +89,7 @@ def _row(row: dict[str, str], line: int) -> TraceJob | None:
         raise ValueError(f"State: unknown Slurm state {row.get('state')!r}")
     status, final = mapped
     if status != "finished" or _PENDING_ARRAY.search(job_id):
-        return None  # no history yet
+        raise LeftOut(_NO_HISTORY)
     submit = _time(row.get("submit"), "Submit")
     if submit is None:
         raise ValueError("Submit: missing")
@@ -99,7 +102,9 @@ def _row(row: dict[str, str], line: int) -> TraceJob | None:
         except ValueError:
             raise ValueError(f"Elapsed: {row['elapsed']!r} is not [D-]HH:MM:SS") from None
     elif start is not None and end is not None:
-        duration = max(0.0, end - start)
+        if end < start:
+            raise ValueError(f"End {row.get('end')!r} is before Start {row.get('start')!r}")
+        duration = end - start
     if duration is None:
         raise ValueError("no Elapsed and no Start/End pair")
     gpus = gpus_from_tres(row.get("alloctres")) or gpus_from_tres(row.get("reqtres")) or 0
@@ -154,6 +159,8 @@ def read_sacct_parsable(path: Path, on_error: OnError = "stop", check: Check = N
                 job = refused_or(_row(dict(zip(header, fields, strict=True)), line), check)
                 if job is not None:
                     out.jobs.append(job)
+            except LeftOut as why:
+                out.leave_out(why)
             except ValueError as exc:
                 err = TraceError(str(path), line, str(exc))
                 if on_error == "stop":
@@ -210,21 +217,23 @@ def _json_job(j: Any, line: int) -> TraceJob | None:
     array_id = int(_num(arr.get("job_id"), "array.job_id") or 0)
     task = _num(arr.get("task_id"), "array.task_id")
     if status != "finished" or (array_id and task is None and arr.get("task")):
-        return None
+        raise LeftOut(_NO_HISTORY)
     job_id = f"{array_id}_{int(task)}" if array_id and task is not None else str(j["job_id"])
-    t = j.get("time") or {}
+    t = _obj(j, "time")
     submit = _num(t.get("submission"), "time.submission")
     if not submit:
         raise ValueError("time.submission: missing")
     start, end = _num(t.get("start"), "time.start"), _num(t.get("end"), "time.end")
     elapsed = _num(t.get("elapsed"), "time.elapsed")
     if elapsed is None and start and end:
-        elapsed = max(0.0, end - start)
+        if end < start:
+            raise ValueError(f"time.end {end:.0f} is before time.start {start:.0f}")
+        elapsed = end - start
     if elapsed is None or elapsed < 0:
         raise ValueError("no time.elapsed and no time.start/end pair")
-    tres = j.get("tres") or {}
+    tres = _obj(j, "tres")
     gpus = _gpus(tres.get("allocated")) or _gpus(tres.get("requested")) or 0
-    assoc = j.get("association") or {}
+    assoc = _obj(j, "association")
     nodes = _num(j.get("allocation_nodes"), "allocation_nodes")
     limit = t.get("limit")
     limit_min = (
@@ -235,15 +244,35 @@ def _json_job(j: Any, line: int) -> TraceJob | None:
         submit_time=submit,
         duration=elapsed,
         num_gpus=gpus,
-        vc=vc_name(j.get("account") or assoc.get("account"), j.get("partition")),
-        user=j.get("user") or assoc.get("user") or None,
-        name=j.get("name") or None,
+        vc=vc_name(_str(j, "account") or _str(assoc, "account"), _str(j, "partition")),
+        user=_str(j, "user") or _str(assoc, "user"),
+        name=_str(j, "name"),
         num_nodes=int(nodes) if nodes else None,
         state=final or JobState.UNKNOWN,
         start_time=start or None,
         line=line,
         time_limit_s=limit_min * 60.0 if limit_min else None,
     )
+
+
+def _obj(d: dict[str, Any], key: str) -> dict[str, Any]:
+    """``d[key]``: an object, ``{}`` when absent or null; another type is a bad row."""
+    v = d.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ValueError(f"{key}: expected an object, got {type(v).__name__}")
+    return v
+
+
+def _str(d: dict[str, Any], key: str) -> str | None:
+    """``d[key]``: a string, None when absent, null or empty; another type is a bad row."""
+    v = d.get(key)
+    if v is None or v == "":
+        return None
+    if not isinstance(v, str):
+        raise ValueError(f"{key}: expected a string, got {type(v).__name__}")
+    return v
 
 
 def _jobs_array(text: str) -> Iterator[tuple[int, Any]]:
@@ -253,7 +282,7 @@ def _jobs_array(text: str) -> Iterator[tuple[int, Any]]:
         raise TraceError("", 1, 'sacct JSON has no "jobs" array')
     start = m.end() - 1
     base = text.count("\n", 0, start)
-    for line, obj in iter_json_array(text[start:]):
+    for line, obj in iter_json_array(text[start:], rest_ok=True):
         yield base + line, obj
 
 
@@ -270,7 +299,7 @@ def read_sacct_json(path: Path, on_error: OnError = "stop", check: Check = None)
         try:
             doc = json.loads(text)
             errs = doc.get("errors") if isinstance(doc, dict) else None
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             errs = None
         if errs:
             raise TraceError(str(path), 1, f"sacct reported errors: {errs}")

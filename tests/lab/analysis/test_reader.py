@@ -120,3 +120,18 @@ def test_quoted_or_gzipped_csv_is_read_in_one_process(tmp_path: Path) -> None:
         fh.write("job_id,submission_time,duration,num_gpu\nb,1,1,1\n")
     assert _split_lines(g, 4) is None
     assert len(read_frame(p, workers=2, parallel_min_bytes=0).jobs) == 2
+
+
+def test_a_field_past_the_csv_limit_is_a_trace_error(tmp_path: Path) -> None:
+    """An unclosed quote swallowing the rest of the file (or a line of 128 KiB and more):
+    a TraceError naming the line, not _csv.Error; in one process or in parallel."""
+    head = "job_id,submission_time,duration,num_gpu\n1,10,100,1\n"
+    quoted = tmp_path / "quote.csv"
+    quoted.write_text(head + '2,20,"50,2\n' + "3,30,40,1\n" * 20_000)
+    with pytest.raises(TraceError, match=r"quote.csv:3: .*field larger than field limit"):
+        read_frame(quoted)
+    long_line = tmp_path / "long.csv"
+    long_line.write_text(head + "2,20,50," + "9" * 200_000 + "\n" + "3,30,40,1\n" * 2_000)
+    for workers in (1, 2):
+        with pytest.raises(TraceError, match=r"long.csv:3: .*field larger than field limit"):
+            read_frame(long_line, on_error="skip", workers=workers, parallel_min_bytes=1)

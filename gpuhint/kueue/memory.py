@@ -8,7 +8,9 @@ suspended is refused, as the API server refuses the applier's guarded patch.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
+from gpuhint.kueue.errors import KubeError
 from gpuhint.kueue.policy import ClassLadder, QueuePolicy, WorkloadView
 
 
@@ -108,3 +110,27 @@ class InMemoryKueue:
         if not dry_run:
             self.classes.update({c.name: c.value for c in ladder.all()})
         return changed
+
+
+class UnreachableAtFirst(InMemoryKueue):
+    """The twin behind an API server that does not answer its first ``down`` calls
+    (class creation, watches: each a :class:`KubeError` with status 0, as the real client
+    raises when refused), then answers: an outage at start to test a daemon against."""
+
+    def __init__(self, down: int, queues: list[QueuePolicy] | None = None) -> None:
+        super().__init__(queues)
+        self.down = down
+        self.watches = 0
+
+    def _answer(self) -> None:
+        if self.down > 0:
+            self.down -= 1
+            raise KubeError(0, "GET /apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses: refused")
+
+    def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]:
+        self._answer()
+        return super().ensure_classes(ladder, dry_run)
+
+    def watch(self, stop: Any) -> None:
+        self._answer()
+        self.watches += 1

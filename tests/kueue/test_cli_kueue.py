@@ -13,8 +13,7 @@ from gpuhint.cli import kueue as cli_kueue
 from gpuhint.cli import main
 from gpuhint.kueue.hints import MemoryHints
 from gpuhint.kueue.kube import KubeError
-from gpuhint.kueue.memory import InMemoryKueue
-from gpuhint.kueue.policy import ClassLadder
+from gpuhint.kueue.memory import InMemoryKueue, UnreachableAtFirst
 from gpuhint.wire.contract import PriorityHint
 
 
@@ -75,27 +74,9 @@ class _Records(list[dict[str, Any]]):
         self.append(json.loads(value))
 
 
-class _BootsDown(InMemoryKueue):
+class _BootsDown(UnreachableAtFirst):
     """An API server down for the daemon's first ``down`` calls to it, then up: the
     daemon stops itself (SIGTERM) once a pass has relabelled the Job."""
-
-    def __init__(self, down: int) -> None:
-        super().__init__()
-        self.down = down
-        self.watches = 0
-
-    def _call(self) -> None:
-        if self.down > 0:
-            self.down -= 1
-            raise KubeError(0, "GET /apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses: refused")
-
-    def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]:
-        self._call()
-        return super().ensure_classes(ladder, dry_run)
-
-    def watch(self, stop: Any) -> None:
-        self._call()
-        self.watches += 1
 
     def wait_change(self, timeout_s: float) -> bool:
         if self.jobs["ns/a"].job_class is not None:

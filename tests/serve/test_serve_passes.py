@@ -13,8 +13,7 @@ from gpuhint.cli import build_parser, serve
 from gpuhint.cli import kueue as cli_kueue
 from gpuhint.kueue.hints import MemoryHints
 from gpuhint.kueue.kube import KubeError
-from gpuhint.kueue.memory import InMemoryKueue
-from gpuhint.kueue.policy import ClassLadder
+from gpuhint.kueue.memory import UnreachableAtFirst
 
 
 class _Records(list[dict[str, Any]]):
@@ -24,34 +23,12 @@ class _Records(list[dict[str, Any]]):
         self.append(json.loads(value))
 
 
-class _Down(InMemoryKueue):
-    """An API server that refuses its first ``down`` calls."""
-
-    def __init__(self, down: int) -> None:
-        super().__init__()
-        self.down = down
-        self.watches = 0
-
-    def _call(self) -> None:
-        if self.down > 0:
-            self.down -= 1
-            raise KubeError(0, "GET /apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses: refused")
-
-    def ensure_classes(self, ladder: ClassLadder, dry_run: bool = False) -> list[str]:
-        self._call()
-        return super().ensure_classes(ladder, dry_run)
-
-    def watch(self, stop: Any) -> None:
-        self._call()
-        self.watches += 1
-
-
 def test_serve_kueue_started_with_the_api_server_down_retries_its_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import gpuhint.kueue.hints as kueue_hints
 
-    k = _Down(down=2)
+    k = UnreachableAtFirst(down=2)
     monkeypatch.setattr(cli_kueue, "_backend", lambda _ks: k)
     hints = MemoryHints({})
     hints.r = records = _Records()  # type: ignore[attr-defined]

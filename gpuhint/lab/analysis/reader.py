@@ -44,7 +44,7 @@ import pandas as pd
 
 from gpuhint.lab.traces import readers as traces
 from gpuhint.lab.traces.readers import OnError, TraceError, TraceJob
-from gpuhint.lab.traces.records import csv_rows
+from gpuhint.lab.traces.records import csv_rows, whole_row
 
 CHUNK_ROWS = 100_000
 PARALLEL_MIN_BYTES = 16 << 20
@@ -167,11 +167,7 @@ def _iter_csv(
         for row in csv_rows(reader, str(path)):
             line = reader.line_num
             try:
-                if None in row:
-                    raise ValueError(
-                        f"{width + len(row[None])} fields where the header has {width}"
-                    )
-                yield parse(row, line)
+                yield parse(whole_row(row, width), line)
             except ValueError as exc:
                 err = TraceError(str(path), line, str(exc))
                 if on_error == "stop":
@@ -334,11 +330,7 @@ def _parse_part(
             for row in csv_rows(reader, path, offset=part[2] - 1):
                 line = part[2] - 1 + reader.line_num
                 try:
-                    if None in row:
-                        raise ValueError(
-                            f"{width + len(row[None])} fields where the header has {width}"
-                        )
-                    yield parse(row, line)
+                    yield parse(whole_row(row, width), line)
                 except ValueError as exc:
                     if on_error == "stop":
                         stop = (line, str(exc))

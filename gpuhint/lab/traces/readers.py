@@ -43,6 +43,7 @@ from gpuhint.lab.traces.records import (
     open_text,
     parse_time,
     refused_or,
+    whole_row,
 )
 from gpuhint.lab.traces.sacct import looks_like_sacct, read_sacct_json, read_sacct_parsable
 from gpuhint.wire.contract import (
@@ -202,12 +203,7 @@ def _read_csv(
         for row in csv_rows(reader, str(path)):
             line = reader.line_num
             try:
-                if None in row:
-                    raise ValueError(
-                        f"{len(reader.fieldnames) + len(row[None])} fields "
-                        f"where the header has {len(reader.fieldnames)}"
-                    )
-                out.jobs.append(parse(row, line))
+                out.jobs.append(parse(whole_row(row, len(reader.fieldnames)), line))
             except ValueError as exc:
                 err = TraceError(str(path), line, str(exc))
                 if on_error == "stop":

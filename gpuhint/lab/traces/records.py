@@ -130,6 +130,19 @@ def csv_rows(
         yield row
 
 
+def whole_row(row: dict[Any, Any], width: int) -> dict[Any, Any]:
+    """A ``csv.DictReader`` row with no more fields than the header's ``width`` (the
+    extra ones land under ``None``); else :class:`ValueError` saying how many.
+
+    >>> whole_row({"a": "1", None: ["2", "3"]}, 1)
+    Traceback (most recent call last):
+    ValueError: 3 fields where the header has 1
+    """
+    if None in row:
+        raise ValueError(f"{width + len(row[None])} fields where the header has {width}")
+    return row
+
+
 def iter_json_array(text: str, rest_ok: bool = False) -> Iterator[tuple[int, Any]]:
     """Yield (line, element) for each element of a top-level JSON array; text after the
     array is an error unless ``rest_ok`` (the array inside a larger document)."""

@@ -41,6 +41,11 @@ CREATE TABLE IF NOT EXISTS dead_letters (offset INTEGER, record BLOB NOT NULL);
 """
 
 
+DEAD_LETTERS_KEPT = 10_000
+"""Dead-letter records a data file keeps, the newest (each at most
+``GPUHINT_DEAD_LETTER_MAX_BYTES``); older ones are deleted as new ones come."""
+
+
 class LocalLogError(RuntimeError):
     """The data file is not a gpuhint log, or is of another version (one line)."""
 
@@ -81,16 +86,23 @@ class LocalLog:
     ``path`` ``":memory:"`` keeps everything in memory (tests). Appends are durable when
     :meth:`append` returns; state writes wait for :meth:`commit`. One process at a time
     holds a file (an exclusive lock on ``<path>.lock``, released by :meth:`close` or the
-    process's end): a second one is refused.
+    process's end): a second one is refused. Only the newest ``keep_dead_letters``
+    dead-letter records are kept.
     """
 
-    def __init__(self, path: str | Path, topic: str = "gpuhint.job-events") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        topic: str = "gpuhint.job-events",
+        keep_dead_letters: int = DEAD_LETTERS_KEPT,
+    ) -> None:
         self.path = str(path)
         self.topic = topic
+        self.keep_dead_letters = keep_dead_letters
         self._lock_fd: int | None = None
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = _lock(self.path)
+            self._lock_fd = _lock(str(Path(self.path).resolve()))  # a symlink: its file
         try:
             self.db = sqlite3.connect(
                 self.path, isolation_level="DEFERRED", check_same_thread=False
@@ -151,11 +163,18 @@ class LocalLog:
         return None if row[0] is None else int(row[0])
 
     def dead_letter(self, offset: int, record: bytes) -> None:
-        """Keep a rejected event's dead-letter record (committed with the next commit)."""
-        self.db.execute("INSERT INTO dead_letters (offset, record) VALUES (?, ?)", (offset, record))
+        """Keep a rejected event's dead-letter record (committed with the next commit),
+        deleting those past the newest ``keep_dead_letters``."""
+        cur = self.db.execute(
+            "INSERT INTO dead_letters (offset, record) VALUES (?, ?)", (offset, record)
+        )
+        if cur.lastrowid is not None:  # rowids grow by one per insert
+            upto = cur.lastrowid - self.keep_dead_letters
+            self.db.execute("DELETE FROM dead_letters WHERE rowid <= ?", (upto,))
 
     def dead_letters(self) -> list[bytes]:
-        return [bytes(r[0]) for r in self.db.execute("SELECT record FROM dead_letters")]
+        rows = self.db.execute("SELECT record FROM dead_letters ORDER BY rowid")
+        return [bytes(r[0]) for r in rows]
 
     # -- offsets and metadata --------------------------------------------------------------
     def committed(self) -> int:

@@ -83,3 +83,33 @@ def test_a_second_process_on_the_same_file_is_refused(tmp_path: Path) -> None:
         LocalLog(path)
     first.close()
     LocalLog(path).close()  # free again
+
+
+def test_dead_letters_keep_only_the_newest(tmp_path: Path) -> None:
+    """Every dead letter stayed in the file for ever (the event log is compacted, they
+    were not): a bad event or a CES error on every poll grew the file without bound."""
+    import json
+
+    from gpuhint.cores.sink import InMemoryStore
+    from gpuhint.serve.runner import OneProcess
+
+    one = OneProcess(LocalLog(tmp_path / "s.sqlite", keep_dead_letters=50), InMemoryStore())
+    for _ in range(3):
+        one.ingest_raw([(b"default/a", b"not json")] * 40)
+        one.drain()
+    records = [json.loads(r) for r in one.log.dead_letters()]
+    assert [r["offset"] for r in records] == list(range(70, 120))
+    assert all(r["reason"].startswith("not JSON") for r in records)
+
+
+def test_a_second_open_through_a_symlink_is_refused_too(tmp_path: Path) -> None:
+    """The lock file was named after the path given: a second ``serve`` reaching the
+    same data file through a symlink locked another file and wrote the same log."""
+    path = tmp_path / "serve.sqlite"
+    first = LocalLog(path)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(path)
+    with pytest.raises(LocalLogError, match="in use by another process"):
+        LocalLog(link)
+    first.close()
+    LocalLog(link).close()  # free again once the first has closed

@@ -1,9 +1,10 @@
 """Dead-letter records: what a message was, where it came from, and why it was rejected.
 
 A record always fits ``max_bytes`` (keep it under the broker's ``max.message.bytes``):
-the original bytes are kept whole (``value_b64``, and ``value`` when they are UTF-8)
-when they fit, else ``value_b64`` holds a prefix and ``truncated`` is true. The
-original's ``value_length`` and ``value_sha256`` are always there. The key likewise:
+the original bytes are kept whole (``value_b64``, and ``value`` when they are UTF-8
+and that text copy fits too) when they fit, else ``value_b64`` holds a prefix and
+``truncated`` is true. The original's ``value_length`` and ``value_sha256`` are always
+there. The key likewise:
 ``key_b64`` holds its bytes (``key`` its text when it is UTF-8, else null),
 ``key_length`` its length, and ``key_truncated`` says ``key_b64`` (and ``key``) kept
 only a prefix. The reason and the key are cut to fit too (shortest ``max_bytes``
@@ -69,12 +70,13 @@ def _key_fields(key: bytes | None, limit: int) -> dict[str, Any]:
 
 
 def _with_value(rec: dict[str, Any], value: bytes, max_bytes: int) -> bytes | None:
-    """``rec`` with the value whole when it fits, else a prefix that fits (None: the
-    other fields alone do not fit)."""
-    whole = dict(rec, value=_text(value), value_b64=base64.b64encode(value).decode())
-    out = _dump(whole)
-    if len(out) <= max_bytes:
-        return out
+    """``rec`` with the value whole when it fits (its text copy too, when that fits),
+    else a prefix that fits (None: the other fields alone do not fit)."""
+    b64 = base64.b64encode(value).decode()
+    for text in (_text(value), None):
+        out = _dump(dict(rec, value=text, value_b64=b64))
+        if len(out) <= max_bytes:
+            return out
     rec = dict(rec, truncated=True)
     room = max_bytes - len(_dump(rec)) - 2  # the quotes of the base64 string
     if room < 0:

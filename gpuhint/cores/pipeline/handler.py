@@ -21,6 +21,7 @@ imports no Faust, Kafka or Redis.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
@@ -80,6 +81,24 @@ class Outcome:
     forwards: tuple[Forward, ...] = ()
 
 
+MAX_REASONS = 100
+"""Distinct :attr:`WorkerStats.reasons` entries; past them a new one counts as ``other``."""
+
+_HEAD = re.compile(r"[^:'\"\d(\[{-]*")
+
+
+def reason_head(reason: str) -> str:
+    """A reason's words before its first value (a colon, quote, sign, digit or bracket): the
+    ``WorkerStats.reasons`` entry, one per kind of fault, never one per message.
+
+    >>> reason_head("key b'42' is not the event's cluster/vc b'c/a' (...)")
+    'key b'
+    >>> reason_head("unsupported schema_version 7 (this build reads 1)")
+    'unsupported schema_version'
+    """
+    return _HEAD.match(reason).group().rstrip(" ,") or "invalid"  # type: ignore[union-attr]
+
+
 @dataclass
 class WorkerStats:
     """What the worker did with messages (the ops collector reads this object)."""
@@ -87,6 +106,7 @@ class WorkerStats:
     processed: int = 0
     dead_letter: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    """Dead letters by :func:`reason_head` (at most :data:`MAX_REASONS` + 1 entries)."""
 
 
 class MessageHandler:
@@ -110,7 +130,9 @@ class MessageHandler:
     def _dead(self, msg: Message, reason: str) -> Outcome:
         s = self.stats
         s.dead_letter += 1
-        short = reason.split(":")[0]
+        short = reason_head(reason)
+        if short not in s.reasons and len(s.reasons) >= MAX_REASONS:
+            short = "other"  # e.g. fields named by the sender: ever new names
         s.reasons[short] = s.reasons.get(short, 0) + 1
         self.engine.store.count("dead_letter")
         log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, reason)

@@ -88,3 +88,17 @@ def test_a_long_reason_and_key_fit_the_smallest_limit_allowed(
     if value is not None:  # the value keeps a share of the room
         kept = base64.b64decode(rec["value_b64"])
         assert value.startswith(kept) and len(kept) >= min(len(value), 700)
+
+
+def test_bytes_that_fit_are_kept_whole_when_their_text_copy_does_not() -> None:
+    """A 240 KB message of non-ASCII text (within the contract's 256 KiB) is ~720 KB as
+    escaped JSON text plus 320 KB of base64: over the limit together, so only a prefix of
+    its bytes was kept, although the base64 copy alone fits. The text copy is dropped
+    first."""
+    raw = json.dumps({"job_id": "é" * 120_000}, ensure_ascii=False).encode()
+    out = dead_letter_record("job_id: String should have at most 256 characters", "t", 0, 1,
+                             b"c/a", raw)  # fmt: skip
+    assert len(out) <= 900_000
+    rec = json.loads(out)
+    assert base64.b64decode(rec["value_b64"]) == raw and rec["truncated"] is False
+    assert rec["value"] is None  # the text copy left out (value_b64 holds the same bytes)

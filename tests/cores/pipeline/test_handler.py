@@ -162,3 +162,26 @@ def test_a_long_key_with_the_smallest_record_limit_is_dead_lettered() -> None:
     assert out.dead_letter is not None and len(out.dead_letter) <= 4096
     assert json.loads(out.dead_letter)["key_truncated"] is True
     assert routine.committable(0) == 1  # released: the partition goes on
+
+
+def test_dead_letter_reasons_are_counted_in_a_bounded_set_of_entries() -> None:
+    """A producer keying job events by job id (or sending ever new schema versions,
+    kinds, duplicate names) made every dead letter a new ``stats.reasons`` entry: the
+    worker's memory grew with each one, for ever."""
+    from gpuhint.metrics.reasons import reason_class
+
+    h = handler()
+    for i in range(200):
+        h.job_event(msg(encode_message(job(job_id=str(i))), key=str(i).encode()))
+        h.job_event(msg(json.dumps({"schema_version": i + 2}).encode()))
+        h.job_event(msg(json.dumps({"schema_version": 1, "kind": f"k{i}"}).encode()))
+        h.job_event(msg(f'{{"schema_version":1,"x{i}":1,"x{i}":2}}'.encode()))
+        h.job_event(msg(b"x" * (300_000 + i)))
+        extra = json.loads(encode_message(job()))
+        extra[f"field{i}"] = 1  # named by the sender: "field{i}: Extra inputs ..."
+        h.job_event(msg(json.dumps(extra).encode()))
+    assert h.stats.dead_letter == 1200 and sum(h.stats.reasons.values()) == 1200
+    assert len(h.stats.reasons) <= 101, len(h.stats.reasons)
+    assert h.stats.reasons["key b"] == 200, sorted(h.stats.reasons)
+    classes = {reason_class(r) for r in h.stats.reasons}  # the metric's classes still
+    assert {"wrong_key", "schema_version", "wrong_kind"} <= classes, h.stats.reasons

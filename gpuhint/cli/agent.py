@@ -149,7 +149,7 @@ def _add_scheduler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--slurm-nodes",
         metavar="SOURCE",
-        help="every Slurm node's NodeStatus (for CES) from: sinfo (sinfo --json), cmd:COMMAND, "
+        help="every Slurm node's NodeStatus (for CES) from: sinfo (sinfo -N --json), cmd:COMMAND, "
         "or a FILE re-read every interval (sinfo --json output); default: none",
     )
     p.add_argument(

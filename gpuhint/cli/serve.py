@@ -27,7 +27,7 @@ relative to the working directory): a restart, or a SIGKILL, neither loses an ev
 nor learns one twice; the hints are the same as the Kafka pipeline's for the same events.
 
 CES (power advice) runs too, unless GPUHINT_CES_ENABLED=false or --nodes none: every
-poll reads each node's state from `sinfo --json` (--nodes) into the worker's CES side
+poll reads each node's state from `sinfo -N --json` (--nodes) into the worker's CES side
 (GPUHINT_CES_POLICY, docs/ces.md), whose power advisories go to Redis; with
 --apply-power this process also powers idle nodes down and up as `gpuhint slurm
 apply-power` does (its settings: GPUHINT_SLURM_MIN_IDLE, ..., docs/slurm.md).
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         "--nodes",
         default="sinfo",
         metavar="SOURCE",
-        help="node states for CES from: sinfo (default; sinfo --json), cmd:COMMAND, a FILE, "
+        help="node states for CES from: sinfo (default; sinfo -N --json), cmd:COMMAND, a FILE, "
         "or none (no CES)",
     )
     p.add_argument(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from gpuhint.wire.contract import JobEvent, JobPhase, JobState
+from gpuhint.wire.contract import TEXT_MAX, JobEvent, JobPhase, JobState
 
 _T = TypeVar("_T")
 
@@ -212,8 +212,8 @@ class JobTracker:
             job_id=job.job_id,
             cluster=self.cluster,
             vc=_vc(job),
-            user=job.user,
-            name=job.name,
+            user=_clip(job.user),
+            name=_clip(job.name),
             num_gpus=max(0, job.num_gpus),
             num_cpus=job.num_cpus,
             num_nodes=job.num_nodes,
@@ -223,7 +223,7 @@ class JobTracker:
             duration_s=duration,
             state=state,
             nodes=job.nodes if step >= 1 else (),
-            partition=job.partition,
+            partition=_clip(job.partition),
             time_limit_s=job.time_limit_s,
         )
 
@@ -233,6 +233,12 @@ _BRACKET = re.compile(r"^(.*?)\[([^\]]+)\](.*)$")
 
 def _vc(job: SchedJob) -> str:
     return job.vc or "default"
+
+
+def _clip(text: str | None) -> str | None:
+    """A free-form label cut to the contract's bound (Slurm takes a job name of any
+    length): a job with a long name is published, not refused on every poll."""
+    return text[:TEXT_MAX] if text else text
 
 
 def _first_line(exc: Exception) -> str:

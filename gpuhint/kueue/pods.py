@@ -106,11 +106,19 @@ def time_limit(spec: dict[str, Any]) -> float | None:
 
 
 def _container_times(status: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
-    """Earliest container start, latest container finish, and a terminated reason."""
+    """Earliest container start, latest container finish, and a terminated reason.
+
+    A container restarted in place (``restartCount`` > 0) shows only its last attempt,
+    but the pod held its GPUs all along: then the pod's ``startTime`` is the start."""
     starts: list[float] = []
     ends: list[float] = []
     reason = None
-    for cs in status.get("containerStatuses") or []:
+    statuses = status.get("containerStatuses") or []
+    if any(_qty(cs.get("restartCount")) > 0 for cs in statuses):
+        t = _ts(status.get("startTime"))
+        if t is not None:
+            starts.append(t)
+    for cs in statuses:
         state = cs.get("state") or {}
         if "running" in state:
             t = _ts(state["running"].get("startedAt"))

@@ -366,12 +366,15 @@ def _parsable(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
             limit = parse_timelimit(row.get("timelimit"))
         except ValueError:
             limit = None
+        nodes = expand_hostlist(row.get("nodelist")) if status != "pending" else ()
+        start = _parse_time(row.get("start", "")) if status != "pending" else None
         job = SchedJob(
             job_id=job_id,
             status=status,
             final=final,
             submit_time=_parse_time(row.get("submit", "")),
-            start_time=_parse_time(row.get("start", "")) if status != "pending" else None,
+            # without a NodeList column, a finished job's Start is all there is
+            start_time=_ran_from(status, nodes, start) if "nodelist" in row else start,
             end_time=_parse_time(row.get("end", "")) if status == "finished" else None,
             user=row.get("user") or None,
             vc=vc_name(row.get("account") or None, partition, vc_from),
@@ -379,7 +382,7 @@ def _parsable(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
             num_gpus=gpus,
             num_cpus=_int(row.get("ncpus")),
             num_nodes=_int(row.get("nnodes")),
-            nodes=expand_hostlist(row.get("nodelist")) if status != "pending" else (),
+            nodes=nodes,
             partition=partition.split(",")[0] if partition else None,
             time_limit_s=limit,
         )
@@ -392,13 +395,14 @@ def parse_slurm(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
     """Jobs in one snapshot: squeue/sacct JSON or sacct parsable output (detected).
 
     A pending job array becomes one pending job per task (``123_4``), as Slurm names
-    each task once it runs.
+    each task once it runs. A job listed more than once (each run of a requeued job is
+    a record of its own) is its newest record.
     """
     stripped = text.lstrip()
     if not stripped:
         return []
     if not stripped.startswith("{"):
-        return _parsable(text, vc_from)
+        return _newest(_parsable(text, vc_from))
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -415,7 +419,20 @@ def parse_slurm(text: str, vc_from: VcFrom = "account") -> list[SchedJob]:
             out.extend(_sacct_job(j, vc_from))
         else:
             out.extend(_squeue_job(j, vc_from))
-    return out
+    return _newest(out)
+
+
+def _newest(jobs: list[SchedJob]) -> list[SchedJob]:
+    """One row per job id: the latest submitted (ties: the last listed). sacct --json
+    (22.05, even without ``-D``) lists every run of a requeued job (the old ones REQUEUED,
+    or another state of an ended run); a requeue resets the submit time, so the newest is
+    the current run."""
+    best: dict[str, SchedJob] = {}
+    for j in jobs:
+        old = best.get(j.job_id)
+        if old is None or (j.submit_time or 0.0) >= (old.submit_time or 0.0):
+            best[j.job_id] = j
+    return jobs if len(best) == len(jobs) else [j for j in jobs if best[j.job_id] is j]
 
 
 def slurm_source(spec: str) -> str | tuple[str, ...]:

@@ -3,7 +3,7 @@
 The worker's CES engine counts busy and powered-down nodes from
 :class:`~gpuhint.wire.contract.NodeStatus` records, which the NVML node agent sends from
 each GPU host. A Slurm site can send them from the controller instead: one
-``sinfo --json`` per poll gives every node's GPUs (``gres``), the GPUs in use
+``sinfo -N --json`` per poll gives every node's GPUs (``gres``), the GPUs in use
 (``gres_used``), its power state and its health, as Slurm sees them::
 
     gpuhint agent --nvml none --slurm sacct --slurm-nodes sinfo --bootstrap kafka:9092
@@ -28,13 +28,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhint.cores.job_tracker import SchedulerError, guarded_read, read_source
+from gpuhint.cores.job_tracker import (
+    SchedulerError,
+    expand_hostlist,
+    guarded_read,
+    read_source,
+)
 from gpuhint.wire.contract import MAX_LIST, NodeStatus
 
 log = logging.getLogger(__name__)
 
-SINFO_CMD = ("sinfo", "--json")
-"""The default source: every node, one record each (Slurm 22.05+)."""
+SINFO_CMD = ("sinfo", "-N", "--json")
+"""The default source: every node, one record each (Slurm 22.05+; ``-N``: one entry per
+node, not per group of alike nodes, in the data_parser output of later releases)."""
 
 _PARENS = re.compile(r"\([^)]*\)")
 _OFF = {"POWERED_DOWN", "POWER_DOWN", "POWERING_UP", "POWER_UP"}
@@ -86,12 +92,34 @@ def node_status(node: dict[str, Any], *, cluster: str, now: float) -> NodeStatus
 
 
 def parse_sinfo(text: str, *, cluster: str, now: float) -> list[NodeStatus]:
-    """Every node of a ``sinfo --json`` document (SchedulerError when it is not one)."""
+    """Every node of a ``sinfo --json`` document (SchedulerError when it is not one):
+    22.05's ``nodes`` list, or the ``sinfo`` list of later releases (data_parser, e.g. 24.11)."""
     try:
-        nodes = json.loads(text)["nodes"]
+        doc = json.loads(text)
+        nodes = _grouped_nodes(doc["sinfo"]) if "sinfo" in doc else doc["nodes"]
         return [node_status(n, cluster=cluster, now=now) for n in nodes if n.get("name")]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SchedulerError(f"not sinfo --json output: {exc}") from None
+
+
+def _grouped_nodes(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """data_parser's ``sinfo`` entries (one per node and partition with ``-N``) as
+    22.05's node records, each node once."""
+    out: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        gres = g.get("gres") or {}
+        for spec in (g.get("nodes") or {}).get("nodes") or ():
+            for name in expand_hostlist(str(spec)):
+                out.setdefault(
+                    name,
+                    {
+                        "name": name,
+                        "state": (g.get("node") or {}).get("state"),
+                        "gres": gres.get("total"),
+                        "gres_used": gres.get("used"),
+                    },
+                )
+    return list(out.values())
 
 
 @dataclass

@@ -55,7 +55,9 @@ MAX_LIST = 4096
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^:\s]+$")]
 """A cluster, VC or node name: it goes into Redis keys, so no ':' and no whitespace."""
-Text = Annotated[str, Field(max_length=256)]
+TEXT_MAX = 256
+"""The longest free-form label (a job name, a user) the contract takes."""
+Text = Annotated[str, Field(max_length=TEXT_MAX)]
 """A free-form label (user, job name, partition, model): bounded."""
 Reason = Annotated[str, Field(max_length=2048)]
 NonNegFloat = Annotated[float, Field(ge=0.0, le=1e15)]

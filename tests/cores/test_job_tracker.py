@@ -54,3 +54,15 @@ def test_a_pending_job_moved_to_another_partition_ends_in_its_old_vc() -> None:
     assert left.duration_s is None and left.state is not None  # a cancel: nothing learned
     assert events[1].submit_time == t0  # the wait counts from the real submit
     assert tracker.update([moved], t0 + 70) == []
+
+
+def test_a_job_with_a_name_longer_than_the_contract_takes_is_published() -> None:
+    """Slurm takes a 300-character ``--job-name`` (seen on 22.05); the contract bounds a
+    name at 256. Before, the job was never published (it waited unseen by QSSF, and
+    every poll logged it); now the name is cut to fit."""
+    t = JobTracker(cluster="c")
+    job = SchedJob("5", "pending", submit_time=1.0, num_gpus=1, name="x" * 300,
+                   user="u" * 300, partition="p" * 300)  # fmt: skip
+    (ev,) = t.update([job], now=2.0)
+    assert ev.phase.value == "submitted" and ev.name == "x" * 256
+    assert ev.user == "u" * 256 and ev.partition == "p" * 256

@@ -71,3 +71,28 @@ def test_a_pods_active_deadline_is_its_time_limit() -> None:
     assert jobs["team-b/batch-x"].time_limit_s == 300.0
     assert jobs["team-b/batch-x"].final is JobState.TIMEOUT
     assert jobs["team-a/oom"].time_limit_s is None
+
+
+def _restarted(phase: str, state: dict[str, object]) -> dict[str, object]:
+    """A Job's pod (``restartPolicy: OnFailure``) whose container failed twice in place."""
+    return {
+        "metadata": {"name": "train-0", "namespace": "ml",
+                     "creationTimestamp": "2024-05-01T10:00:00Z"},
+        "spec": {"nodeName": "g1", "restartPolicy": "OnFailure", "containers": [
+            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+        "status": {"phase": phase, "startTime": "2024-05-01T10:00:10Z", "containerStatuses": [
+            {"name": "c", "restartCount": 2, "state": state, "lastState": {"terminated": {
+                "startedAt": "2024-05-01T10:05:00Z", "finishedAt": "2024-05-01T10:09:00Z"}}}]},
+    }  # fmt: skip
+
+
+def test_a_pod_restarted_in_place_held_its_gpus_since_it_started() -> None:
+    """A container restarted in place (OnFailure) keeps the pod's GPUs: the run is the
+    pod's, from its start, not the last attempt's (was 300 s of a 890 s hold)."""
+    t = JobTracker(cluster="k8s")
+    running = _restarted("Running", {"running": {"startedAt": "2024-05-01T10:10:00Z"}})
+    t.update(parse_pods({"items": [running]}), now=1714558300.0)
+    done = _restarted("Succeeded", {"terminated": {
+        "startedAt": "2024-05-01T10:10:00Z", "finishedAt": "2024-05-01T10:15:00Z"}})  # fmt: skip
+    (fin,) = t.update(parse_pods({"items": [done]}), now=1714558600.0)
+    assert fin.state is JobState.COMPLETED and fin.duration_s == 890.0

@@ -111,3 +111,47 @@ def test_time_limits_in_every_slurm_form() -> None:
         "1-02:30": 95400.0, "1-02:03:04": 93784.0, "0-02": 7200.0, "UNLIMITED": None, "": None,
     }  # fmt: skip
     assert {t: parse_timelimit(t) for t in cases} == cases
+
+
+def test_sacct_parsable_job_cancelled_while_pending_never_started() -> None:
+    """22.05's sacct -P prints a job cancelled while held Start == End (the cancel time)
+    and ``None assigned`` nodes: it never ran, so no ``started`` and no 0 s run."""
+    text = (
+        "JobID|State|Submit|Start|End|AllocTRES|ReqTRES|NodeList\n"
+        "1|CANCELLED by 0|2026-12-07T15:00:12|2026-12-07T15:00:14|2026-12-07T15:00:14|"
+        "|billing=1,cpu=1,gres/gpu=2,mem=16000M,node=1|None assigned\n"
+    )
+    (job,) = parse_slurm(text)
+    assert job.start_time is None and job.num_gpus == 2
+    events = JobTracker(cluster="c").update([job], now=job.end_time or 0.0)
+    assert [e.phase for e in events] == [JobPhase.SUBMITTED, JobPhase.FINISHED]
+    assert events[-1].duration_s is None
+
+
+def _record(state: str, submit: int, start: int, end: int, nodes: str) -> dict[str, object]:
+    return {
+        "job_id": 2, "state": {"current": state, "reason": "None"}, "account": "research",
+        "partition": "gpu", "nodes": nodes, "array": {"job_id": 0, "task_id": None},
+        "time": {"submission": submit, "start": start, "end": end, "limit": 5},
+        "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 1}]},
+    }  # fmt: skip
+
+
+def test_sacct_json_lists_a_requeued_job_once_per_run() -> None:
+    """22.05's sacct --json lists every record of a requeued job (seen: ``REQUEUED``,
+    then the new ``PENDING`` one, same id, without -D). Only the newest record counts:
+    an old run's record in a final state (here ``NODE_FAIL``) must not end the job, nor
+    hide the second run's end."""
+    t = JobTracker(cluster="c")
+    ran = _record("RUNNING", 100, 110, 0, "n1")
+    t.update(parse_slurm(json.dumps({"jobs": [ran]})), now=120)
+    first = _record("NODE_FAIL", 100, 110, 150, "n1")
+    again = _record("PENDING", 150, 0, 0, "None assigned")
+    snap = parse_slurm(json.dumps({"jobs": [first, again]}))
+    assert [(j.job_id, j.status) for j in snap] == [("2", "pending")]
+    assert t.update(snap, now=160) == []
+    done = _record("COMPLETED", 150, 200, 260, "n2")
+    events = t.update(parse_slurm(json.dumps({"jobs": [first, done]})), now=270)
+    assert [(e.phase, e.state, e.duration_s) for e in events] == [
+        (JobPhase.FINISHED, JobState.COMPLETED, 60.0)
+    ]

@@ -73,3 +73,33 @@ def test_feed_names_running_jobs_and_survives_a_bad_read(
     path.write_text(_one(state="idle"))
     assert len(feed.poll(3.0)) == 1 and feed.failures == 0
     assert "readable again" in caplog.text
+
+
+def _group(names: list[str], state: list[str], total: str, used: str, part: str) -> dict:
+    """One entry of the ``sinfo`` list that ``sinfo -N --json`` prints on Slurm 24.11."""
+    return {
+        "port": 6818, "partition": {"name": part}, "node": {"state": state},
+        "nodes": {"allocated": 0, "idle": 0, "total": len(names), "nodes": names},
+        "gres": {"total": total, "used": used},
+    }  # fmt: skip
+
+
+def test_data_parser_sinfo_output() -> None:
+    """Slurm 24.11's ``sinfo --json`` is ``{"sinfo": [...]}``, one entry per node and
+    partition (``-N``), no ``nodes`` list: every poll failed before. A node in two
+    partitions is one NodeStatus."""
+    doc = {
+        "sinfo": [
+            _group(["g1"], ["MIXED"], "gpu:a100:4(S:0-1)", "gpu:a100:3(IDX:0-2)", "gpu"),
+            _group(["g1"], ["MIXED"], "gpu:a100:4(S:0-1)", "gpu:a100:3(IDX:0-2)", "all"),
+            _group(["g2"], ["IDLE", "POWERED_DOWN"], "gpu:8", "gpu:0", "gpu"),
+            _group(["g3"], ["IDLE", "DRAIN"], "gpu:8", "gpu:0", "gpu"),
+        ],
+        "meta": {}, "errors": [], "warnings": [],
+    }  # fmt: skip
+    got = parse_sinfo(json.dumps(doc), cluster="c", now=1.0)
+    assert [(s.node, s.num_gpus, s.busy_gpus, s.powered_on, s.healthy) for s in got] == [
+        ("g1", 4, 3, True, True),
+        ("g2", 8, 0, False, True),
+        ("g3", 8, 0, True, False),
+    ]

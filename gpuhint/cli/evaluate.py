@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+from pathlib import Path
 
 EVALUATIONS = ("qssf", "ces", "slurm")
 
@@ -22,3 +24,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     inner = p.add_subparsers(dest="evaluation", metavar="WHAT", required=True)
     for name in EVALUATIONS:
         importlib.import_module(f"gpuhint.cli.evaluate_{name}").register(inner)
+
+
+def plot_target(path: str) -> str:
+    """:func:`gpuhint.cli.common.plot_path`, and its folder must exist and be writable:
+    said before the run, which can take long, not after it (its results lost)."""
+    from gpuhint.cli.common import UserError, plot_path
+
+    path = plot_path(path)
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise UserError(f"cannot save plot {path}: no such folder {str(folder)!r}")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"cannot save plot {path}: folder {str(folder)!r} is not writable")
+    return path

@@ -9,7 +9,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuhint.cli.common import UserError, add_on_error_arg, json_text, plot_path
+from gpuhint.cli.common import (
+    UserError,
+    _first_bad_utf8_line,
+    add_on_error_arg,
+    json_text,
+)
+from gpuhint.cli.evaluate import plot_target
 from gpuhint.cli.evaluate_ces_jobs import JOBS_EPILOG
 
 TRACE_FORMATS = ("helios", "philly", "plain", "sacct", "sacct-json")
@@ -156,7 +162,7 @@ def _config(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     if not args.no_plot and args.plot:
-        args.plot = plot_path(args.plot)
+        args.plot = plot_target(args.plot)
     if args.trace is not None:
         from gpuhint.cli.evaluate_ces_jobs import run_jobs
 
@@ -164,16 +170,18 @@ def run(args: argparse.Namespace) -> int:
     return run_series(args)
 
 
-def run_series(args: argparse.Namespace) -> int:
-    from gpuhint.lab.evaluation import ces
-    from gpuhint.lab.traces.loadseries import SeriesError, read_series
-    from models.forecast import LoadForecaster
-
+def _check_series_args(args: argparse.Namespace) -> None:
+    """The flags of a ``--series`` run, each bad or ignored one a one-line error."""
     if args.format in TRACE_FORMATS:
         raise UserError(f"--format {args.format} is a job trace format: use --trace")
     if args.nodes is not None:
         raise UserError("--nodes sizes the pool of a --trace run; a --series has its node counts")
-
+    for flag, val in (
+        ("--quantile", args.quantile),
+        ("--max-cycles-per-node-day", args.max_cycles_per_node_day),
+    ):
+        if val is not None:  # would be ignored: the series frontier has its own fixed default
+            raise UserError(f"{flag} applies to a --trace run only")
     if args.buffer is not None and args.buffer < 0:
         raise UserError("--buffer must be >= 0")
     if args.horizon is not None and not 1 <= args.horizon <= 18:
@@ -184,13 +192,25 @@ def run_series(args: argparse.Namespace) -> int:
         args.watts_per_node < 0 or not math.isfinite(args.watts_per_node)
     ):
         raise UserError("--watts-per-node must be a finite number >= 0")
+
+
+def run_series(args: argparse.Namespace) -> int:
+    from gpuhint.lab.evaluation import ces
+    from gpuhint.lab.traces.loadseries import SeriesError, read_series
+    from models.forecast import LoadForecaster
+
+    _check_series_args(args)
     try:
         series = read_series(
             args.series, args.format, args.on_error, gpus_per_node=args.gpus_per_node
         )
     except SeriesError as exc:
         raise UserError(f"{exc}\n  (use --on-error skip to skip bad rows)") from None
-    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        line = _first_bad_utf8_line(Path(args.series))
+        where = f"{args.series}:{line}" if line else args.series
+        raise UserError(f"{where}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         raise UserError(f"{args.series}: {exc}") from None
     except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip
         raise UserError(f"{args.series}: cannot read: {exc}") from None

@@ -68,11 +68,12 @@ def _power(args: argparse.Namespace) -> Any:
 
 def run_jobs(args: argparse.Namespace) -> int:
     from gpuhint.lab.evaluation import ces_jobs as cj
+    from gpuhint.lab.evaluation.qssf_inputs import MAX_NODES
 
     if args.format in ("nodes", "helios-vc"):
         raise UserError(f"--format {args.format} is a load series format: use --series")
-    if args.nodes is not None and args.nodes < 1:
-        raise UserError("--nodes must be >= 1")
+    if args.nodes is not None and not 1 <= args.nodes <= MAX_NODES:
+        raise UserError(f"--nodes must be 1..{MAX_NODES:,}")
     if not 0 < args.target_load <= 1:
         raise UserError(f"--target-load must be in (0, 1], got {args.target_load}")
     if args.quantile is not None and not 0 <= args.quantile <= 1:
@@ -86,8 +87,18 @@ def run_jobs(args: argparse.Namespace) -> int:
     prep = cj.prepare(read.jobs, args.model)
     if not prep.jobs:
         raise UserError(f"{args.trace}: no job asks for a GPU: nothing to place on nodes")
+    if len({j.submit for j in prep.jobs}) == 1:  # energy is measured over a span of 0 s
+        raise UserError(
+            f"{args.trace}: every GPU job is submitted at the same time: energy is measured "
+            "from the first to the last submit, here 0 s (nothing to compare)"
+        )
     biggest = max(j.gpus for j in prep.jobs)
     nodes = args.nodes or cj.cluster_nodes(prep.jobs, args.target_load)
+    if nodes > MAX_NODES:
+        raise UserError(
+            f"--target-load {args.target_load:g} sizes the pool to {nodes:,} nodes, over "
+            f"{MAX_NODES:,}: give a higher target load or --nodes"
+        )
     if biggest > nodes * 8:
         raise UserError(f"--nodes {nodes}: a job asks for {biggest} GPUs ({nodes * 8} in the pool)")
     say = None if args.json or args.no_progress else _progress

@@ -15,10 +15,10 @@ from gpuhint.cli.common import (
     add_trace_args,
     json_text,
     load_trace,
-    plot_path,
     report_skipped,
     settings_from,
 )
+from gpuhint.cli.evaluate import plot_target
 
 HELP = "simulate FIFO/SJF/SRTF/QSSF on a job trace with gpuhint's online hints"
 
@@ -233,12 +233,13 @@ def run(args: argparse.Namespace) -> int:
     )
 
     if not args.no_plot:
-        args.plot = plot_path(args.plot)
+        args.plot = plot_target(args.plot)
 
     if not 0 < args.target_load <= 1:
         raise UserError(f"--target-load must be in (0, 1], got {args.target_load}")
     if args.priority_times_gpus and not args.priorities:
         raise UserError("--priority-times-gpus needs --priorities")
+    wait_bound = _wait_bound(args)  # a bad value said before the trace is read
     t0 = time.perf_counter()
     try:
         vc_nodes = read_vc_config(args.vc_config) if args.vc_config else None
@@ -259,10 +260,13 @@ def run(args: argparse.Namespace) -> int:
             backfill=args.backfill,
             loop="open" if args.open_loop else "closed",
             progress=_progress,
-            wait_bound=_wait_bound(args),
+            wait_bound=wait_bound,
         )
     except InputError as exc:
-        raise UserError(str(exc).replace("VC config", args.vc_config or "VC sizes")) from None
+        msg = str(exc).replace("VC config", args.vc_config or "VC sizes")
+        if msg.startswith("trace: "):  # the core's errors about the trace as a whole
+            msg = f"{args.trace}: {msg.removeprefix('trace: ')}"
+        raise UserError(msg) from None
     written = None
     if not args.no_plot:
         try:

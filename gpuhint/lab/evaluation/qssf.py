@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from gpuhint.lab.evaluation.qssf_inputs import (
     GPUS_PER_NODE,
+    MAX_NODES,
     InputError,
     check_fit,
     read_priorities,
@@ -212,6 +213,13 @@ def _vc_sizes(
             sizes[vc], sizing[vc] = vc_nodes[vc], "given"
         else:
             sizes[vc], sizing[vc] = load_sizes[vc], f"sized to load {target_load:g}"
+            if sizes[vc] > MAX_NODES:
+                raise InputError(
+                    "trace",
+                    0,
+                    f"VC {vc!r} sized to load {target_load:g} needs {sizes[vc]:,} nodes, "
+                    f"over {MAX_NODES:,}: give a higher target load",
+                )
     return sizes, sizing
 
 

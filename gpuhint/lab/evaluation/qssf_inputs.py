@@ -12,6 +12,9 @@ from gpuhint.lab.traces.readers import TraceJob
 from models.simulator import SimJob
 
 GPUS_PER_NODE = 8
+MAX_NODES = 100_000
+"""Nodes one VC (or pool) may have: more is a typo or a tiny target load, not a cluster,
+and the simulators would fill memory or run for hours with it."""
 
 
 class InputError(ValueError):
@@ -27,8 +30,20 @@ def _open_csv_rows(path: str | Path) -> list[tuple[int, list[str]]]:
         with open(p, encoding="utf-8", newline="") as fh:
             reader = csv.reader(fh)
             return [(reader.line_num, row) for row in reader]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except UnicodeDecodeError as exc:
+        with open(p, "rb") as fb:
+            line = next((n for n, raw in enumerate(fb, 1) if not _is_utf8(raw)), 0)
+        raise InputError(str(p), line, f"not UTF-8 text ({exc.reason})") from None
+    except (OSError, csv.Error) as exc:
         raise InputError(str(p), 0, str(exc)) from None
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def read_vc_config(path: str | Path) -> dict[str, int]:
@@ -60,8 +75,8 @@ def read_vc_config(path: str | Path) -> dict[str, int]:
             raise InputError(
                 str(path), line, f"nodes must be a whole number, got {raw!r}"
             ) from None
-        if nodes < 0:
-            raise InputError(str(path), line, f"nodes must be >= 0, got {nodes}")
+        if not 0 <= nodes <= MAX_NODES:
+            raise InputError(str(path), line, f"nodes must be 0..{MAX_NODES:,}, got {nodes:,}")
         if vc in sizes:
             raise InputError(str(path), line, f"VC {vc!r} listed twice")
         sizes[vc] = nodes

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhint.cores.sink import BufferedStore, Op, PutStarts
+from gpuhint.lab.evaluation.qssf_inputs import InputError
 from gpuhint.lab.evaluation.starts import StartRecorder
 from gpuhint.lab.traces.readers import TraceJob
 from gpuhint.wire.contract import ClusterLoad, PowerAdvisory, PriorityHint, StartForecasts
@@ -53,6 +54,18 @@ def expected_at_submit(hint: PriorityHint) -> float:
     return hint.priority / max(hint.num_gpus, 1)
 
 
+def check_unique_ids(jobs: Sequence[TraceJob]) -> None:
+    """Refuse a repeated job id: the hint core takes a second submit of an id for a
+    producer's resend and gives it no new hint (:class:`InputError`, ``trace: ...``)."""
+    seen: set[str] = set()
+    for j in jobs:
+        if j.job_id in seen:
+            raise InputError(
+                "trace", 0, f"job id {j.job_id!r} appears twice: give each job its own id"
+            )
+        seen.add(j.job_id)
+
+
 def predict_online(
     jobs: Sequence[TraceJob], model_name: str, cluster: str = "eval"
 ) -> OnlinePredictions:
@@ -64,6 +77,7 @@ def predict_online(
     from gpuhint.lab.traces.readers import job_events
     from models.registry import make_model
 
+    check_unique_ids(jobs)
     model = make_model(model_name)  # for its name and version; each VC gets its own
     engine = HintEngine(partial(make_model, model_name), InMemoryStore(), clock=lambda: 0.0)
     pending: dict[str, deque[int]] = defaultdict(deque)
@@ -164,6 +178,7 @@ class ClosedLoopRanker:
         from models.wait_bound import DEFAULT_WAIT_BOUND
 
         make_model(model_name)  # a clear error for an unknown name
+        check_unique_ids(jobs)
         self.jobs = jobs
         self.store = _StartCatcher()
         self.engine = HintEngine(
@@ -268,7 +283,10 @@ class ClosedLoopRanker:
         hint = self.engine.on_job_event(self._event(i, "submitted", t))
         self.seconds += time.perf_counter() - t0
         self._record_starts()
-        assert hint is not None
+        if hint is None:  # a submit the core took for a resend (a job submitted again)
+            raise InputError(
+                "trace", 0, f"job {self.jobs[i].job_id!r} submitted again: the core gave no hint"
+            )
         self._hold()
         self.priority[i] = hint.priority
         self.predicted[i] = hint.predicted_duration_s

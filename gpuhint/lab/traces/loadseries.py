@@ -44,6 +44,9 @@ SeriesFormat = Literal["auto", "nodes", "helios-vc"]
 SLOT_S = 600
 MAX_TIME_S = 7_258_118_400.0
 """2200-01-01 UTC: a later (or non-finite) time is an error, not years of slots to fill."""
+MAX_GAP_S = 366 * 86400
+"""A longer jump between two rows is an error (a unit mistake, a stray row), not up to
+millions of slots to carry forward; a gap of days or months is a real outage, filled."""
 
 
 class SeriesError(TraceError):
@@ -90,8 +93,9 @@ def _count(raw: str, col: str) -> int:
     return math.ceil(nonneg_number(raw, col) - 1e-9)
 
 
-def _row_time(raw: str, last_t: float) -> float:
-    """A row's time in UNIX seconds: finite, plausible, not before the row before."""
+def _row_time(raw: str, last_t: float, last_line: int) -> float:
+    """A row's time in UNIX seconds: finite, plausible, not before the row before (on
+    ``last_line``) nor more than :data:`MAX_GAP_S` after it."""
     try:
         t = parse_time(raw)
     except ValueError:
@@ -100,6 +104,11 @@ def _row_time(raw: str, last_t: float) -> float:
         raise ValueError(f"time out of range (beyond year 2200 in UNIX seconds): {raw!r}")
     if t < last_t:
         raise ValueError("time goes backwards (rows must be sorted by time)")
+    if last_line and t - last_t > MAX_GAP_S:
+        raise ValueError(
+            f"time jumps {(t - last_t) / 86400:,.0f} days after line {last_line} (more than "
+            "a year: a unit mistake or a stray row?)"
+        )
     return t
 
 
@@ -135,7 +144,7 @@ def parse_series(
     slots: dict[int, list[int]] = {}
     errors: list[SeriesError] = []
     rows = 0
-    last_t = -math.inf
+    last_t, last_line = -math.inf, 0
     end_line = reader.line_num
     for row in csv_rows(reader, path, SeriesError):
         # a quoted field may hold newlines: the row starts after the previous one ended
@@ -145,7 +154,7 @@ def parse_series(
         try:
             if len(row) < width:
                 raise ValueError(f"expected at least {width} fields, got {len(row)}")
-            t = _row_time(row[it], last_t)
+            t = _row_time(row[it], last_t, last_line)
             used = _count(row[iu], cols[1])
             total = _count(row[itot], cols[2])
             if per_gpu:
@@ -159,7 +168,7 @@ def parse_series(
                 raise err from None
             errors.append(err)
             continue
-        last_t = t
+        last_t, last_line = t, lineno
         rows += 1
         k = int(t // slot_s)
         cur = slots.get(k)

@@ -204,6 +204,8 @@ def test_evaluate_ces_text_and_artifact_policy(capsys: pytest.CaptureFixture[str
         (["--test-from", "May"], "not a date"),
         (["--horizon", "40"], "--horizon"),
         (["--nodes", "5"], "--nodes sizes the pool of a --trace run"),  # not ignored (review)
+        (["--quantile", "0.5"], "--quantile applies to a --trace run only"),  # was ignored
+        (["--max-cycles-per-node-day", "2"], "--max-cycles-per-node-day applies to a --trace"),
     ],
 )
 def test_user_errors_are_one_line(
@@ -261,3 +263,42 @@ def test_series_energy_counts_booting_nodes_at_their_own_draw() -> None:
     assert p["node_hours_off"] == pytest.approx(2 / 60)
     assert p["shortfall_node_min"] == pytest.approx(2)
     assert p["energy_saved_kwh"] == pytest.approx(2 / 60 * (680 - 1000) / 1000)
+
+
+def test_a_series_not_utf8_names_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: a byte that is not UTF-8 said the codec's position, no line."""
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"time,active,total\n2020-01-01 00:00:00,3,10\n2020-01-01 00:10:00,4\xff,10\n")
+    assert main(["evaluate", "ces", "--no-plot", "--series", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3: not UTF-8" in err and "Traceback" not in err
+
+
+def test_a_series_gap_of_decades_is_refused_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: 31 years between two rows filled ~1.7M slots for minutes (a
+    unit mistake); a gap of months is a real outage and is carried forward."""
+    gap = tmp_path / "gap.csv"
+    gap.write_text("time,active,total\n0,3,10\n60,5,10\n980000000,4,10\n")
+    argv = ["evaluate", "ces", "--no-plot", "--no-frontier", "--no-progress", "--series"]
+    assert main([*argv, str(gap)]) == 2
+    err = capsys.readouterr().err
+    assert f"{gap}:4: time jumps" in err and "line 3" in err and "Traceback" not in err
+    months = gap.with_name("months.csv")
+    months.write_text("time,active,total\n0,3,10\n60,5,10\n" + f"{200 * 86400},4,10\n")
+    s = read_series(months)
+    assert s.n_slots == 200 * 144 + 1 and s.filled_slots == 200 * 144 - 1
+
+
+def test_a_plot_folder_that_is_missing_is_said_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: the error came after the whole run, its results lost."""
+    plot = tmp_path / "nodir" / "load.png"
+    argv = ["evaluate", "ces", "--series", str(EARTH), "--no-frontier", "--plot", str(plot)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"cannot save plot {plot}: no such folder" in err and "Traceback" not in err

@@ -113,3 +113,34 @@ def test_dominance_and_default_check() -> None:
     chk = default_check(gh[0], timer)
     assert chk["energy_ok"] and chk["wait_ok"]
     assert not default_check(gh[1], timer)["wait_ok"]
+
+
+@pytest.mark.parametrize("rows", ["1,0,100,8\n", "1,5,100,8\n2,5,50,8\n3,5,30,16\n"])
+def test_a_trace_submitted_at_one_instant_is_refused(
+    rows: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: one job, or all at once, measured energy over 0 s: every row
+    0 kWh, utilization nan%, and "gpuhint dominates the idle timer at 10 of 10"."""
+    trace = tmp_path / "once.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    rc = main(["evaluate", "ces", "--no-plot", "--no-progress", "--json", "--trace", str(trace)])
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == ""
+    assert f"{trace}: every GPU job is submitted at the same time" in out.err
+
+
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (["--nodes", "1000000000"], "--nodes must be 1..100,000"),
+        (["--target-load", "1e-12"], "sizes the pool to"),
+    ],
+)
+def test_a_pool_of_absurd_size_is_refused(
+    args: list[str], msg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review, 2026-12-07: a typo'd --nodes (or a tiny --target-load) was a MemoryError
+    traceback, or hours of simulation (1,000,000 nodes: minutes for 300 jobs)."""
+    assert main(["evaluate", "ces", "--no-plot", "--no-progress", "--trace", str(ITP), *args]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err

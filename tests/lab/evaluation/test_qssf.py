@@ -11,13 +11,14 @@ import pytest
 
 from gpuhint.cli import main
 from gpuhint.lab.evaluation.qssf import (
+    ClosedLoopRanker,
     band_stats,
     evaluate_qssf,
     predict_online,
     read_priorities,
     read_vc_config,
 )
-from gpuhint.lab.evaluation.qssf_inputs import sim_job
+from gpuhint.lab.evaluation.qssf_inputs import InputError, sim_job
 from gpuhint.lab.traces.readers import TraceJob
 from models.simulator.easy import simulate_easy
 
@@ -524,3 +525,88 @@ def test_median_abs_pct_error_is_over_every_scored_job_not_a_median_of_vc_median
     want = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
     assert p.median_abs_pct_error == pytest.approx(want)
     assert rep.as_dict()["median_abs_pct_error"] == pytest.approx(want)
+
+
+def test_a_trace_without_gpu_jobs_names_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Review, 2026-12-07: the error said ``trace: no job asks for a GPU``."""
+    cpu = tmp_path / "cpu_only.csv"
+    lines = TRACE.read_text().splitlines()
+    head = lines[0].split(",")
+    g = head.index("gpu_num")
+    rows = [",".join("0" if i == g else v for i, v in enumerate(r.split(","))) for r in lines[1:]]
+    cpu.write_text("\n".join([lines[0], *rows]) + "\n")
+    rc = main(["evaluate", "qssf", "--trace", str(cpu), "--no-plot", "--json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{cpu}: no job asks for a GPU" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("second_submit", [20.0, 200.0])  # while the first waits / after it
+def test_a_repeated_job_id_is_a_clear_error_not_an_assert(second_submit: float) -> None:
+    """Review, 2026-12-07: the closed loop's submit asserted the core returned a hint; a
+    repeated id (a resend to the core) made an AssertionError, the open loop a NaN."""
+    jobs = [
+        TraceJob("a", submit_time=0, duration=100, num_gpus=2, user="u"),
+        TraceJob("a", submit_time=second_submit, duration=10, num_gpus=2, user="u"),
+    ]
+    for loop in ("closed", "open"):
+        with pytest.raises(InputError, match="job id 'a' appears twice"):
+            evaluate_qssf(jobs, model="history", loop=loop)
+
+
+def test_a_submit_the_core_takes_for_a_resend_is_a_clear_error() -> None:
+    """The safety net behind the id check: no AssertionError (review, 2026-12-07)."""
+    ranker = ClosedLoopRanker(
+        [TraceJob("a", submit_time=0, duration=100, num_gpus=2, user="u")], "history"
+    )
+    ranker.submit(0, 0.0)
+    ranker.start(0, 0.0)
+    ranker.finish(0, 100.0)
+    with pytest.raises(InputError, match="job 'a' submitted again"):
+        ranker.submit(0, 200.0)
+
+
+def test_a_plot_folder_that_is_missing_is_said_before_the_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Review, 2026-12-07: the error came after the simulations, their results lost."""
+    plot = tmp_path / "nodir" / "cdf.png"
+    assert main(["evaluate", "qssf", "--trace", str(TRACE), "--plot", str(plot)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot save plot {plot}: no such folder" in err and "reading" not in err
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "inf"])
+def test_a_bad_wait_bound_is_one_line_before_the_trace_is_read(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """Review, 2026-12-07: it was checked after reading the trace (two lines, work wasted)."""
+    argv = ["evaluate", "qssf", "--trace", str(TRACE), "--no-plot", "--wait-bound", value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--wait-bound must be" in err
+
+
+def test_a_vc_of_absurd_size_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Review, 2026-12-07: a VC of 1,000,000,000 nodes (a typo) was a MemoryError traceback;
+    a tiny --target-load sized one so."""
+    big = tmp_path / "vcs.csv"
+    big.write_text(",num\nvcvGl,1000000000\n")
+    assert main(["evaluate", "qssf", "--trace", str(TRACE), "--vc-config", str(big)]) == 2
+    assert f"{big}:2: nodes must be 0..100,000" in capsys.readouterr().err
+    rc = main(["evaluate", "qssf", "--trace", str(TRACE), "--no-plot", "--target-load", "1e-12"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{TRACE}: VC 'vcvGl' sized to load 1e-12 needs" in err
+
+
+@pytest.mark.parametrize("flag", ["--priorities", "--vc-config"])
+def test_a_side_file_not_utf8_names_its_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    """Review, 2026-12-07: the codec's byte position, no line (as ``--series`` did)."""
+    bad = tmp_path / "side.csv"
+    bad.write_bytes(b"job_id,priority\n1,5\nvc\xe9,7\n")
+    assert main(["evaluate", "qssf", "--trace", str(TRACE), flag, str(bad), "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3: not UTF-8 text" in err and "Traceback" not in err

@@ -38,6 +38,7 @@ import redis
 from kafka import KafkaProducer
 
 from gpuhint.lab.local.services import stop_processes
+from gpuhint.wire.config import Settings
 from gpuhint.wire.contract import JobEvent, JobPhase, encode_message
 from gpuhint.wire.keys import RedisKeys
 from gpuhint.wire.topics import Topics, job_key
@@ -195,6 +196,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     results = []
+    default_timeout = f"{Settings.model_fields['worker_session_timeout_s'].default:g} (default)"
     with services(a.bootstrap, a.redis_url) as (bootstrap, redis_url):
         for name in a.scenarios.split(","):
             results.append(scenario(name, bootstrap, redis_url, a))
@@ -202,7 +204,7 @@ def main() -> int:
                 print(json.dumps(results[-1]), flush=True)
     report = {
         "load_average": os.getloadavg(),
-        "session_timeout_s": os.environ.get("GPUHINT_WORKER_SESSION_TIMEOUT_S", "10 (default)"),
+        "session_timeout_s": os.environ.get("GPUHINT_WORKER_SESSION_TIMEOUT_S", default_timeout),
         "results": results,
     }
     if a.json:

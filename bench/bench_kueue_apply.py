@@ -101,7 +101,7 @@ def _hint(i: int, service: float) -> PriorityHint:
     return PriorityHint(
         job_id=f"bench-{i}", cluster=CLUSTER, vc="cq", num_gpus=8, submit_time=0.0,
         predicted_duration_s=service / 8, priority=service, model="bench",
-        model_version="1", created_at=0.0,
+        model_version="1", created_at=time.time(),  # an old hint fades to neutral
     )  # fmt: skip
 
 
@@ -201,6 +201,10 @@ def main() -> int:
     # pass (every Workload new to gpuhint) is bound by the API server's write rate
     ok = max(steady.seconds, change.seconds) < 30
     out["target_met"] = ok
+    if first.relabelled != args.n or change.relabelled != len(moved):
+        print(f"wrong count: first pass patched {first.relabelled} of {args.n}, change "
+              f"pass {change.relabelled} of {len(moved)} moved", file=sys.stderr)  # fmt: skip
+        ok = False
     if args.json:
         print(json.dumps(out, indent=1))
     else:

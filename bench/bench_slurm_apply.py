@@ -4,10 +4,11 @@ Starts the project's own Slurm (2 nodes, ``MaxArraySize``/``MaxJobCount`` raised
 Redis, queues ``--jobs`` pending jobs (array tasks in a partition that is DOWN, so they
 stay pending with a computed priority, as jobs waiting for resources do), writes one
 hint per job the way the worker does, and times the applier's passes in-process (the
-real ``squeue``/``sprio`` reads, ``scontrol`` batches and Redis reads):
+real ``squeue``/``sprio`` reads, ``scontrol`` batches and Redis reads). The array's
+tasks are split into job records of their own first (the applier updates a shared
+pending array record as one job), so the queue holds ``--jobs`` separate jobs:
 
-1. ``first``: every job gets its factor (each update also splits its task out of the
-   array record in slurmctld);
+1. ``first``: every job gets its factor;
 2. ``steady``: nothing changed, nothing is written;
 3. ``10% changed``: a tenth of the hints move.
 
@@ -77,6 +78,12 @@ def main() -> None:
             )  # fmt: skip
             arr = out.strip().split(";")[0]
             ids += [f"{arr}_{i}" for i in range(hi - lo + 1)]
+        # The applier updates a shared pending array record as one job; naming each task
+        # splits it into a record of its own: n pending jobs, as n separate sbatch would.
+        errors = cli.scontrol_batch([f"update jobid={j} Nice=0" for j in ids])
+        records = {j.raw_id for j in cli.pending_jobs()}
+        if errors or len(records) != n:
+            raise SystemExit(f"{len(records)} job records for {n} jobs: {errors[:3]}")
         print(f"{len(ids):,} pending jobs queued in {time.perf_counter() - t:.1f} s")
         store = RedisStore.from_url(redis_srv.url, keys=RedisKeys("bench"), max_buffer=n + 10)
         prio = {j: rng.lognormvariate(8, 2.5) for j in ids}
@@ -108,6 +115,8 @@ def main() -> None:
         f"\n{n:,} pending jobs, Slurm 22.05 (2 slurmd), {platform.machine()}, "
         f"{os.cpu_count()} CPUs, {date.today()}"
     )
+    if rows[0][2] != n:
+        raise SystemExit(f"the first pass updated {rows[0][2]:,} of {n:,} jobs")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ with the expected service (GPUs x duration, in GPU-hours), the predicted duratio
 its 80% band and why the job ranks there; the cluster's current load and power advice;
 and how old each is. A cluster with no data while others have some is an error that
 lists the known clusters (a typo in --cluster). A VC spread over sub-VCs (`gpuhint
-replay --spread-vcs`) is shown as one queue. Exit 0 with data, 1 when Redis holds no
+replay --spread-vcs`) is shown as one queue. A queued job whose hint expired (left
+for the worker's 5-minute sweep) is not shown. Exit 0 with data, 1 when Redis holds no
 gpuhint data yet (also with --json), 2 on an error (Redis unreachable, a bad flag).
 
 examples:
@@ -148,22 +149,51 @@ def _queues(
     for vc in vcs:
         parts = spread_parts(found, vc) or [vc]
         lengths[vc] = sum(int(client.r.zcard(client.keys.queue(cluster, v))) for v in parts)
-        q = client.merged_queue(cluster, vc, args.top, vcs=found)
         starts = {j: s for v in parts for j, s in _starts(client, cluster, v).items()}
         rows = []
-        for rank, entry in enumerate(q, 1):
+        for rank, (entry, h) in enumerate(_live(client, cluster, vc, parts, found, args.top), 1):
             row: dict[str, Any] = {"rank": rank, "job_id": entry.job_id, "priority": entry.priority}
-            try:
-                h = client.hint(cluster, entry.job_id)
-            except UnreadableValue as exc:  # written by another schema version
-                row["error"] = f"unreadable hint: {exc}"
-                h = None
-            if h is not None:
+            if isinstance(h, UnreadableValue):  # written by another schema version
+                row["error"] = f"unreadable hint: {h}"
+            else:
                 row.update(h.model_dump(mode="json", exclude={"schema_version", "kind"}))
             row.update(starts.get(entry.job_id, {}))
             rows.append(row)
         queues[vc] = rows
     return queues, lengths
+
+
+_SCAN_MAX = 10_000
+"""The most members of one queue read to find its first ``--top`` live ones."""
+
+
+def _live(
+    client: Any, cluster: str, vc: str, parts: list[str], found: list[str], top: int
+) -> list[tuple[Any, Any]]:
+    """The first ``top`` (queue entry, hint) of the VC's (merged) queue whose hint lives
+    and is one of ``parts``' (or is unreadable). A member whose hint expired, or whose
+    id is now another VC's, stays until the worker's sweep (5 min): it is skipped, not
+    shown with no hint or with the other VC's. Reads ``top`` members, then twice as
+    many while too few live ones came, up to :data:`_SCAN_MAX`."""
+    from gpuhint.wire.contract import PriorityHint
+
+    out: list[tuple[Any, Any]] = []
+    seen: set[str] = set()
+    limit = top
+    while top > 0:
+        q = client.merged_queue(cluster, vc, limit, vcs=found)
+        new = [e for e in q if e.job_id not in seen]
+        seen.update(e.job_id for e in new)
+        for entry, h in zip(new, client.hints(cluster, [e.job_id for e in new]), strict=True):
+            if h is None or (isinstance(h, PriorityHint) and h.vc not in parts):
+                continue  # left behind
+            out.append((entry, h))
+            if len(out) == top:
+                return out
+        if len(q) < limit or limit >= _SCAN_MAX:
+            break
+        limit = min(2 * limit, _SCAN_MAX)
+    return out
 
 
 def _starts(client: Any, cluster: str, vc: str) -> dict[str, dict[str, float]]:
@@ -296,22 +326,38 @@ def _print_text(
         print(f"dead-lettered messages so far: {dead:,}")
 
 
+def _id_key(change_id: str) -> tuple[int, int]:
+    """A stream id as a number pair, to compare (``5`` is ``5-0``)."""
+    ms, _, seq = change_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def _follow(client: Any, cluster: str, args: argparse.Namespace) -> int:
     """Print the changes of ``cluster`` (and cluster-less ones, e.g. ``rebuilt``) as they come."""
     import re
 
     import redis
 
+    from gpuhint.wire.topics import base_vc
+
     if args.after is not None and not re.fullmatch(r"\d+(-\d+)?", args.after):
         raise UserError(f"--after {args.after!r} is not a stream id like 1700000000000-0")
     shown = 0
     try:
         after = args.after if args.after is not None else client.last_change_id()
+        first = client.first_change_id()
+        if args.after is not None and (0, 0) < _id_key(after) < _id_key(first):
+            print(
+                f"changes before {first} were trimmed from the stream: some after {after} "
+                "may be lost; re-read the queues (`gpuhint hints`)",
+                file=sys.stderr,
+            )
         for ch in client.changes(after=after, block_ms=0):
             if ch.cluster not in (None, "", cluster):
                 continue
-            if args.vc and ch.fields.get("vc") not in (None, args.vc):
-                continue
+            vc = ch.fields.get("vc")
+            if args.vc and vc is not None and args.vc not in (vc, base_vc(vc)):
+                continue  # another VC's (a spread VC's sub-VCs `vc~k` are its own)
             if args.json:
                 print(json.dumps({"id": ch.id, **ch.fields}, sort_keys=True), flush=True)
             else:

@@ -14,7 +14,8 @@ key                                    type      value
 ``stats``                              hash      counters (``dead_letter``, ...)
 ``changes``                            stream    one entry per change (field ``type``)
 ``epoch``                              string    set by the worker; missing = Redis came back empty
-``applier:{cluster}:{name}``           string    an applier's last pass (JSON); TTL 7 days
+``applier:{cluster}:{name}``           string    an applier's last pass (JSON); no TTL
+``writer:{writer_id}``                 hash      a worker process's write record; TTL 30 days
 =====================================  ========  =============================================
 
 >>> RedisKeys().queue("venus", "vc1")

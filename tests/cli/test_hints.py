@@ -353,3 +353,79 @@ def test_hints_an_expected_start_band_over_midnight_names_the_other_day(
     assert "12-05 23:00 (12-05 22:00 - 12-06 01:30)" in lines["small"], lines["small"]
     assert "12-05 23:10 (23:00-23:30)" in lines["big"], lines["big"]
     assert len(lines["small"]) == len(lines["big"])  # the next column still lines up
+
+
+def test_hints_skips_queue_members_left_behind_and_still_fills_top(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A member whose hint expired, or whose id is now another VC's, stays in the queue
+    until the sweep (5 min): it is not a waiting job, and never shows another VC's hint."""
+    r = redis.Redis.from_url(redis_url)
+    keys = RedisKeys(unique_prefix)
+    store = RedisStore(r, keys)
+    for job, prio in [("expired", 1), ("moved", 2), ("real1", 30), ("real2", 40)]:
+        store.put_hint(hint(job, prio, "a"))
+    store.flush()
+    r.delete(keys.hint("c", "expired"), keys.hint("c", "moved"))  # their TTL ran out
+    store.put_hint(hint("moved", 500, "b"))  # the id hinted again, in VC b
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    base = ["hints", "--cluster", "c", "--redis-url", redis_url, "--vc", "a"]
+    assert main([*base, "--json", "--top", "2"]) == 0
+    rows = json.loads(capsys.readouterr().out)["queues"]["a"]
+    got = [(r["job_id"], r["rank"], r["vc"]) for r in rows]
+    assert got == [("real1", 1, "a"), ("real2", 2, "a")]
+    assert main([*base, "--top", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "real1" in text and "moved" not in text and "expired" not in text
+
+
+def test_hints_follow_of_a_spread_vc_shows_its_sub_vcs_changes(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--vc default`` shows the one queue of ``default~k`` (above); following it shows
+    their changes too."""
+    store = RedisStore(redis.Redis.from_url(redis_url), RedisKeys(unique_prefix))
+    store.put_hint(hint("s0", 30, "default~0"))
+    store.put_hint(hint("o", 30, "defaultx"))
+    store.put_hint(hint("s1", 20, "default~1"))
+    for t in (1, 2):  # entries shown to every VC: the test stops, fixed or not
+        load = ClusterLoad(cluster="c", time=t, total_nodes=4, active_nodes=3, used_nodes=2)
+        store.put_load(load)
+    store.flush()
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    base = ["hints", "--cluster", "c", "--redis-url", redis_url, "--follow", "--after", "0-0"]
+    assert main([*base, "--vc", "default", "--json", "--count", "2"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r.get("job_id") for r in rows] == ["s0", "s1"]
+
+
+def test_hints_follow_after_a_trimmed_id_says_changes_may_be_lost(
+    redis_url: str,
+    unique_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/redis-keys.md: an id older than the first entry kept means missed changes."""
+    r = redis.Redis.from_url(redis_url)
+    store = RedisStore(r, RedisKeys(unique_prefix))
+    for job in ("j1", "j2", "j3"):
+        store.put_hint(hint(job, 10, "a"))
+    store.flush()
+    stream = RedisKeys(unique_prefix).changes
+    old = [i.decode() for i, _ in r.xrange(stream)]
+    r.xtrim(stream, maxlen=1, approximate=False)  # what changes_maxlen does on a busy cluster
+    monkeypatch.setenv("GPUHINT_KEY_PREFIX", unique_prefix)
+    base = ["hints", "--cluster", "c", "--redis-url", redis_url, "--follow", "--count", "1"]
+    assert main([*base, "--after", old[0]]) == 0
+    captured = capsys.readouterr()
+    assert "job_id=j3" in captured.out and "may be lost" in captured.err
+    for oldest in ("0-0", "0"):  # from the oldest kept: nothing lost
+        assert main([*base, "--after", oldest]) == 0
+        assert "may be lost" not in capsys.readouterr().err

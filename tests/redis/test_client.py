@@ -281,3 +281,13 @@ def test_pending_hints_skip_a_member_left_in_another_vcs_queue(
     c.r.zadd(c.keys.queue("c", "b"), {"x": 99})  # the stale member
     assert [(h.job_id, h.vc) for h in c.pending_hints("c")] == [("x", "a"), ("y", "b")]
     assert [h.job_id for h in c.pending_hints("c", vc="b")] == ["y"]
+
+
+def test_hints_reads_many_in_order_with_gaps_and_junk(pair: tuple[RedisStore, HintClient]) -> None:
+    store, c = pair
+    store.put_hint(hint("j1", 10))
+    store.flush()
+    c.r.set(c.keys.hint("c", "junk"), "{}")
+    got = c.hints("c", ["none", "j1", "junk"])
+    assert got[0] is None and isinstance(got[1], PriorityHint) and got[1].job_id == "j1"
+    assert isinstance(got[2], UnreadableValue) and got[2].key == c.keys.hint("c", "junk")

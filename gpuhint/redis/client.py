@@ -307,19 +307,13 @@ class HintClient:
         out: list[PriorityHint] = []
         for v in [vc] if vc is not None else self.vcs(cluster):
             ids = [e.job_id for e in self.queue(cluster, v)]
-            for i in range(0, len(ids), _MGET_CHUNK):
-                chunk = [self.keys.hint(cluster, j) for j in ids[i : i + _MGET_CHUNK]]
-                raws: Any = self.r.mget(chunk)
-                for key, raw in zip(chunk, raws, strict=True):
-                    try:
-                        h = self._parse(key, raw, PriorityHint)
-                    except UnreadableValue:
-                        if unreadable is None:
-                            raise
-                        unreadable.append(key)
-                        continue
-                    if h is not None and h.vc == v:  # else a member left behind
-                        out.append(h)
+            for job_id, h in zip(ids, self.hints(cluster, ids), strict=True):
+                if isinstance(h, UnreadableValue):
+                    if unreadable is None:
+                        raise h
+                    unreadable.append(self.keys.hint(cluster, job_id))
+                elif h is not None and h.vc == v:  # else a member left behind
+                    out.append(h)
         return out
 
     # -- change stream -----------------------------------------------------------------

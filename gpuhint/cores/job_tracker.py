@@ -28,7 +28,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from gpuhint.wire.contract import TEXT_MAX, JobEvent, JobPhase, JobState
 
@@ -113,12 +113,10 @@ class JobTracker:
             self._missed.pop(job.job_id, None)
             prev = self._step.get(job.job_id, -1)
             before = self._jobs.get(job.job_id)
-            if (
-                before is not None
-                and prev < 2
-                and (before.vc or "default") != (job.vc or "default")
-            ):
-                events.extend(self._left_vc(before, now))  # moved to another partition/queue
+            if before is not None and prev < 2 and _vc(before) != _vc(job):
+                # moved to another partition or queue: its old VC hears it end with no
+                # run time (a cancel: nothing learned), or it would wait there for ever
+                events.extend(self._ended(before, now, f"left VC {_vc(before)}", start_time=None))
                 prev = -1  # its new VC hears the whole lifecycle
             target = _ORDER[job.status]
             try:
@@ -143,35 +141,18 @@ class JobTracker:
             step = self._step.pop(job_id)
             job = self._jobs.pop(job_id)
             if step < 2:
-                gone = SchedJob(
-                    **{**job.__dict__, "status": "finished", "final": self.vanished_state}
-                )
-                try:
-                    events.append(self._event(gone, 2, now, end_time=now))
-                except ValueError as exc:  # e.g. a run past the contract's cap: skip it,
-                    # not the poll (else every poll, and every restart, fails on it)
-                    log.warning("job %s: vanished, not published, %s", job_id, _first_line(exc))
+                events.extend(self._ended(job, now, "vanished"))
         return events
 
-    def _left_vc(self, job: SchedJob, now: float) -> list[JobEvent]:
-        """A job not yet finished now listed under another VC (``scontrol update
-        partition=``, a Workload moved to another queue): its old VC hears it end with
-        ``vanished_state`` and no run time (a cancel: nothing learned), or it would wait
-        there for ever."""
-        gone = SchedJob(
-            **{
-                **job.__dict__,
-                "status": "finished",
-                "final": self.vanished_state,
-                "start_time": None,
-            }
-        )
+    def _ended(self, job: SchedJob, now: float, why: str, **changes: Any) -> list[JobEvent]:
+        """``job`` announced ``finished`` now with ``vanished_state`` (``changes`` on top);
+        none when the contract refuses that event (e.g. a run past its cap: logged, and
+        the poll goes on, else every poll and every restart would fail on it)."""
+        ended = {"status": "finished", "final": self.vanished_state, **changes}
         try:
-            return [self._event(gone, 2, now, end_time=now)]
+            return [self._event(SchedJob(**{**job.__dict__, **ended}), 2, now, end_time=now)]
         except ValueError as exc:
-            log.warning(
-                "job %s: left VC %s, not published, %s", job.job_id, job.vc, _first_line(exc)
-            )
+            log.warning("job %s: %s, not published, %s", job.job_id, why, _first_line(exc))
             return []
 
     def _count_miss(self, job_id: str) -> int:

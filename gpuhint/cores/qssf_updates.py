@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuhint.cores.qssf_state import EngineStats, VcState
+from gpuhint.cores.qssf_state import EngineStats, PendingJob, VcState
 from gpuhint.cores.sink import HintStore
 from gpuhint.wire.contract import FeatureContribution, JobEvent, PriorityHint
 from models.hint_estimate import OVERRIDE_TAGS, overdue_priority, rescaled
@@ -60,10 +60,7 @@ class HintUpdates:
             hint = self._published(st, job.hint, ev, mp)
             if hint is job.hint or hint.priority == job.hint.priority:
                 continue
-            job.hint = hint
-            self.store.update_hint(hint)
-            self.updates.append(hint)
-            self.stats.hints_updated += 1
+            self._write_update(job, hint)
 
     def _enforce_bound(self, st: VcState, now: float) -> None:
         """Move the oldest waiting job whose wait passed the VC's limit by ``now`` to
@@ -77,10 +74,7 @@ class HintUpdates:
             hint = self._published(st, job.hint, job.event, mp)
             if hint is job.hint:
                 continue
-            job.hint = hint
-            self.store.update_hint(hint)
-            self.updates.append(hint)
-            self.stats.hints_updated += 1
+            self._write_update(job, hint)
             self.stats.overdue += 1
 
     def _rebound(self, st: VcState, factor: float) -> None:
@@ -102,10 +96,14 @@ class HintUpdates:
                 mp = (job.hint.expected_duration_s or 0.0) * max(job.event.num_gpus, 1)
             hint = self._published(st, job.hint, job.event, mp)
             if hint is not job.hint:
-                job.hint = hint
-                self.store.update_hint(hint)
-                self.updates.append(hint)
-                self.stats.hints_updated += 1
+                self._write_update(job, hint)
+
+    def _write_update(self, job: PendingJob, hint: PriorityHint) -> None:
+        """Publish ``hint`` as the waiting ``job``'s new hint (a hint update)."""
+        job.hint = hint
+        self.store.update_hint(hint)
+        self.updates.append(hint)
+        self.stats.hints_updated += 1
 
     def _published(
         self, st: VcState, hint: PriorityHint, ev: JobEvent, model_priority: float

@@ -290,10 +290,12 @@ def _print_jobs(rows: list[tuple[str, PriorityHint]]) -> None:
 
 def _override(h: PriorityHint) -> str:
     """Why a hint ranks out of its expected service's order, if it does."""
+    from gpuhint.wire.contract import ARRIVAL_ORDER_REASON
+
     first = h.reasons[0].feature if h.reasons else ""
     if first == "wait_bound:overdue":
         return "  [first: waited past its limit]"
-    if first.startswith("fifo_guard:") and first != "fifo_guard:hints":
+    if first == ARRIVAL_ORDER_REASON:
         return "  [arrival order: hints ranked worse than FIFO here]"
     return ""
 

@@ -399,14 +399,15 @@ def run_power(args: argparse.Namespace) -> int:
             metrics.observe_slurm_power(result, time.monotonic() - t0, args.dry_run)
             _print_pass(result, args)
             log.info(
-                "power pass: %d on (%d busy), target %d, down %s, up %s, %d refused (total %d), "
-                "failed resumes %s",
+                "power pass: %d on (%d busy), target %d, down %s, up %s, %d refused %s "
+                "(total %d), failed resumes %s",
                 result.on,
                 result.busy,
                 result.target_on,
                 ",".join(result.powered_down) or "-",
                 ",".join(result.powered_up) or "-",
                 result.refused,
+                ",".join(result.refused_nodes) or "-",
                 applier.total_refused,
                 ",".join(result.resume_failed) or "-",
             )

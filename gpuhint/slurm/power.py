@@ -113,12 +113,13 @@ class PowerPlan:
 
     @property
     def lines(self) -> list[str]:
-        out = []
-        if self.down:
-            out.append(f"update nodename={','.join(self.down)} state=power_down_asap")
-        if self.up:
-            out.append(f"update nodename={','.join(self.up)} state=power_up")
-        return out
+        return [ln for ln in (_line("down", self.down), _line("up", self.up)) if ln]
+
+
+def _line(kind: str, names: Sequence[str]) -> str:
+    """The ``scontrol`` line that powers ``names`` down or up ('' for no node)."""
+    state = "power_down_asap" if kind == "down" else "power_up"
+    return f"update nodename={','.join(names)} state={state}" if names else ""
 
 
 def _natural(name: str) -> list[object]:
@@ -253,6 +254,9 @@ class PowerResult:
     """Nodes that did not come back, left out of the plan (all known now)."""
     newly_failed: list[str] = field(default_factory=list)
     """Of those, the ones found in this pass."""
+    refused_nodes: list[str] = field(default_factory=list)
+    """Nodes planned to go down or up whose ``scontrol`` line Slurm refused (not in
+    ``powered_down`` / ``powered_up``)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -266,6 +270,7 @@ class PowerResult:
             "advice_age_s": None if self.advice_age_s is None else round(self.advice_age_s, 1),
             "errors": self.errors[:20],
             "resume_failed": self.resume_failed,
+            "refused_nodes": self.refused_nodes,
         }
 
 
@@ -376,18 +381,18 @@ class PowerApplier:
                 prefer_up=named,
                 exclude=exclude,
             )
-        errors = [] if self.dry_run else self.slurm.apply(plan.lines)
+        down, up, errors = self._apply(plan)
         self.total_refused += len(errors)
-        if not self.dry_run and not errors:
-            self.waking.update((name, now) for name in plan.up)
+        if not self.dry_run:
+            self.waking.update((name, now) for name in up)
             if adv is not None and target is not None:
-                self._note_stand_ins(adv, plan.up)
+                self._note_stand_ins(adv, up)
         return PowerResult(
             target_on=plan.target_on,
             on=plan.on,
             busy=plan.busy,
-            powered_down=plan.down,
-            powered_up=plan.up,
+            powered_down=down,
+            powered_up=up,
             refused=len(errors),
             advice_age_s=None if adv is None else now - adv.time,
             held_back=plan.held_back,
@@ -395,7 +400,23 @@ class PowerApplier:
             errors=errors,
             resume_failed=sorted(self.failed),
             newly_failed=newly,
+            refused_nodes=sorted({*plan.down, *plan.up} - {*down, *up}),
         )
+
+    def _apply(self, plan: PowerPlan) -> tuple[list[str], list[str], list[str]]:
+        """Apply ``plan``'s power-down and power-up lines, each in its own ``scontrol``
+        call so that a refusal is pinned on its line's nodes; the nodes powered down, the
+        nodes powered up (a dry run: as planned) and Slurm's error lines."""
+        if self.dry_run:
+            return plan.down, plan.up, []
+        errors: list[str] = []
+        done: dict[str, list[str]] = {}
+        for kind, names in (("down", plan.down), ("up", plan.up)):
+            line = _line(kind, names)
+            refusal = self.slurm.apply([line]) if line else []
+            errors += refusal
+            done[kind] = [] if refusal else names
+        return done["down"], done["up"], errors
 
     def _lost(self, adv: PowerAdvisory) -> int:
         """How many nodes per-node ``adv`` wakes by name that failed to resume."""

@@ -61,7 +61,10 @@ def test_applier_ignores_stale_advice_and_counts_refusals() -> None:
     slurm = _Slurm(_nodes("idle", "idle", "idle"))
     a = PowerApplier(slurm, _Advice(adv), "c", min_idle=1, max_age_s=600)
     r = a.run_pass(now=1100.0)
-    assert r.powered_down == ["n3", "n2"] and r.refused == 1 and a.total_refused == 1
+    assert r.powered_down == [] and r.refused == 1 and a.total_refused == 1  # not done
+    assert r.refused_nodes == ["n2", "n3"] and r.lines == [
+        "update nodename=n3,n2 state=power_down_asap"
+    ]
     stale = PowerApplier(_Slurm(_nodes("idle", "idle")), _Advice(adv), "c", max_age_s=600)
     assert stale.run_pass(now=5000.0).lines == []
     dry = _Slurm(_nodes("idle", "idle"))
@@ -166,3 +169,25 @@ def test_a_failed_node_powered_down_cleanly_is_retried_after_the_back_off() -> N
     assert a.run_pass(now=4000.0).newly_failed == ["n3"]
     slurm._nodes = _nodes("allocated", "idle", "down~")
     assert a.run_pass(now=9000.0).resume_failed == ["n3"]  # down~ is never retried
+
+
+class _RefusingDowns(_AcceptingSlurm):
+    """Slurm that refuses every power-down line (e.g. a node name it does not know)."""
+
+    def apply(self, lines: Sequence[str]) -> list[str]:
+        self.applied.extend(lines)
+        return ["Invalid node name specified"] if any("power_down" in ln for ln in lines) else []
+
+
+def test_a_refused_line_reports_only_its_own_nodes_and_the_woken_ones_are_watched() -> None:
+    # per-node advice: power n2 down, wake n4 (n3, n4 are off; the advice wants n4 on)
+    adv = PowerAdvisory(time=0.0, action=PowerAction.POWER_DOWN, count=1, reason="t",
+                        active_nodes=2, nodes=["n2"], off_nodes=["n2", "n3"])  # fmt: skip
+    slurm = _RefusingDowns(_nodes("allocated", "idle", "idle~", "idle~"))
+    a = PowerApplier(slurm, _Advice(adv), "c", min_idle=0, resume_timeout_s=100)
+    r = a.run_pass(now=0.0)
+    assert r.powered_down == [] and r.powered_up == ["n4"] and r.refused == 1
+    assert r.refused_nodes == ["n2"] and r.as_dict()["refused_nodes"] == ["n2"]
+    # the power-up went through, so n4 is watched: still off after the timeout -> failed
+    slurm._nodes = _nodes("allocated", "idle", "idle~", "idle#")
+    assert a.run_pass(now=150.0).newly_failed == ["n4"]

@@ -66,13 +66,39 @@ def _raise_first(replies: Iterable[Any]) -> None:
 _WRITER_TTL_S = 30 * 86400
 """Lifetime of a writer's record ``{p}:v1:writer:{id}`` (refreshed by every flush)."""
 
+# Writes that are not idempotent by themselves (a counter, a change entry) are applied
+# at most once per write, even when their batch is sent again (a lost reply): the
+# writer's record holds ``base``, the sequence number just below the batch in flight,
+# and the bitmap ``writer:{id}:applied`` one bit per write of that batch, set once the
+# write was applied. A pipeline is not a transaction: a write in the middle can fail
+# (OOM, a key of another type) while later ones are applied, so a single "highest write
+# applied" watermark would skip the failed one when the batch is sent again. A new
+# batch (another base) clears the bitmap: the previous batch was acknowledged whole.
+_APPLIED = f"""
+local function applied(writer, bits, base, seq)
+  if redis.call('HGET', writer, 'base') ~= base then
+    redis.call('DEL', bits)
+    redis.call('HSET', writer, 'base', base)
+    redis.call('EXPIRE', writer, {_WRITER_TTL_S})
+  end
+  return redis.call('GETBIT', bits, tonumber(seq) - tonumber(base) - 1) == 1
+end
+local function mark(bits, base, seq)
+  redis.call('SETBIT', bits, tonumber(seq) - tonumber(base) - 1, 1)
+  redis.call('EXPIRE', bits, {_WRITER_TTL_S})
+end
+"""
+
 # A job id belongs to the VC whose hint for it lives (docs/redis-keys.md): a write sent
 # under another VC is refused, counted (HINCRBY stats <counter>, once per write even if
-# the batch is sent again: KEYS[5] is the writer's record, ARGV[9] (removal: ARGV[6])
-# the write's sequence number) and answered with the owner's VC, which the store logs.
-# The VC is read from the stored JSON (cjson); a value that is not a hint's JSON is
-# overwritten as before.
-_OWNER = f"""
+# the batch is sent again: KEYS[5] and KEYS[6] are the writer's record and bitmap,
+# ARGV[9] and ARGV[10] (removal: ARGV[6], ARGV[7]) the write's sequence number and the
+# batch's base) and answered with the owner's VC, which the store logs. The VC is read
+# from the stored JSON (cjson); a value that is not a hint's JSON is overwritten as
+# before.
+_OWNER = (
+    _APPLIED
+    + """
 local function owner(cur, vc)
   local ok, old = pcall(cjson.decode, cur)
   if ok and type(old) == 'table' and type(old.vc) == 'string' and old.vc ~= vc then
@@ -80,17 +106,18 @@ local function owner(cur, vc)
   end
   return nil
 end
-local function refused(stats, counter, writer, seq)
-  if tonumber(seq) > tonumber(redis.call('HGET', writer, 'refused') or '0') then
-    redis.call('HSET', writer, 'refused', seq)
-    redis.call('EXPIRE', writer, {_WRITER_TTL_S})
+local function refused(stats, counter, writer, bits, base, seq)
+  if not applied(writer, bits, base, seq) then
     redis.call('HINCRBY', stats, counter, 1)
+    mark(bits, base, seq)
   end
 end
 """
+)
 
-# KEYS: hint key, queue key, changes stream, stats hash, writer; ARGV: job_id, hint
-# JSON, priority, ttl, cluster, vc, maxlen, conflict counter, sequence number. One
+# KEYS: hint key, queue key, changes stream, stats hash, writer, writer's bitmap; ARGV:
+# job_id, hint JSON, priority, ttl, cluster, vc, maxlen, conflict counter, sequence
+# number, batch base. One
 # command per new hint instead of SET + ZADD + EXPIRE + XADD. The hint already stored
 # (same JSON, same score: a re-emit) is rewritten for its TTL but not announced again.
 # Returns 1 (announced), 0 (rewritten) or the owner's VC (refused).
@@ -101,7 +128,7 @@ local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[2] then
   local other = owner(cur, ARGV[6])
   if other then
-    refused(KEYS[4], ARGV[8], KEYS[5], ARGV[9])
+    refused(KEYS[4], ARGV[8], KEYS[5], KEYS[6], ARGV[10], ARGV[9])
     return other
   end
 end
@@ -118,9 +145,10 @@ return 1
 """
 )
 
-# KEYS: hint key, queue key, changes stream, stats hash, writer; ARGV: job_id, cluster,
-# vc, maxlen, conflict counter, sequence number. The job always leaves its own VC's
-# queue; its hint goes (and a removal is announced) only when it exists and is that VC's.
+# KEYS: hint key, queue key, changes stream, stats hash, writer, writer's bitmap; ARGV:
+# job_id, cluster, vc, maxlen, conflict counter, sequence number, batch base. The job
+# always leaves its own VC's queue; its hint goes (and a removal is announced) only when
+# it exists and is that VC's.
 _REMOVE_HINT = (
     _OWNER
     + """
@@ -131,7 +159,7 @@ if not cur then
 end
 local other = owner(cur, ARGV[3])
 if other then
-  refused(KEYS[4], ARGV[5], KEYS[5], ARGV[6])
+  refused(KEYS[4], ARGV[5], KEYS[5], KEYS[6], ARGV[7], ARGV[6])
   return other
 end
 redis.call('DEL', KEYS[1])
@@ -153,7 +181,7 @@ if not cur then
 end
 local other = owner(cur, ARGV[6])
 if other then
-  refused(KEYS[4], ARGV[8], KEYS[5], ARGV[9])
+  refused(KEYS[4], ARGV[8], KEYS[5], KEYS[6], ARGV[10], ARGV[9])
   return other
 end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -169,26 +197,26 @@ return 1
 """
 )
 
-# The writes that are not idempotent by themselves (a counter, a change entry of an
-# advice, a load or a rebuild) are applied at most once per write: KEYS[1] is the
-# writer's record, whose field ``once`` holds the sequence number of its last such write
-# applied; a batch sent again (its reply was lost) skips those already applied. Sent
-# with EVAL, never EVALSHA, so a lost script cache cannot leave one behind a later one.
-# KEYS[2]: the stats hash or the change stream; ARGV: the sequence number, then 'incr',
-# field, n or 'xadd', maxlen, field, value, ...
-_ONCE = f"""
-if tonumber(ARGV[1]) <= tonumber(redis.call('HGET', KEYS[1], 'once') or '0') then
+# A counter increment or a change entry (of an advice, a load or a rebuild), applied at
+# most once per write (_APPLIED). Sent with EVAL, never EVALSHA, so a lost script cache
+# cannot leave one behind a later one. KEYS: the writer's record, the stats hash or the
+# change stream, the writer's bitmap; ARGV: the sequence number, the batch base, then
+# 'incr', field, n or 'xadd', maxlen, field, value, ...
+_ONCE = (
+    _APPLIED
+    + """
+if applied(KEYS[1], KEYS[3], ARGV[2], ARGV[1]) then
   return 0
 end
-redis.call('HSET', KEYS[1], 'once', ARGV[1])
-redis.call('EXPIRE', KEYS[1], {_WRITER_TTL_S})
-if ARGV[2] == 'incr' then
-  redis.call('HINCRBY', KEYS[2], ARGV[3], ARGV[4])
+if ARGV[3] == 'incr' then
+  redis.call('HINCRBY', KEYS[2], ARGV[4], ARGV[5])
 else
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 5))
 end
+mark(KEYS[3], ARGV[2], ARGV[1])
 return 1
 """
+)
 
 # KEYS: a queue key; ARGV: the cluster's hint key prefix, the queue's VC, then members.
 # Drops (in one step, so a hint written meanwhile is never missed) each member whose
@@ -235,8 +263,11 @@ class RedisStore(BufferedStore):
         self._put = self.r.register_script(_PUT_HINT)
         self._sweep = self.r.register_script(_SWEEP)
         self._scripts_loaded = False
-        self.writer = self.k.writer(uuid.uuid4().hex)
+        writer_id = uuid.uuid4().hex
+        self.writer = self.k.writer(writer_id)
         """This store's record in Redis: which of its writes Redis holds (docs/redis-keys.md)."""
+        self.writer_bits = self.k.writer_applied(writer_id)
+        """Which writes of the batch in flight Redis applied (``_APPLIED``)."""
         self._acked = 0
         """How many writes Redis acknowledged (each write's sequence number is its rank)."""
 
@@ -248,7 +279,12 @@ class RedisStore(BufferedStore):
     def _xadd(self, pipe: Any, seq: int, fields: dict[str, str]) -> None:
         """A change entry, added once even if the batch is sent again (``_ONCE``)."""
         args = [x for kv in fields.items() for x in kv]
-        pipe.eval(_ONCE, 2, self.writer, self.k.changes, seq, "xadd", self.changes_maxlen, *args)
+        pipe.eval(_ONCE, 3, *self._once_keys(self.k.changes), seq, self._acked, "xadd",
+                  self.changes_maxlen, *args)  # fmt: skip
+
+    def _once_keys(self, target: str) -> tuple[str, str, str]:
+        """``_ONCE``'s keys: the writer's record, ``target``, the writer's bitmap."""
+        return self.writer, target, self.writer_bits
 
     def _apply(self, ops: list[Op]) -> None:
         if not self._scripts_loaded:
@@ -285,12 +321,13 @@ class RedisStore(BufferedStore):
         """Queue ``_PUT_HINT`` or ``_UPDATE_HINT`` (same keys and arguments) for a hint."""
         pipe.evalsha(
             script.sha,
-            5,
+            6,
             self.k.hint(h.cluster, h.job_id),
             self.k.queue(h.cluster, h.vc),
             self.k.changes,
             self.k.stats,
             self.writer,
+            self.writer_bits,
             h.job_id,
             h.model_dump_json(),
             repr(h.priority),
@@ -300,6 +337,7 @@ class RedisStore(BufferedStore):
             self.changes_maxlen,
             HINT_VC_CONFLICTS,
             seq,
+            self._acked,
         )
 
     def _load_scripts(self) -> None:
@@ -334,18 +372,20 @@ class RedisStore(BufferedStore):
         elif isinstance(op, RemoveHint):
             pipe.evalsha(
                 self._remove.sha,
-                5,
+                6,
                 self.k.hint(op.cluster, op.job_id),
                 self.k.queue(op.cluster, op.vc),
                 self.k.changes,
                 self.k.stats,
                 self.writer,
+                self.writer_bits,
                 op.job_id,
                 op.cluster,
                 op.vc,
                 self.changes_maxlen,
                 HINT_VC_CONFLICTS,
                 seq,
+                self._acked,
             )
         elif isinstance(op, PutAdvisory):
             a = op.advisory
@@ -376,7 +416,8 @@ class RedisStore(BufferedStore):
             s = op.starts
             pipe.set(self.k.starts(s.cluster, s.vc), s.model_dump_json(), ex=self.hint_ttl_s)
         elif isinstance(op, Count):
-            pipe.eval(_ONCE, 2, self.writer, self.k.stats, seq, "incr", op.name, op.n)
+            keys = self._once_keys(self.k.stats)
+            pipe.eval(_ONCE, 3, *keys, seq, self._acked, "incr", op.name, op.n)
         elif isinstance(op, MarkRebuilt):
             fields = {"type": K.CHANGE_REBUILT, "hints": str(op.hints), "reason": op.reason}
             self._xadd(pipe, seq, fields)

@@ -16,6 +16,7 @@ key                                    type      value
 ``epoch``                              string    set by the worker; missing = Redis came back empty
 ``applier:{cluster}:{name}``           string    an applier's last pass (JSON); no TTL
 ``writer:{writer_id}``                 hash      a worker process's write record; TTL 30 days
+``writer:{writer_id}:applied``         string    bitmap of its batch in flight; TTL 30 days
 =====================================  ========  =============================================
 
 >>> RedisKeys().queue("venus", "vc1")
@@ -62,10 +63,14 @@ class RedisKeys:
         return f"{self.root}:applier:{cluster}:{name}"
 
     def writer(self, writer_id: str) -> str:
-        """One worker process's record of its writes (``flushed``, ``once``, ``refused``:
-        sequence numbers; docs/redis-keys.md): a batch sent again is applied once, and a
-        Redis restored from an older snapshot is found."""
+        """One worker process's record of its writes (``flushed``, ``base``: sequence
+        numbers; docs/redis-keys.md): a Redis restored from an older snapshot is found."""
         return f"{self.root}:writer:{writer_id}"
+
+    def writer_applied(self, writer_id: str) -> str:
+        """A bitmap: which writes of the worker process's batch in flight Redis applied,
+        so that a batch sent again applies its counters and change entries once."""
+        return f"{self.root}:writer:{writer_id}:applied"
 
     @property
     def stats(self) -> str:

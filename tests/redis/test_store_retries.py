@@ -227,3 +227,28 @@ def test_a_snapshot_newer_than_the_last_flush_is_no_rollback(store: RedisStore) 
     store.put_hint(hint("a2", 2))
     store.flush()
     assert not store.take_empty()
+
+
+def test_a_write_that_failed_mid_batch_is_applied_when_the_batch_is_sent_again(
+    store: RedisStore,
+) -> None:
+    """Redis pipelines are not transactions: one write of a batch can fail (OOM, a key of
+    the wrong type) while the writes after it are applied. When the batch is sent again
+    the failed write must be applied and the others not twice; a watermark of the
+    highest write applied would skip the failed one for good."""
+    store.r.set(store.k.stats, "not a hash")  # the counter's write fails (WRONGTYPE)
+    store.count("dead_letter")
+    store.put_advisory(PowerAdvisory(time=1, action=PowerAction.KEEP, reason="r"))
+    store.put_hint(hint("x", 10, vc="a"))
+    store.put_hint(hint("x", 1, vc="b"))  # x is a's: refused, counted (fails too)
+    store.put_load(ClusterLoad(time=1, total_nodes=4, active_nodes=3, used_nodes=2))
+    with pytest.raises(redis.ResponseError):
+        store.flush()
+    assert change_types(store) == Counter({"advice": 1, "hint": 1, "load": 1})
+    store.r.delete(store.k.stats)  # the cause is gone
+    assert store.flush() == 5
+    assert store.r.hgetall(store.k.stats) == {b"dead_letter": b"1", b"hint_vc_conflicts": b"1"}
+    assert change_types(store) == Counter({"advice": 1, "hint": 1, "load": 1})
+    store.count("dead_letter")  # the next batch counts as usual
+    store.flush()
+    assert store.r.hget(store.k.stats, "dead_letter") == b"2"

@@ -142,6 +142,7 @@ def test_driver_gone_reports_every_known_gpu_unhealthy() -> None:
     r = s.sample()
     assert r.gpu_samples == [] and r.status.num_gpus == 8
     assert not r.status.healthy and all(not h.ok for h in r.status.gpu_health)
+    assert [h.gpu_index for h in r.status.gpu_health] == list(range(8))  # every known GPU
 
 
 def test_a_device_count_failing_from_the_first_sample_is_not_a_healthy_node() -> None:

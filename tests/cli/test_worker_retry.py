@@ -78,7 +78,8 @@ def test_no_checkout_script_is_named_outside_a_checkout(
 
     installed = tmp_path / "site-packages" / "gpuhint" / "kafka_io.py"
     monkeypatch.setattr(kafka_io, "__file__", str(installed))
-    assert "run-kafka.sh" not in kafka_io.start_kafka_hint()
+    hint = kafka_io.start_kafka_hint()
+    assert "run-kafka.sh" not in hint and "docs/operations.md" in hint  # the docs instead
 
 
 @pytest.mark.integration

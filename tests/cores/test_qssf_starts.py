@@ -64,7 +64,9 @@ def test_the_book_keeps_every_band_around_its_expected_start() -> None:
     book.capacity = 4
     w = [Waiting("w", 4, 10.0, 10.0, 5.0, 20.0), Waiting("v", 4, 20.0, 10.0, 5.0, 20.0)]
     for now in (0.0, 60.0, 95.0, 150.0, 300.0):
-        for f in book.forecast(now, w).values():
+        got = book.forecast(now, w)
+        assert set(got) == {"w", "v"}, now  # every waiting job has a forecast to check
+        for f in got.values():
             assert f.low <= f.expected <= f.high, (now, f)
 
 

@@ -68,7 +68,8 @@ def test_misses_widen_the_band_and_hits_narrow_it() -> None:
     wider = _log_width(_ask(book, "probe1", 1e8), 1e8)
     book.finished("probe1")
     # the width follows the stretch: log width = stretch x the percentiles' log width
-    assert wider / before == pytest.approx(book.band.spread / spread, rel=0.5)
+    # (the misses move the percentiles too, by ~7% here; a band blind to it is off ~20%)
+    assert wider / before == pytest.approx(book.band.spread / spread, rel=0.1)
     spread = book.band.spread
     for i in range(10):  # each starts exactly when forecast: a hit
         f = _ask(book, f"on{i}", 2e8 + i * 1e6)

@@ -130,6 +130,10 @@ def test_job_aware_sees_predicted_durations_only() -> None:
         if jobs[i].submit >= first_end:
             break
         assert a.start[i] == b.start[i]
+    # ... and it does see the predictions: told every job ends at once, it decides otherwise
+    # (without this, a policy reading the true durations passed: two jobs are compared)
+    told_zero = simulate_power(jobs, 8, JobAware(), power=PM, predicted=[0.0] * len(jobs))
+    assert told_zero.start != a.start
 
 
 def test_head_nodes_are_woken_ahead_of_the_predicted_ends() -> None:

@@ -28,10 +28,14 @@ def test_jobs_without_a_user_spread_by_job_id() -> None:
     assert spread_vc("default", "alice", 4, "x") == spread_vc("default", "alice", 4, "y")
 
 
-def test_spread_sub_vcs_reach_every_partition() -> None:
+def test_spread_sub_vcs_reach_several_partitions() -> None:
+    """N keys reach fewer than N partitions (hash collisions; docs/architecture.md gives
+    the measured share): 8 keys of cluster itp use 3 of 4, 32 use every one."""
     keys = {job_key("itp", spread_vc("default", f"u{i}", 8)) for i in range(100)}
     assert len(keys) == 8
-    assert len({partition_for(k, 4) for k in keys}) > 1
+    assert len({partition_for(k, 4) for k in keys}) == 3
+    many = {job_key("itp", spread_vc("default", f"u{i}", 32)) for i in range(1000)}
+    assert len({partition_for(k, 4) for k in many}) == 4
 
 
 def test_spread_events_keeps_each_users_jobs_on_one_key() -> None:

@@ -148,6 +148,25 @@ def test_head_nodes_are_woken_ahead_of_the_predicted_ends() -> None:
     assert timer.start[1] == pytest.approx(5000 + PM.boot_s)
 
 
+def test_nodes_predicted_to_free_within_a_boot_are_not_woken_for_the_head() -> None:
+    # 3 nodes: two 8-GPU jobs run until 5000, the idle third goes down; a 16-GPU head
+    # arrives at 3000. Predicted to end within a boot of it, the running jobs will free
+    # its two nodes: nothing is woken. Predicted to end far later, the off node is woken
+    # at once (the blocked head holds it) and idles until the real end.
+    jobs = [SimJob("a", 0, 5000, 8), SimJob("b", 0, 5000, 8), SimJob("big", 3000, 10, 16)]
+    cfg = JobAwareConfig(quantile=0.0, warmup_s=0, tick_s=60)
+
+    def run(predicted_end: float) -> PowerResult:
+        pred = [predicted_end, predicted_end, 10.0]
+        return simulate_power(jobs, 3, JobAware(cfg), power=PM, horizon=(0, 6000),
+                              predicted=pred)  # fmt: skip
+
+    soon, late = run(3100.0), run(9000.0)
+    assert soon.wakes == 0 and late.wakes == 1
+    assert soon.start[2] == late.start[2] == pytest.approx(5000)  # the head waits alike
+    assert soon.idle_s < late.idle_s  # the early wake only idled
+
+
 def test_learned_timeout_follows_the_idle_periods() -> None:
     short, long = _Gaps(1e9), _Gaps(1e9)
     for k in range(100):

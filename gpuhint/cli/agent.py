@@ -159,6 +159,13 @@ def _add_scheduler_args(p: argparse.ArgumentParser) -> None:
         "API: in-cluster or $KUBECONFIG; job id = label gpuhint.io/job-id, else the Job's UID), "
         "kubectl (pods: kubectl get pods -A -o json), cmd:COMMAND, or a FILE with a PodList JSON",
     )
+    p.add_argument(
+        "--kubernetes-state",
+        metavar="FILE",
+        help="Kubernetes watermark file, written after each poll that read the cluster: a "
+        "restarted agent publishes no duplicate, and a Job or pod deleted while it was down "
+        "is published finished CANCELLED (default: none, a restart starts fresh)",
+    )
 
 
 def _one_line(msg: str) -> str:
@@ -283,11 +290,8 @@ def _make_nvml(args: argparse.Namespace) -> Nvml | None:
 
 def _make_feeds(args: argparse.Namespace, settings: Settings) -> list[SchedulerFeed]:
     """The scheduler event sources of ``--slurm`` and ``--kubernetes``."""
-    from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
-    from gpuhint.kueue.pods import kubernetes_source, parse_pods
     from gpuhint.slurm.feed import slurm_feed
     from gpuhint.slurm.jobs import slurm_source
-    from gpuhint.wire.contract import JobState
 
     feeds: list[SchedulerFeed] = []
     if args.slurm:
@@ -305,23 +309,10 @@ def _make_feeds(args: argparse.Namespace, settings: Settings) -> list[SchedulerF
             raise UserError(f"--slurm-state: {exc}") from None
     elif args.slurm_state:
         raise UserError("--slurm-state needs --slurm")
-    if args.kubernetes == "kueue":
-        feeds.append(_kueue_feed(settings.cluster))
-    for name, spec, parse, vanished, source_of in (
-        ("kubernetes", args.kubernetes, parse_pods, JobState.CANCELLED, kubernetes_source),
-    ):
-        if not spec or (name == "kubernetes" and spec == "kueue"):
-            continue
-        source = source_of(spec)
-        _check_source(name, source)
-        feeds.append(
-            SchedulerFeed(
-                name,
-                source,
-                parse,
-                JobTracker(cluster=settings.cluster, vanished_state=vanished),
-            )
-        )
+    if args.kubernetes:
+        feeds.append(_kubernetes_feed(args.kubernetes, args.kubernetes_state, settings.cluster))
+    elif args.kubernetes_state:
+        raise UserError("--kubernetes-state needs --kubernetes")
     return feeds
 
 
@@ -438,17 +429,24 @@ def _run_until_stopped(
     return lost
 
 
-def _kueue_feed(cluster: str) -> Any:
-    from gpuhint.cores.job_tracker import JobTracker
+def _kubernetes_feed(spec: str, state: str | None, cluster: str) -> SchedulerFeed:
+    """The feed of ``--kubernetes SPEC`` with its ``--kubernetes-state`` watermark."""
     from gpuhint.kueue.kube import KubeError
-    from gpuhint.kueue.pods import KueueFeed, KueueSnapshot
-    from gpuhint.wire.contract import JobState
+    from gpuhint.kueue.pods import kubernetes_source, kueue_feed, pods_feed
 
+    state_path = Path(state) if state else None
     try:
-        snapshot = KueueSnapshot(os.environ.get("KUBECONFIG") or None)
+        if spec == "kueue":
+            kubeconfig = os.environ.get("KUBECONFIG") or None
+            return kueue_feed(cluster=cluster, state_path=state_path, kubeconfig=kubeconfig)
+        _check_source("kubernetes", kubernetes_source(spec))
+        return pods_feed(spec, cluster=cluster, state_path=state_path)
     except KubeError as exc:
         raise UserError(f"--kubernetes kueue: {exc}") from None
-    return KueueFeed(JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED), snapshot)
+    except (ValueError, KeyError, TypeError) as exc:  # another cluster's file, or damaged
+        if state_path is None:
+            raise
+        raise UserError(f"--kubernetes-state: {_one_line(str(exc))}") from None
 
 
 _KNOWN_SOURCES = {

@@ -12,7 +12,8 @@ limit (else request). Phases map as::
               Preempting / Shutdown)
 
 A pod deleted while running (it vanishes from the list) is reported finished
-CANCELLED. Pods in phase ``Unknown`` keep their last step.
+CANCELLED. Pods in phase ``Unknown`` keep their last step. Both feeds (:func:`pods_feed`,
+:class:`KueueFeed`) keep an optional watermark (``--kubernetes-state``), as Slurm's.
 
 **Kueue Jobs** (``--kubernetes kueue``, :func:`parse_kueue`, :class:`KueueFeed`): one
 batch/v1 Job managed by Kueue is one job, read through the API (the official client)
@@ -37,14 +38,13 @@ ClusterQueue (the admission's, else the LocalQueue's), else the namespace; GPUs 
 from __future__ import annotations
 
 import json
-import logging
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from gpuhint.cores.job_tracker import JobTracker, SchedJob, SchedulerError, SchedulerFeed
-from gpuhint.wire.contract import MAX_DURATION_S, JobEvent, JobState
-
-log = logging.getLogger("gpuhint.agent")
+from gpuhint.cores.job_tracker import JobTracker, SchedJob, SchedulerError
+from gpuhint.cores.job_watermark import WatermarkedFeed
+from gpuhint.wire.contract import MAX_DURATION_S, JobState
 
 GPU_RESOURCE = "nvidia.com/gpu"
 KUBECTL_CMD = ("kubectl", "get", "pods", "--all-namespaces", "-o", "json")
@@ -333,27 +333,45 @@ class KueueSnapshot:
             raise SchedulerError(f"Kubernetes API: {exc}") from None
 
 
-class KueueFeed(SchedulerFeed):
-    """A :class:`SchedulerFeed` that reads Kueue's Jobs and Workloads through the API."""
+class KueueFeed(WatermarkedFeed):
+    """A :class:`~gpuhint.cores.job_watermark.WatermarkedFeed` that reads Kueue's Jobs
+    and Workloads through the API; with ``state_path``, a restart publishes no
+    duplicate and a Job deleted meanwhile is published finished CANCELLED."""
 
-    def __init__(self, tracker: JobTracker, snapshot: KueueSnapshot) -> None:
-        super().__init__("kubernetes", "kueue", parse_kueue, tracker)
+    def __init__(
+        self, tracker: JobTracker, snapshot: KueueSnapshot, state_path: Path | None = None
+    ) -> None:
         self.snapshot = snapshot
-        self.last_poll: float | None = None  # the last poll that read the API server
+        super().__init__(
+            "kubernetes", "kueue", parse_kueue, tracker, kind="kueue", state_path=state_path
+        )
 
-    def poll(self, now: float) -> list[JobEvent]:
-        try:
-            jobs = parse_kueue(self.snapshot.read())
-        except SchedulerError as exc:
-            self.failures += 1
-            if self.failures == 1 or self.failures % 60 == 0:
-                log.warning("kueue: %s (failure %d; will retry)", exc, self.failures)
-            return []
-        if self.failures:
-            log.warning("kueue: readable again after %d failure(s)", self.failures)
-            self.failures = 0
-        self.last_poll = now
-        return self.tracker.update(jobs, now)
+    def _read(self, now: float) -> list[SchedJob]:
+        return parse_kueue(self.snapshot.read())
+
+
+def kueue_feed(
+    *, cluster: str, state_path: Path | None = None, kubeconfig: str | None = None
+) -> KueueFeed:
+    """The feed of ``gpuhint agent --kubernetes kueue`` (in-cluster, else ``kubeconfig``);
+    ``state_path`` keeps a watermark across restarts (None: none). Raises KubeError when
+    the API cannot be configured, ValueError for an unusable watermark."""
+    tracker = JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED)
+    return KueueFeed(tracker, KueueSnapshot(kubeconfig), state_path)
+
+
+def pods_feed(spec: str, *, cluster: str, state_path: Path | None = None) -> WatermarkedFeed:
+    """The feed of ``gpuhint agent --kubernetes kubectl|cmd:...|FILE``: GPU pods, one
+    job each, a pod gone before it finished is finished CANCELLED; ``state_path`` keeps
+    a watermark across restarts (None: none)."""
+    return WatermarkedFeed(
+        "kubernetes",
+        kubernetes_source(spec),
+        parse_pods,
+        JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED),
+        kind="pods",
+        state_path=state_path,
+    )
 
 
 def kubernetes_source(spec: str) -> str | tuple[str, ...]:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuhint.cores.job_tracker import JobTracker
+from gpuhint.cores.job_watermark import restore_tracker, tracker_doc
 from gpuhint.serve.runner import OneProcess, Stopped
-from gpuhint.slurm.feed import restore_tracker, tracker_doc
 from gpuhint.slurm.nodes import SlurmNodeFeed
 from gpuhint.wire.contract import JobEvent
 
@@ -89,13 +89,19 @@ class Pass:
 def restore_feed(feed: Feed, one: OneProcess) -> None:
     """Give the feed the watermark committed with the log (if any)."""
     raw = one.log.meta(WATERMARK_META)
-    if raw is not None:
-        feed.last_poll = restore_tracker(feed.tracker, json.loads(raw), one.log.path)
+    if raw is not None:  # one naming no feed (written before feeds were named) is taken
+        doc = json.loads(raw)
+        feed.last_poll = restore_tracker(feed.tracker, doc, one.log.path, _kind(feed))
         log.info(
             "serve: resumed at offset %d, %d job(s) known to the feed",
             one.log.committed(),
             len(feed.tracker._step),
         )
+
+
+def _kind(feed: Feed) -> str | None:
+    """The feed's name in its watermark (``slurm``, ``kueue``; None: a feed without)."""
+    return getattr(feed, "kind", None) or None
 
 
 @dataclass
@@ -125,7 +131,7 @@ class Server:
         meta = {}
         due = self.watermark_at is None or now - self.watermark_at >= WATERMARK_EVERY_S
         if polled is not None and (new or due):
-            doc = tracker_doc(self.feed.tracker, polled)
+            doc = tracker_doc(self.feed.tracker, polled, _kind(self.feed))
             meta[WATERMARK_META] = json.dumps(doc, separators=(",", ":"))
             self.watermark_at = now
         self.one.ingest(new, meta=meta)

@@ -21,29 +21,35 @@ Events are handed to the publisher before the watermark is written; a clean stop
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
-import os
-import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gpuhint.cores.job_tracker import (
-    JobTracker,
-    SchedJob,
-    SchedulerFeed,
-    guarded_read,
-    read_source,
+from gpuhint.cores.job_tracker import JobTracker, SchedJob, read_source
+from gpuhint.cores.job_watermark import (
+    WATERMARK_VERSION,
+    WatermarkedFeed,
+    load_tracker,
+    restore_tracker,
+    save_tracker,
+    tracker_doc,
 )
 from gpuhint.slurm.jobs import SQUEUE_CMD, VcFrom, parse_slurm
-from gpuhint.wire.contract import JobEvent, JobState
+from gpuhint.wire.contract import JobState
 
-log = logging.getLogger(__name__)
-
-WATERMARK_VERSION = 1
+__all__ = [  # the watermark's functions: from gpuhint.cores.job_watermark (shared)
+    "LOOKUP_BATCH",
+    "SACCT_MARGIN_S",
+    "WATERMARK_VERSION",
+    "SlurmFeed",
+    "load_tracker",
+    "restore_tracker",
+    "sacct_command",
+    "sacct_lookup",
+    "save_tracker",
+    "slurm_feed",
+    "tracker_doc",
+]
 
 SACCT_MARGIN_S = 300.0
 """How far before the last poll ``sacct`` reads again; a finished job is remembered as
@@ -65,105 +71,22 @@ def sacct_lookup(job_ids: Sequence[str]) -> tuple[str, ...]:
     return ("sacct", "--json", "--allusers", "--allocations", "--jobs", ",".join(job_ids))
 
 
-def tracker_doc(tracker: JobTracker, polled_at: float) -> dict[str, Any]:
-    """The tracker's view and the poll time, as the watermark's JSON document."""
-    return {
-        "version": WATERMARK_VERSION,
-        "cluster": tracker.cluster,
-        "polled_at": polled_at,
-        "jobs": [
-            {"step": tracker._step[job_id], "job": _job_json(job)}
-            for job_id, job in tracker._jobs.items()
-            if job_id in tracker._step
-        ],
-    }
-
-
-def save_tracker(tracker: JobTracker, path: Path, polled_at: float) -> None:
-    """Write the tracker's view and the poll time to ``path`` (atomic rename)."""
-    doc = tracker_doc(tracker, polled_at)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def load_tracker(tracker: JobTracker, path: Path) -> float | None:
-    """Restore a tracker saved by :func:`save_tracker`; the last poll time, or None.
-
-    Raises ValueError with a one-line reason when the file is not a watermark.
-    """
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable watermark: {exc}") from None
-    return restore_tracker(tracker, doc, str(path))
-
-
-def restore_tracker(tracker: JobTracker, doc: Any, where: str) -> float | None:
-    """Restore a tracker from :func:`tracker_doc`'s document; the last poll time."""
-    if not isinstance(doc, dict) or doc.get("version") != WATERMARK_VERSION:
-        raise ValueError(f"{where}: not a gpuhint Slurm watermark (version {WATERMARK_VERSION})")
-    if doc.get("cluster") != tracker.cluster:
-        raise ValueError(
-            f"{where}: watermark of cluster {doc.get('cluster')!r}, not {tracker.cluster!r}"
-        )
-    for item in doc.get("jobs") or []:
-        job = _job_from(item["job"])
-        tracker._step[job.job_id] = int(item["step"])
-        tracker._jobs[job.job_id] = job
-    polled = doc.get("polled_at")
-    return float(polled) if isinstance(polled, int | float) else None
-
-
-def _job_json(job: SchedJob) -> dict[str, Any]:
-    d = asdict(job)
-    d["final"] = job.final.value if job.final else None
-    d["nodes"] = list(job.nodes)
-    return d
-
-
-def _job_from(d: dict[str, Any]) -> SchedJob:
-    d = dict(d)
-    d["final"] = JobState(d["final"]) if d.get("final") else None
-    d["nodes"] = tuple(d.get("nodes") or ())
-    return SchedJob(**d)
-
-
 @dataclass
-class SlurmFeed(SchedulerFeed):
+class SlurmFeed(WatermarkedFeed):
     """The agent's Slurm feed: ``squeue`` / ``sacct`` / a file, with a watermark file.
 
     ``spec`` is ``sacct`` (accounting window from the watermark), ``squeue``, ``cmd:...``
-    or a file path. ``state_path`` None keeps no watermark (a restart starts fresh).
+    or a file path. ``state_path`` None keeps no watermark (a restart starts fresh); a
+    watermark naming no feed (written before feeds were named) is a Slurm one.
     """
 
+    kind: str = "slurm"
+    untagged: bool = True
     spec: str = "sacct"
-    state_path: Path | None = None
     vc_from: VcFrom = "account"
     lookback_s: float = 3600.0
     margin_s: float = SACCT_MARGIN_S
-    last_poll: float | None = field(default=None)
     accept: Callable[[str], bool] | None = None  # job ids to follow (None: all)
-
-    def __post_init__(self) -> None:
-        if self.state_path is not None:
-            self.last_poll = load_tracker(self.tracker, self.state_path)
-            if self.last_poll is not None:
-                log.info(
-                    "slurm: watermark %s: %d job(s), last poll at %.0f",
-                    self.state_path,
-                    len(self.tracker._step),
-                    self.last_poll,
-                )
 
     def command(self, now: float) -> str | Sequence[str]:
         if self.spec == "sacct":
@@ -194,19 +117,6 @@ class SlurmFeed(SchedulerFeed):
             text = read_source(sacct_lookup(ids[i : i + LOOKUP_BATCH]), timeout_s=self.timeout_s)
             found += [j for j in parse_slurm(text, self.vc_from) if j.job_id in missing]
         return found
-
-    def poll(self, now: float) -> list[JobEvent]:
-        jobs = guarded_read(self, lambda: self._read(now))
-        if jobs is None:
-            return []
-        events = self.tracker.update(jobs, now)
-        self.last_poll = now
-        if self.state_path is not None:
-            try:
-                save_tracker(self.tracker, self.state_path, now)
-            except OSError as exc:
-                log.warning("slurm: cannot write watermark %s: %s", self.state_path, exc)
-        return events
 
 
 def slurm_feed(

@@ -1,0 +1,80 @@
+"""The generic job-feed watermark (pure: a file source, no scheduler)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from gpuhint.cores.job_tracker import JobTracker, SchedJob
+from gpuhint.cores.job_watermark import WatermarkedFeed, load_tracker, save_tracker
+from gpuhint.wire.contract import JobPhase, JobState
+
+RUNNING = SchedJob("a", "running", submit_time=1.0, start_time=2.0, vc="v", num_gpus=1)
+PENDING = SchedJob("b", "pending", submit_time=1.0, vc="v", num_gpus=2)
+
+
+def _snapshot(path: Path, *jobs: SchedJob) -> None:
+    path.write_text(json.dumps([{**asdict(j), "nodes": list(j.nodes)} for j in jobs]))
+
+
+def _parse(text: str) -> list[SchedJob]:
+    return [SchedJob(**{**d, "nodes": tuple(d["nodes"])}) for d in json.loads(text)]
+
+
+def _feed(src: Path, state: Path, cluster: str = "c") -> WatermarkedFeed:
+    tracker = JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED)
+    return WatermarkedFeed("test", str(src), _parse, tracker, kind="pods", state_path=state)
+
+
+def test_restart_publishes_no_duplicate_and_ends_a_job_gone_meanwhile(tmp_path: Path) -> None:
+    src, state = tmp_path / "snap.json", tmp_path / "w.json"
+    _snapshot(src, RUNNING, PENDING)
+    first = _feed(src, state).poll(10.0)
+    assert [(e.job_id, e.phase) for e in first] == [
+        ("a", JobPhase.SUBMITTED),
+        ("a", JobPhase.STARTED),
+        ("b", JobPhase.SUBMITTED),
+    ]
+    assert _feed(src, state).poll(20.0) == []  # restarted: nothing again
+    _snapshot(src, RUNNING)  # b deleted while the agent was down
+    restarted = _feed(src, state)
+    assert restarted.last_poll == 20.0
+    (gone,) = restarted.poll(30.0)
+    assert (gone.job_id, gone.phase, gone.state) == ("b", JobPhase.FINISHED, JobState.CANCELLED)
+    assert _feed(src, state).poll(40.0) == []  # and only once
+
+
+def test_a_failed_read_keeps_the_watermark_and_vanishes_nothing(tmp_path: Path) -> None:
+    src, state = tmp_path / "snap.json", tmp_path / "w.json"
+    _snapshot(src, RUNNING, PENDING)
+    feed = _feed(src, state)
+    feed.poll(10.0)
+    before = state.read_text()
+    src.unlink()  # the scheduler cannot be read
+    assert feed.poll(20.0) == [] and feed.failures == 1
+    assert state.read_text() == before and feed.last_poll == 10.0
+    _snapshot(src, RUNNING, PENDING)
+    assert _feed(src, state).poll(30.0) == []
+
+
+def test_a_file_of_another_feed_cluster_or_none_is_one_line(tmp_path: Path) -> None:
+    src, state = tmp_path / "snap.json", tmp_path / "w.json"
+    _snapshot(src, RUNNING)
+    save_tracker(JobTracker(cluster="c"), state, 1.0, "kueue")
+    with pytest.raises(ValueError, match=r"w\.json: watermark of the kueue feed, not of the pods"):
+        _feed(src, state)
+    save_tracker(JobTracker(cluster="c"), state, 1.0)  # a Slurm file from before kinds
+    with pytest.raises(ValueError, match=r"w\.json: watermark of no named feed \(a Slurm one\)"):
+        _feed(src, state)
+    assert load_tracker(JobTracker(cluster="c"), state, "slurm", untagged=True) == 1.0
+    save_tracker(JobTracker(cluster="other"), state, 1.0, "pods")
+    with pytest.raises(ValueError, match="cluster 'other', not 'c'"):
+        _feed(src, state)
+    for text in ("{nope", '{"version": 1, "kind": "pods", "cluster": "c", "jobs": [{}]}'):
+        state.write_text(text)
+        with pytest.raises(ValueError, match=r"w\.json: (not a readable|damaged) watermark") as e:
+            _feed(src, state)
+        assert "\n" not in str(e.value)

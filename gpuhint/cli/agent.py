@@ -175,11 +175,14 @@ def _one_line(msg: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from agents.node_agent import NodeAgent
     from agents.nvml import NvmlUnavailable
+    from gpuhint.cores.job_watermark import warn_without_watermark
 
     settings = _agent_settings(args)
     node = settings.node_name or _host_node_name()
     nvml = _make_nvml(args)
     feeds = _make_feeds(args, settings)
+    if not args.once:  # a feed without a watermark forgets, at a restart, what it announced
+        warn_without_watermark(feeds, logging.getLogger("gpuhint.agent"))
     node_feeds = _make_node_feeds(args, settings, feeds)
     publisher = _make_publisher(args, settings, node)
     agent = NodeAgent(

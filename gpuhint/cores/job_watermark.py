@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,20 @@ from gpuhint.wire.contract import JobEvent, JobState
 log = logging.getLogger(__name__)
 
 WATERMARK_VERSION = 1
+
+WITHOUT_WATERMARK = (
+    "%s feed without --%s-state: after a restart every job is announced again, and jobs "
+    "that ended while the agent was down are never announced finished (they stay waiting "
+    "in the worker's queue and forecasts); give it a watermark file (docs/agent.md)"
+)
+
+
+def warn_without_watermark(feeds: Iterable[SchedulerFeed], log: logging.Logger) -> list[str]:
+    """Warn once per job feed that keeps no watermark file; the names of those feeds."""
+    bare = [f.name for f in feeds if getattr(f, "state_path", 0) is None]
+    for name in bare:
+        log.warning(WITHOUT_WATERMARK, name, name)
+    return bare
 
 
 def tracker_doc(tracker: JobTracker, polled_at: float, kind: str | None = None) -> dict[str, Any]:

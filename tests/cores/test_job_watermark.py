@@ -78,3 +78,19 @@ def test_a_file_of_another_feed_cluster_or_none_is_one_line(tmp_path: Path) -> N
         with pytest.raises(ValueError, match=r"w\.json: (not a readable|damaged) watermark") as e:
             _feed(src, state)
         assert "\n" not in str(e.value)
+
+
+def test_a_feed_without_a_watermark_file_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A long-running agent whose feed keeps no watermark is told what a restart costs."""
+    import logging
+
+    from gpuhint.cores.job_watermark import warn_without_watermark
+
+    kept = WatermarkedFeed("slurm", "f", lambda _t: [], JobTracker(cluster="c"),
+                           kind="slurm", state_path=tmp_path / "w.json")  # fmt: skip
+    bare = WatermarkedFeed("kubernetes", "f", lambda _t: [], JobTracker(cluster="c"))
+    with caplog.at_level(logging.WARNING):
+        assert warn_without_watermark([kept, bare], logging.getLogger("t")) == ["kubernetes"]
+    assert "--kubernetes-state" in caplog.text and "--slurm-state" not in caplog.text

@@ -4,7 +4,9 @@ Ranking by expected service (smallest first) starves the largest jobs: while sma
 work keeps arriving, a 64-GPU job can wait weeks. The bound gives the VC a **wait
 limit**; a job still waiting past it is *overdue* and its hint goes to the front
 (reason ``wait_bound:overdue``), so it starts as soon as it fits, as under FIFO. One
-job at a time, the oldest overdue first. The limit is
+job at a time, the oldest overdue first; the next is promoted when it starts, or when it
+has been at the front for one more limit without starting (a job held by its user, or
+one whose end was never announced, must not keep the bound off for its VC). The limit is
 
     limit = factor x (the longest wait FIFO would have given in this VC so far)
 
@@ -50,8 +52,11 @@ DEFAULT_WAIT_BOUND = 16.0
 class WaitBound:
     """The wait limit of one VC, its waiting jobs by submit time, and the overdue ones."""
 
-    __slots__ = ("factor", "heap", "overdue", "scale", "submit_of")
-    # ``overdue`` holds at most one job: the one at the front (see :meth:`due`)
+    __slots__ = ("factor", "heap", "overdue", "promoted_at", "scale", "submit_of")
+    _STATE = ("factor", "heap", "overdue", "scale", "submit_of", "promoted_at")
+    """The pickled order: a state saved before ``promoted_at`` has the first five."""
+    # ``overdue`` holds the job at the front, and more only while those before are
+    # stuck there (see :meth:`due`)
 
     def __init__(self, factor: float = DEFAULT_WAIT_BOUND) -> None:
         if not (factor >= 0 and math.isfinite(factor)):
@@ -63,12 +68,14 @@ class WaitBound:
         self.submit_of: dict[str, float] = {}  # waiting, not overdue: job -> submit time
         self.heap: list[tuple[float, str]] = []  # (submit time, job), stale entries skipped
         self.overdue: dict[str, float] = {}  # overdue job -> the limit it passed (s)
+        self.promoted_at: dict[str, float] = {}  # overdue job -> when it went to the front
 
     def __getstate__(self) -> tuple[object, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
+        return tuple(getattr(self, k) for k in self._STATE)
 
     def __setstate__(self, state: tuple[object, ...]) -> None:
-        for k, v in zip(self.__slots__, state, strict=True):
+        self.promoted_at = {}  # a state saved before it was kept: promoted "now" (below)
+        for k, v in zip(self._STATE, state, strict=False):
             setattr(self, k, v)
 
     @property
@@ -99,10 +106,11 @@ class WaitBound:
         """The job to move to the front now, if any: the oldest waiting job whose wait
         passed the limit by ``now``, and only while no other is at the front (one at a
         time, as a backfilling scheduler reserves for one head job: promoting every
-        overdue job at once drains the VC again and again and makes it FIFO)."""
-        if self.overdue:
-            return []
+        overdue job at once drains the VC again and again and makes it FIFO), unless
+        those at the front have all been there one more limit without starting."""
         limit = self.limit
+        if self.overdue and not self._stuck(now, limit):
+            return []
         out: list[str] = []
         heap = self.heap
         while heap and heap[0][0] + limit <= now and len(out) < cap:
@@ -110,8 +118,15 @@ class WaitBound:
             if self.submit_of.get(jid) == t:
                 del self.submit_of[jid]
                 self.overdue[jid] = limit
+                self.promoted_at[jid] = now
                 out.append(jid)
         return out
+
+    def _stuck(self, now: float, limit: float) -> bool:
+        """Whether every job at the front has been there ``limit`` without starting (a
+        front restored without its time counts from ``now``)."""
+        at = self.promoted_at
+        return all(now >= at.setdefault(jid, now) + limit for jid in self.overdue)
 
     def is_overdue(self, job_id: str) -> bool:
         return job_id in self.overdue
@@ -120,6 +135,7 @@ class WaitBound:
         """The job no longer waits (started, finished); its heap entry goes stale."""
         self.submit_of.pop(job_id, None)
         self.overdue.pop(job_id, None)
+        self.promoted_at.pop(job_id, None)
         if len(self.heap) > 64 and len(self.heap) > 4 * (len(self.submit_of) + 1):
             self.heap = [e for e in self.heap if self.submit_of.get(e[1]) == e[0]]
             heapq.heapify(self.heap)

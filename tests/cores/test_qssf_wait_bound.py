@@ -239,3 +239,46 @@ def test_turning_the_bound_off_sends_the_job_at_the_front_back_to_its_rank() -> 
     store.flush()
     assert [j for j, _ in store.queue("default", "default")] == ["new", "x", "y", "old"]
     assert not off.state("default", "default").bound.overdue
+
+
+def test_a_job_stuck_at_the_front_lets_the_next_overdue_job_through_after_one_limit() -> None:
+    """A job at the front that does not start (held by its user, or one whose end was
+    never announced) must not keep the bound off for its VC: after one more limit at
+    the front, the next overdue job is promoted beside it (it keeps its place first)."""
+    store = InMemoryStore()
+    truth = {"a": 100.0, "b": 10.0, "c": 1.0, "d": 1.0, "e": 1.0, "f": 1.0}
+    engine = HintEngine(lambda: _Truth(truth), store, wait_bound=2.0)
+    _warm(engine)
+    assert engine.state("default", "default").bound.limit == 20.0
+    for jid, t in (("a", 100.0), ("b", 101.0), ("c", 102.0)):
+        engine.on_job_event(
+            JobEvent(phase="submitted", job_id=jid, num_gpus=1, time=t, submit_time=t)
+        )
+    d = JobEvent(phase="submitted", job_id="d", num_gpus=1, time=121.5, submit_time=121.5)
+    engine.on_job_event(d)
+    assert [h.job_id for h in engine.updates] == ["a"]  # promoted at 121.5
+    engine.on_job_event(d.model_copy(update={"job_id": "e", "time": 141.0}))
+    assert engine.updates == []  # a at the front for 19.5 s < one limit: b waits
+    engine.on_job_event(d.model_copy(update={"job_id": "f", "time": 142.0}))
+    assert [h.job_id for h in engine.updates] == ["b"]  # a stuck a whole limit: b too
+    store.flush()
+    assert [jid for jid, _ in store.queue("default", "default")][:2] == ["a", "b"]
+    engine.on_job_event(
+        JobEvent(phase="started", job_id="b", num_gpus=1, time=150, submit_time=101)
+    )
+    assert [h.job_id for h in engine.updates] == ["c"]  # a is still stuck: the next goes
+    st = engine.state("default", "default")
+    assert st.bound.is_overdue("a") and not st.bound.is_overdue("b")
+    clone = pickle.loads(pickle.dumps(st.bound))  # the promotion times are kept
+    assert clone.due(169.0) == [] and clone.due(170.0) == ["d"]  # once c is stuck too
+
+
+def test_a_bound_saved_before_promotion_times_were_kept_still_loads() -> None:
+    b = WaitBound(factor=2.0)
+    b.scale = 10.0
+    b.submit("a", 0.0)
+    assert b.due(25.0) == ["a"]
+    old = b.__getstate__()[:5]  # the five slots of before
+    restored = WaitBound.__new__(WaitBound)
+    restored.__setstate__(old)
+    assert restored.is_overdue("a") and restored.due(30.0) == []

@@ -125,6 +125,10 @@ def _initial(
     in (the closed loop); a ranker with ``limits`` reserves on those."""
     if timed and not ranked:
         raise ValueError("run_time goes with a ranker (the closed loop)")
+    if any(math.isnan(k) for k in keys or ()) or any(
+        x is not None and math.isnan(x) for x in limits or ()
+    ):
+        raise ValueError("a key or limit is NaN: it would break the queue's order")
     if ranked:
         if keys is not None or (timed and limits is not None):
             raise ValueError("give keys and limits, or a ranker and run_time, not both")
@@ -199,14 +203,7 @@ def _schedule(
         start_job(i, t, alloc)
     if not queue:
         return
-    head = jobs[queue[0][2]].gpus
-    free = nodes.total_free
-    shadow, extra = math.inf, 0
-    for end, i in sorted((max(e, t), i) for i, e in est_end.items()):
-        free += jobs[i].gpus
-        if free >= head:
-            shadow, extra = end, free - head
-            break
+    shadow, extra = _reservation(t, jobs, nodes.total_free, jobs[queue[0][2]].gpus, est_end)
     k, tested = 1, 0
     while k < len(queue) and tested < max_job_test:
         tested += 1
@@ -222,3 +219,23 @@ def _schedule(
                 extra -= g
             continue
         k += 1
+
+
+def _reservation(
+    t: float, jobs: Sequence[SimJob], free: int, head: int, est_end: Mapping[int, float]
+) -> tuple[float, int]:
+    """The head's shadow time (the first expected end by which ``head`` GPUs are free)
+    and the extra GPUs then: free now plus those of *every* job expected to end by the
+    shadow time, less the head's (at a shadow time of infinity, only the jobs counted to
+    reach it)."""
+    ends = sorted((max(e, t), i) for i, e in est_end.items())
+    for k, (end, i) in enumerate(ends):
+        free += jobs[i].gpus
+        if free >= head:
+            if math.isfinite(end):
+                for e2, i2 in ends[k + 1 :]:
+                    if e2 != end:
+                        break
+                    free += jobs[i2].gpus
+            return end, free - head
+    return math.inf, 0

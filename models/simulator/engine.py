@@ -135,7 +135,7 @@ def simulate_vc(
         elif priorities is None or len(priorities) != len(jobs):
             raise ValueError("qssf needs one priority per job (or a ranker)")
         else:
-            keys = [(float(p), j.gpus) for p, j in zip(priorities, jobs, strict=True)]
+            keys = [(_prio(p, j.job_id), j.gpus) for p, j in zip(priorities, jobs, strict=True)]
     else:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_KINDS)}")
     return _nonpreemptive(
@@ -146,6 +146,14 @@ def simulate_vc(
         new_jobs_by_gpus and policy == "qssf",
         ranker if policy == "qssf" else None,
     )
+
+
+def _prio(p: float, job_id: str) -> float:
+    """A priority as a queue key: NaN compares false both ways and breaks the heap."""
+    x = float(p)
+    if math.isnan(x):
+        raise ValueError(f"job {job_id}: priority is NaN")
+    return x
 
 
 def _arrival_order(jobs: Sequence[SimJob]) -> list[int]:
@@ -203,14 +211,14 @@ def _nonpreemptive(
             nodes.release(allocs[i])
             if ranker is not None:
                 for w, p in ranker.finish(i, t):
-                    if waiting[w] and (float(p), gpus[w]) != keys[w]:
+                    if waiting[w] and (_prio(p, jobs[w].job_id), gpus[w]) != keys[w]:
                         keys[w] = (float(p), gpus[w])
                         push(w)
         arrived = []
         while nxt < n and jobs[order[nxt]].submit == t:
             i = order[nxt]
             if ranker is not None:
-                keys[i] = (float(ranker.submit(i, t)), gpus[i])
+                keys[i] = (_prio(ranker.submit(i, t), jobs[i].job_id), gpus[i])
             arrived.append(i)
             nxt += 1
         if new_by_gpus and queued == 0 and arrived:

@@ -16,7 +16,8 @@ a burst of jobs waits for one boot, not one boot each. The head of the queue blo
 jobs behind it only when it does not fit even with every node on.
 
 Energy is integrated over ``[horizon_from, horizon_to]`` (default: first to last
-submit) with a draw per state (:class:`PowerModel`); a node that is on and allocated to
+submit; past the last job's end, boots finish and the policy goes on acting) with a draw
+per state (:class:`PowerModel`); a node that is on and allocated to
 jobs none of which runs yet (waiting for another node's boot, or for the configuration
 pass) draws as idle until the first of them starts, though policies see it busy.
 Policies see each running job's *predicted* duration (``predicted``), never the true one.
@@ -433,8 +434,28 @@ def simulate_power(
     for node in range(num_nodes):
         sim._became_idle(node, sim.t)
     _run(sim, order, priorities)
+    _drain(sim, horizon[1])
     sim.advance(horizon[1])
     return sim.res
+
+
+def _drain(sim: PowerSim, until: float) -> None:
+    """After the last job, up to the horizon's end: boots finish and the policy acts (a
+    horizon past the last job's end leaves nodes idle that its timer powers down)."""
+    stalled = False  # a policy that asks for no later step than the last is not asked again
+    while True:
+        tp = math.inf if stalled else sim.policy.next_time()
+        t = min(sim.boots[0][0] if sim.boots else math.inf, tp)
+        if t > until:
+            return
+        t = max(t, sim.t)
+        sim.advance(t)
+        while sim.boots and sim.boots[0][0] <= t:
+            _, node = heapq.heappop(sim.boots)
+            sim.finish_boot(node, t)
+        if not stalled:
+            sim.policy.step(t)
+            stalled = sim.policy.next_time() <= t
 
 
 def _run(sim: PowerSim, order: list[int], priorities: Sequence[float] | None) -> None:

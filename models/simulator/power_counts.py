@@ -5,7 +5,9 @@ Nodes are exchangeable. Each step: nodes that finished booting become idle; if m
 are used than are busy, idle nodes are taken (the most recently idle first), then off
 nodes are woken for the rest (up ``boot_s`` later; until then the missing nodes are
 *shortfall*, node-minutes of demand above the booted nodes); if fewer are used, the
-freed nodes go idle. Then the policy acts:
+freed nodes go idle. The node count follows the series' total: nodes that join come on
+idle, nodes that leave go off the books (off ones first, then idle, then booting). Then
+the policy acts:
 
 * ``IdleTimer`` (``suspend_s``): a node idle for ``suspend_s`` powers off;
 * ``reserve`` (gpuhint, :class:`CountReserve`): the job-free counterpart of
@@ -60,6 +62,22 @@ class CountState:
         self.off.sort()
         del self.idle[:k]
         self.downs += k
+
+    @property
+    def nodes(self) -> int:
+        return self.busy + len(self.idle) + len(self.boots) + len(self.off)
+
+    def remove(self, k: int) -> None:
+        """``k`` nodes left the cluster: off ones first (longest off), then idle (longest
+        idle), then booting (the last to be ready); busy ones never (used <= total)."""
+        for pool in (self.off, self.idle):
+            take = min(k, len(pool))
+            del pool[:take]
+            k -= take
+        take = min(k, len(self.boots))
+        if take:
+            self.boots = sorted(self.boots)[: len(self.boots) - take]
+            heapq.heapify(self.boots)
 
     def wake(self, k: int, t: float) -> list[float]:
         """Boot up to ``k`` off nodes (the most recently used first); their idle-since."""
@@ -184,9 +202,8 @@ def simulate_counts(
         while st.boots and st.boots[0] <= t:
             heapq.heappop(st.boots)
             st.idle.append(t)
-        have = st.busy + len(st.idle) + len(st.boots) + len(st.off)
-        if tot > have:  # nodes joined: they come on
-            st.idle.extend([t] * (tot - have))
+        if tot > st.nodes:  # nodes joined: they come on
+            st.idle.extend([t] * (tot - st.nodes))
         taken: list[float] = []
         if u > st.busy:
             k = min(u - st.busy, len(st.idle))
@@ -200,6 +217,8 @@ def simulate_counts(
         elif u < st.busy:
             st.idle.extend([t] * (st.busy - u))
             st.busy = u
+        if tot < st.nodes:  # nodes left: they stop counting (off or not)
+            st.remove(st.nodes - tot)
         downs = st.downs
         policy.step(st, t, u, taken)
         if i >= lo:

@@ -135,9 +135,11 @@ def _warm(engine: HintEngine, scale: float = 10.0) -> None:
     engine.state("default", "default").bound.scale = scale
 
 
-def test_overdue_jobs_go_first_one_at_a_time_in_arrival_order() -> None:
+def _three_waiting() -> tuple[InMemoryStore, HintEngine]:
+    """A warmed VC with limit 20 s and jobs a (100 s), b (10 s), c (1 s) waiting from
+    100, 101, 102; d, e, f are 1 s jobs."""
     store = InMemoryStore()
-    truth = {"a": 100.0, "b": 10.0, "c": 1.0, "d": 1.0, "e": 1.0}
+    truth = {"a": 100.0, "b": 10.0, "c": 1.0, "d": 1.0, "e": 1.0, "f": 1.0}
     engine = HintEngine(lambda: _Truth(truth), store, wait_bound=2.0)
     _warm(engine)
     assert engine.state("default", "default").bound.limit == 20.0
@@ -145,6 +147,11 @@ def test_overdue_jobs_go_first_one_at_a_time_in_arrival_order() -> None:
         engine.on_job_event(
             JobEvent(phase="submitted", job_id=jid, num_gpus=1, time=t, submit_time=t)
         )
+    return store, engine
+
+
+def test_overdue_jobs_go_first_one_at_a_time_in_arrival_order() -> None:
+    store, engine = _three_waiting()
     assert engine.stats.overdue == 0
     d = JobEvent(phase="submitted", job_id="d", num_gpus=1, time=121.5, submit_time=121.5)
     engine.on_job_event(d)
@@ -245,15 +252,7 @@ def test_a_job_stuck_at_the_front_lets_the_next_overdue_job_through_after_one_li
     """A job at the front that does not start (held by its user, or one whose end was
     never announced) must not keep the bound off for its VC: after one more limit at
     the front, the next overdue job is promoted beside it (it keeps its place first)."""
-    store = InMemoryStore()
-    truth = {"a": 100.0, "b": 10.0, "c": 1.0, "d": 1.0, "e": 1.0, "f": 1.0}
-    engine = HintEngine(lambda: _Truth(truth), store, wait_bound=2.0)
-    _warm(engine)
-    assert engine.state("default", "default").bound.limit == 20.0
-    for jid, t in (("a", 100.0), ("b", 101.0), ("c", 102.0)):
-        engine.on_job_event(
-            JobEvent(phase="submitted", job_id=jid, num_gpus=1, time=t, submit_time=t)
-        )
+    store, engine = _three_waiting()
     d = JobEvent(phase="submitted", job_id="d", num_gpus=1, time=121.5, submit_time=121.5)
     engine.on_job_event(d)
     assert [h.job_id for h in engine.updates] == ["a"]  # promoted at 121.5

@@ -129,6 +129,12 @@ def window_slots(
     return lo, hi
 
 
+def _powered_on(active: int, used: int, total: int) -> int:
+    """A slot's powered-on nodes: the plan, or the used nodes when more were woken within
+    it; never more than the cluster has (a plan made before nodes left names them too)."""
+    return min(max(active, used), max(total, used))
+
+
 def summarize(rec: CesReplay, lo: int = 0, hi: int | None = None) -> dict[str, Any]:
     """Metrics over slots ``[lo, hi)`` (keys as documented for ``--json``)."""
     s = rec.series
@@ -144,7 +150,7 @@ def summarize(rec: CesReplay, lo: int = 0, hi: int | None = None) -> dict[str, A
     for i in range(lo, hi):
         u, t, a = s.used[i], s.total[i], rec.active[i]
         totals.add(t)
-        eff = max(a, u)
+        eff = _powered_on(a, u, t)
         ub += u / t if t else 0.0
         ua += u / eff if eff else 1.0
         off += t - eff
@@ -234,7 +240,8 @@ def plot(rec: CesReplay, path: str, lo: int = 0, hi: int | None = None) -> None:
     hi = len(rec.active) if hi is None else hi
     xs: Any = [datetime.fromtimestamp(s.slot_time(i), UTC) for i in range(lo, hi)]
     used = s.used[lo:hi]
-    eff = [max(a, u) for a, u in zip(rec.active[lo:hi], used, strict=True)]
+    tot = s.total[lo:hi]
+    eff = [_powered_on(a, u, t) for a, u, t in zip(rec.active[lo:hi], used, tot, strict=True)]
     fig, ax = plt.subplots(figsize=(12, 4))
     ax.plot(xs, s.total[lo:hi], color="0.6", lw=1, label="total nodes")
     ax.plot(xs, eff, color="tab:green", lw=1.4, label="powered on (CES)")

@@ -140,6 +140,18 @@ def test_summary_counts_shortfalls_per_timing_model() -> None:
     assert m["changes_per_day"] == pytest.approx(2 / (4 * 600 / 86400))
 
 
+def test_nodes_that_left_the_cluster_are_not_counted_as_powered_on() -> None:
+    """The plan for a slot was made for the cluster before some nodes left: it can name
+    more nodes on than the slot's total. Nodes that left are neither on nor powered
+    off: the slot has no node off, not a negative count."""
+    s = LoadSeries("toy", 0.0, 600, [2, 2, 2, 2], [10, 10, 6, 6])
+    rec = replay(s, progress=False)
+    rec.active = [10, 4, 8, 4]  # slot 2's plan was made for 10 nodes; 4 left
+    m = summarize(rec)
+    assert m["mean_powered_off"] == pytest.approx((0 + 6 + 0 + 2) / 4)
+    assert m["util_after"] == pytest.approx((0.2 + 0.5 + 2 / 6 + 0.5) / 4)
+
+
 def test_window_default_is_last_seven_days() -> None:
     s = LoadSeries("toy", 0.0, 600, [1] * (144 * 10), [2] * (144 * 10))
     assert window_slots(s) == (144 * 3, 144 * 10)

@@ -7,9 +7,9 @@ as if it was applied once: every hint write is idempotent (a hint is ``SET`` +
 ``ZADD``, a removal is ``DEL`` + ``ZREM``, in Lua scripts, so the change stream records
 a removal only when a hint really existed, and a hint or an update only when it
 changed), and each other write that is not (a counter, a change entry) carries its
-sequence number: Redis applies it only if it is above the last one applied, which the
-store's record ``writer:{id}`` keeps. If Redis lost its script cache, only the hint
-scripts, from the first refused one on, are sent again.
+sequence number: Redis applies it only if the bitmap of the batch in flight
+``writer:{id}:applied`` has no bit set for it yet (``_APPLIED``). If Redis lost its
+script cache, only the hint scripts, from the first refused one on, are sent again.
 A hint write sent under a VC other than the one whose hint for the job lives is refused
 and counted (``hint_vc_conflicts`` in the stats hash, and one warning per flush). Every
 pipeline begins with ``SET epoch <random> NX``, ``GET epoch`` and reads the last
@@ -120,6 +120,9 @@ end
 # number, batch base. One
 # command per new hint instead of SET + ZADD + EXPIRE + XADD. The hint already stored
 # (same JSON, same score: a re-emit) is rewritten for its TTL but not announced again.
+# The hint key is written (or, by a removal, deleted) last, after the change entry: Lua
+# does not undo a script's writes before an error, so a failed XADD (a key of another
+# type) must leave the hint as it was, to be announced when the batch is sent again.
 # Returns 1 (announced), 0 (rewritten) or the owner's VC (refused).
 _PUT_HINT = (
     _OWNER
@@ -133,15 +136,15 @@ if cur and cur ~= ARGV[2] then
   end
 end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-if cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3]) then
-  return 0
+local same = cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3])
+if not same then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint',
+             'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
 end
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint',
-           'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
-return 1
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+return same and 0 or 1
 """
 )
 
@@ -162,9 +165,9 @@ if other then
   refused(KEYS[4], ARGV[5], KEYS[5], KEYS[6], ARGV[7], ARGV[6])
   return other
 end
-redis.call('DEL', KEYS[1])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*',
            'type', 'hint_removed', 'cluster', ARGV[2], 'vc', ARGV[3], 'job_id', ARGV[1])
+redis.call('DEL', KEYS[1])
 return 1
 """
 )
@@ -185,15 +188,15 @@ if other then
   return other
 end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-if cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3]) then
-  return 0
+local same = cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3])
+if not same then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
+             'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
 end
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
-           'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
-return 1
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+return same and 0 or 1
 """
 )
 

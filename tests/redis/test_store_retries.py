@@ -252,3 +252,22 @@ def test_a_write_that_failed_mid_batch_is_applied_when_the_batch_is_sent_again(
     store.count("dead_letter")  # the next batch counts as usual
     store.flush()
     assert store.r.hget(store.k.stats, "dead_letter") == b"2"
+
+
+def test_a_hint_whose_change_entry_failed_is_announced_when_the_batch_is_sent_again(
+    store: RedisStore,
+) -> None:
+    """A hint script whose XADD fails (the change stream's key of another type) must not
+    leave the hint written but unannounced: sent again it would be a re-emit, never
+    announced. Lua does not roll back the writes before the error."""
+    store.put_hint(hint("u", 5))
+    store.flush()
+    store.r.set(store.k.changes, "not a stream")
+    store.put_hint(hint("n", 1))
+    store.update_hint(hint("u", 2))
+    store.remove_hint("default", "a", "u")
+    with pytest.raises(redis.ResponseError):
+        store.flush()
+    store.r.delete(store.k.changes)  # the cause is gone
+    assert store.flush() == 3
+    assert change_types(store) == Counter({"hint": 1, "hint_updated": 1, "hint_removed": 1})

@@ -53,8 +53,10 @@ class WaitBound:
     """The wait limit of one VC, its waiting jobs by submit time, and the overdue ones."""
 
     __slots__ = ("factor", "heap", "overdue", "promoted_at", "scale", "submit_of")
-    _STATE = ("factor", "heap", "overdue", "scale", "submit_of", "promoted_at")
-    """The pickled order: a state saved before ``promoted_at`` has the first five."""
+    _STATE = ("factor", "heap", "overdue", "scale", "submit_of")
+    """What is pickled, in order. ``promoted_at`` is not: a restored front counts from
+    its first check after the load (one more limit at most), and the state stays the
+    five-tuple an older worker reads (a rollback loads it)."""
     # ``overdue`` holds the job at the front, and more only while those before are
     # stuck there (see :meth:`due`)
 
@@ -74,8 +76,8 @@ class WaitBound:
         return tuple(getattr(self, k) for k in self._STATE)
 
     def __setstate__(self, state: tuple[object, ...]) -> None:
-        self.promoted_at = {}  # a state saved before it was kept: promoted "now" (below)
-        for k, v in zip(self._STATE, state, strict=False):
+        self.promoted_at = {}  # not pickled: a front counts from its first check (below)
+        for k, v in zip(self._STATE, state, strict=True):
             setattr(self, k, v)
 
     @property

@@ -297,6 +297,9 @@ def _make_feeds(args: argparse.Namespace, settings: Settings) -> list[SchedulerF
     from gpuhint.slurm.jobs import slurm_source
 
     feeds: list[SchedulerFeed] = []
+    both = args.slurm_state and args.kubernetes_state
+    if both and Path(args.slurm_state).resolve() == Path(args.kubernetes_state).resolve():
+        raise UserError("--slurm-state and --kubernetes-state name the same file: one each")
     if args.slurm:
         _check_source("slurm", slurm_source(args.slurm))
         try:

@@ -83,13 +83,15 @@ def tracker_doc(tracker: JobTracker, polled_at: float, kind: str | None = None) 
 def save_tracker(
     tracker: JobTracker, path: Path, polled_at: float, kind: str | None = None
 ) -> None:
-    """Write the tracker's view and the poll time to ``path`` (atomic rename)."""
+    """Write the tracker's view and the poll time to ``path`` (fsync, atomic rename)."""
     doc = tracker_doc(tracker, polled_at, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())  # a host crash must not leave the rename without data
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -422,6 +422,9 @@ def simulate_power(
     pred = list(predicted) if predicted is not None else [j.duration for j in jobs]
     if len(pred) != n or (priorities is not None and len(priorities) != n):
         raise ValueError("predicted and priorities need one entry per job")
+    for j, p in zip(jobs, priorities or (), strict=False):
+        if math.isnan(p):  # NaN compares false both ways and breaks the queue's heap
+            raise ValueError(f"job {j.job_id}: priority is NaN")
     order = sorted(range(n), key=lambda i: (jobs[i].submit, i))
     if horizon is None:
         horizon = (jobs[order[0]].submit, jobs[order[-1]].submit) if n else (0.0, 0.0)

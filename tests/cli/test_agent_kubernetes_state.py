@@ -137,3 +137,18 @@ def test_help_teaches_kubernetes_state(capsys: pytest.CaptureFixture[str]) -> No
         main(["agent", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "--kubernetes-state FILE" in out and "default: none" in out
+
+
+def test_one_watermark_file_for_both_feeds_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Both feeds writing one file would overwrite each other every poll, and the next
+    start would refuse it (another feed's watermark): refused at once instead."""
+    pods, state = tmp_path / "pods.json", tmp_path / "w.json"
+    shutil.copy(PODS / "pods_1.json", pods)
+    slurm = str(PODS.parent / "slurm" / "squeue_1.json")
+    flags = ["--slurm", slurm, "--slurm-state", str(state), "--kubernetes", str(pods)]
+    _one_line_error(
+        capsys, [*flags, "--kubernetes-state", str(tmp_path / "." / "w.json")], "same file"
+    )
+    assert not state.exists()

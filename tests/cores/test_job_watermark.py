@@ -94,3 +94,28 @@ def test_a_feed_without_a_watermark_file_is_warned_about(
     with caplog.at_level(logging.WARNING):
         assert warn_without_watermark([kept, bare], logging.getLogger("t")) == ["kubernetes"]
     assert "--kubernetes-state" in caplog.text and "--slurm-state" not in caplog.text
+
+
+def test_the_watermark_is_on_disk_before_it_replaces_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a host crash the rename may be on disk before the data: the agent would then
+    find an empty watermark and refuse to start. The new file is fsynced first."""
+    import os
+
+    steps: list[str] = []
+    fsync, replace = os.fsync, os.replace
+
+    def fsync_noted(fd: int) -> None:
+        steps.append("fsync")
+        fsync(fd)
+
+    def replace_noted(src: str, dst: Path) -> None:
+        steps.append("replace")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync_noted)
+    monkeypatch.setattr(os, "replace", replace_noted)
+    save_tracker(JobTracker(cluster="c"), tmp_path / "w.json", 5.0, "pods")
+    assert steps == ["fsync", "replace"]
+    assert load_tracker(JobTracker(cluster="c"), tmp_path / "w.json", "pods") == 5.0

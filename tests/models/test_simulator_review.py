@@ -8,7 +8,7 @@ import pytest
 
 from models.simulator import SimJob, simulate_vc
 from models.simulator.easy import simulate_easy
-from models.simulator.power import PowerSim, simulate_power
+from models.simulator.power import AlwaysOn, PowerSim, simulate_power
 from models.simulator.power_counts import CountTimer, simulate_counts
 from models.simulator.power_policies import IdleTimer
 
@@ -82,3 +82,10 @@ def test_a_nan_priority_is_refused_not_left_to_break_the_queue() -> None:
         simulate_easy(jobs, 1, prios, [100.0] * 5)
     with pytest.raises(ValueError, match="NaN"):
         simulate_easy(jobs, 1, [j.submit for j in jobs], [100.0, math.nan, 1.0, 1.0, 1.0])
+
+
+def test_the_power_simulator_refuses_a_nan_priority_too() -> None:
+    # the same queue under the power simulator: its heap broke the same way
+    jobs = [SimJob("a", 0, 100, 8)] + [SimJob(x, k + 1, 10, 8) for k, x in enumerate("bcde")]
+    with pytest.raises(ValueError, match="job c: priority is NaN"):
+        simulate_power(jobs, 1, AlwaysOn(), priorities=[0.0, 1.0, math.nan, 2.0, 0.0])

@@ -54,9 +54,10 @@ class WaitBound:
 
     __slots__ = ("factor", "heap", "overdue", "promoted_at", "scale", "submit_of")
     _STATE = ("factor", "heap", "overdue", "scale", "submit_of")
-    """What is pickled, in order. ``promoted_at`` is not: a restored front counts from
-    its first check after the load (one more limit at most), and the state stays the
-    five-tuple an older worker reads (a rollback loads it)."""
+    """What is pickled, in order: the five fields an older worker reads (a rollback
+    loads the state). ``promoted_at`` is not: the VC's state pickles it beside the bound
+    (``gpuhint.cores.qssf_state``), and a bound restored without it counts a front from
+    its first check after the load."""
     # ``overdue`` holds the job at the front, and more only while those before are
     # stuck there (see :meth:`due`)
 

@@ -101,6 +101,9 @@ def _pending_job(event: bytes, hint: bytes) -> PendingJob:
     return job
 
 
+_FRONT_SINCE = "bound_promoted_at"
+"""The pickled state's key of the starvation bound's promotion times."""
+
 RECENT_FINISHED_MAX = 4096
 """How many finished job ids each VC remembers (:attr:`VcState.recent_finished`), to
 recognise a producer's resend of any phase of a finished job. A resend that arrives
@@ -142,8 +145,15 @@ class VcState:
     """Each waiting job's point forecast at submit: what is scored when it finishes
     (its hint's ``predicted_duration_s`` moves with hint updates)."""
 
+    def __getstate__(self) -> dict[str, object]:
+        # the bound's promotion times ride beside it: its own pickle stays the five
+        # fields an older worker reads (a rollback loads this state, and ignores them)
+        return {**self.__dict__, _FRONT_SINCE: self.bound.promoted_at}
+
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a pickle, filling the fields that a pickle of before lacks."""
+        state = dict(state)
+        front_since = state.pop(_FRONT_SINCE, None)
         self.__dict__.update(state)
         for f in fields(self):
             if f.name in state:
@@ -154,6 +164,8 @@ class VcState:
                 setattr(self, f.name, f.default)
         if "bound" not in state:  # the jobs waiting then are bounded like later ones
             self.track_waiting()
+        if isinstance(front_since, dict):
+            self.bound.promoted_at = front_since
 
     def track_waiting(self) -> None:
         """Put every waiting job under the starvation bound (after it was turned on)."""

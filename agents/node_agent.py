@@ -129,6 +129,7 @@ class NodeAgent:
                 )
         finally:  # what is buffered (from earlier ticks too) still goes out
             self.publisher.pump(budget_s=self.interval_s)
+            self._events_safe()
         self.ticks += 1
         self.last_tick_at = now
 
@@ -155,9 +156,18 @@ class NodeAgent:
                 next_at = t0 + k * self.interval_s
             stop.wait(next_at - now)
 
+    def _events_safe(self) -> None:
+        """Once every event published so far is acknowledged or on disk, the feeds write
+        their watermarks (before, a crash would lose events a watermark counts as sent)."""
+        if self.publisher.in_memory == 0:
+            for feed in self.feeds:
+                feed.durable()
+
     def close(self, flush_timeout_s: float = 10.0) -> int:
         """Flush (spilling or counting what is left) and shut NVML down; return records lost."""
         lost = self.publisher.close(flush_timeout_s)
+        if not lost:  # sent, or kept in the spill dir: announced for good
+            self._events_safe()
         if self.nvml is not None and self._started:
             try:
                 self.nvml.shutdown()

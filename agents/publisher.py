@@ -284,6 +284,11 @@ class BufferedPublisher:
         """Records not yet acknowledged (memory + disk)."""
         return len(self._buf) + (self._spill.count if self._spill else 0)
 
+    @property
+    def in_memory(self) -> int:
+        """Records neither acknowledged nor on disk: what a crash now would lose."""
+        return len(self._buf)
+
     def publish(self, topic: str, key: bytes, value: bytes) -> None:
         """Buffer one record; never blocks, never grows past the bound."""
         if len(self._buf) >= self.buffer_max:

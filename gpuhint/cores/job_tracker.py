@@ -333,3 +333,7 @@ class SchedulerFeed:
             self, lambda: self.parse(read_source(self.source, timeout_s=self.timeout_s))
         )
         return [] if jobs is None else self.tracker.update(jobs, now)
+
+    def durable(self) -> None:
+        """The events of the polls so far are safe (acknowledged, or kept on disk): a
+        feed with a watermark writes it now (this one keeps none)."""

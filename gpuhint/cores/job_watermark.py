@@ -31,7 +31,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,11 @@ def save_tracker(
     tracker: JobTracker, path: Path, polled_at: float, kind: str | None = None
 ) -> None:
     """Write the tracker's view and the poll time to ``path`` (fsync, atomic rename)."""
-    doc = tracker_doc(tracker, polled_at, kind)
+    _write(tracker_doc(tracker, polled_at, kind), path)
+
+
+def _write(doc: dict[str, Any], path: Path) -> None:
+    """Write a watermark document to ``path``: fsync'd, then renamed over the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -180,6 +184,8 @@ class WatermarkedFeed(SchedulerFeed):
     untagged: bool = False
     last_poll: float | None = None
     """The last poll that read the scheduler (None: none yet, nor in the watermark)."""
+    _due: dict[str, Any] | None = field(default=None, repr=False)
+    """The watermark of the last poll, until :meth:`durable` writes it."""
 
     def __post_init__(self) -> None:
         if self.state_path is None:
@@ -201,14 +207,25 @@ class WatermarkedFeed(SchedulerFeed):
         return self.parse(read_source(self.source, timeout_s=self.timeout_s))
 
     def poll(self, now: float) -> list[JobEvent]:
+        """The new events; the watermark they lead to is written by :meth:`durable`,
+        once the caller has them safe (a crash in between announces them again, never
+        loses them)."""
         jobs = guarded_read(self, lambda: self._read(now))
         if jobs is None:  # unreadable: nothing vanished, the watermark stays
             return []
         events = self.tracker.update(jobs, now)
         self.last_poll = now
         if self.state_path is not None:
-            try:
-                save_tracker(self.tracker, self.state_path, now, self.kind or None)
-            except OSError as exc:
-                log.warning("%s: cannot write watermark %s: %s", self.name, self.state_path, exc)
+            self._due = tracker_doc(self.tracker, now, self.kind or None)
         return events
+
+    def durable(self) -> None:
+        """Write the watermark of the last poll (if not written yet)."""
+        doc, self._due = self._due, None
+        if doc is None or self.state_path is None:
+            return
+        try:
+            _write(doc, self.state_path)
+        except OSError as exc:
+            self._due = doc  # tried again at the next durable point
+            log.warning("%s: cannot write watermark %s: %s", self.name, self.state_path, exc)

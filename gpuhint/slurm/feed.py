@@ -15,8 +15,9 @@ restarted agent
   still lists are seen (it keeps finished ones for ``MinJobAge``, 300 s by default); a
   job that went missing meanwhile is published ``finished`` with state ``unknown``.
 
-Events are handed to the publisher before the watermark is written; a clean stop
-(SIGTERM) flushes them, and ``--spill-dir`` keeps what Kafka did not take yet.
+The watermark is written only once the events that lead to it are safe: the agent
+calls ``durable()`` when its publisher holds nothing in memory (every event
+acknowledged, or kept in ``--spill-dir``); a clean stop (SIGTERM) flushes them first.
 """
 
 from __future__ import annotations

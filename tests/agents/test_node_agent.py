@@ -184,3 +184,24 @@ def test_a_tick_sends_for_at_most_one_interval() -> None:
     a.start()
     a.tick()
     assert now[0] <= 12.0 and pub.pending > 0  # the next sample is not held up
+
+
+def test_a_feed_watermark_is_written_only_once_its_events_are_sent(tmp_path: Path) -> None:
+    """The watermark says "announced": it must not be written while the events it counts
+    are still in memory (Kafka away), or a crash then would lose them for good."""
+    from gpuhint.slurm.feed import slurm_feed
+
+    snap, state = tmp_path / "squeue.json", tmp_path / "w.json"
+    snap.write_text((DATA / "slurm" / "squeue_1.json").read_text())
+    t = MemoryTransport()
+    t.down = True
+    a = agent_with(t, feeds=[slurm_feed(str(snap), cluster="venus", state_path=state)])
+    a.start()
+    a.tick()
+    assert a.publisher.in_memory > 0 and not state.exists()  # the 7 events wait in memory
+    t.down = False
+    a.publisher._next_try = 0.0  # no back-off wait in the test
+    a.tick()
+    assert sum(r.topic == "tp.job-events" for r in t.records) == 7 and state.exists()
+    restarted = slurm_feed(str(snap), cluster="venus", state_path=state)
+    assert restarted.poll(200.0) == []  # all 7 were announced and are known

@@ -10,7 +10,7 @@ import pytest
 
 from gpuhint.cores.job_tracker import JobTracker, SchedJob
 from gpuhint.cores.job_watermark import WatermarkedFeed, load_tracker, save_tracker
-from gpuhint.wire.contract import JobPhase, JobState
+from gpuhint.wire.contract import JobEvent, JobPhase, JobState
 
 RUNNING = SchedJob("a", "running", submit_time=1.0, start_time=2.0, vc="v", num_gpus=1)
 PENDING = SchedJob("b", "pending", submit_time=1.0, vc="v", num_gpus=2)
@@ -24,9 +24,19 @@ def _parse(text: str) -> list[SchedJob]:
     return [SchedJob(**{**d, "nodes": tuple(d["nodes"])}) for d in json.loads(text)]
 
 
+class _Published(WatermarkedFeed):
+    """As the agent drives a feed when its broker answers at once: each poll's events
+    are published and safe (acknowledged) before the next, so its watermark is written."""
+
+    def poll(self, now: float) -> list[JobEvent]:
+        events = super().poll(now)
+        self.durable()
+        return events
+
+
 def _feed(src: Path, state: Path, cluster: str = "c") -> WatermarkedFeed:
     tracker = JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED)
-    return WatermarkedFeed("test", str(src), _parse, tracker, kind="pods", state_path=state)
+    return _Published("test", str(src), _parse, tracker, kind="pods", state_path=state)
 
 
 def test_restart_publishes_no_duplicate_and_ends_a_job_gone_meanwhile(tmp_path: Path) -> None:
@@ -119,3 +129,21 @@ def test_the_watermark_is_on_disk_before_it_replaces_the_old_one(
     save_tracker(JobTracker(cluster="c"), tmp_path / "w.json", 5.0, "pods")
     assert steps == ["fsync", "replace"]
     assert load_tracker(JobTracker(cluster="c"), tmp_path / "w.json", "pods") == 5.0
+
+
+def test_the_watermark_waits_until_the_events_are_safe(tmp_path: Path) -> None:
+    """Until the caller says the poll's events are safe (sent, or kept on disk), the
+    watermark is not written: a crash then announces them again, never loses them."""
+    src, state = tmp_path / "snap.json", tmp_path / "w.json"
+    _snapshot(src, RUNNING, PENDING)
+    tracker = JobTracker(cluster="c", vanished_state=JobState.CANCELLED)
+    feed = WatermarkedFeed("test", str(src), _parse, tracker, kind="pods", state_path=state)
+    assert len(feed.poll(10.0)) == 3 and not state.exists()  # published, not yet safe
+    again = WatermarkedFeed("test", str(src), _parse, JobTracker(cluster="c"), kind="pods",
+                            state_path=state).poll(20.0)  # fmt: skip
+    assert len(again) == 3  # "crashed" before they were safe: announced again
+    feed.durable()
+    assert state.exists()
+    fresh = WatermarkedFeed("test", str(src), _parse, JobTracker(cluster="c"), kind="pods",
+                            state_path=state)  # fmt: skip
+    assert fresh.poll(30.0) == []

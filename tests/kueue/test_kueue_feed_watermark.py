@@ -10,7 +10,7 @@ import pytest
 from gpuhint.cores.job_tracker import JobTracker, SchedulerError
 from gpuhint.kueue.pods import KueueFeed, KueueSnapshot
 from gpuhint.slurm.feed import slurm_feed
-from gpuhint.wire.contract import JobPhase, JobState
+from gpuhint.wire.contract import JobEvent, JobPhase, JobState
 
 T0 = 1767229200.0  # 2026-01-01T01:00:00Z: an hour after the Jobs were created
 
@@ -40,9 +40,19 @@ class FakeSnapshot(KueueSnapshot):
         return {"jobs": self.jobs, "workloads": [], "localqueues": []}
 
 
+class _Published(KueueFeed):
+    """As the agent drives the feed when Kafka answers at once: each poll's events are
+    safe before the next, so its watermark is written (``durable``)."""
+
+    def poll(self, now: float) -> list[JobEvent]:
+        events = super().poll(now)
+        self.durable()
+        return events
+
+
 def _feed(snapshot: FakeSnapshot, state: Path, cluster: str = "k8s") -> KueueFeed:
     tracker = JobTracker(cluster=cluster, vanished_state=JobState.CANCELLED)
-    return KueueFeed(tracker, snapshot, state_path=state)
+    return _Published(tracker, snapshot, state_path=state)
 
 
 def test_a_restarted_kueue_feed_publishes_no_duplicate(tmp_path: Path) -> None:
@@ -87,7 +97,9 @@ def test_a_slurm_or_another_clusters_watermark_is_refused(tmp_path: Path) -> Non
     state = tmp_path / "w.json"
     slurm = tmp_path / "squeue.json"
     slurm.write_text('{"jobs": []}')
-    slurm_feed(str(slurm), cluster="k8s", state_path=state).poll(T0)
+    theirs = slurm_feed(str(slurm), cluster="k8s", state_path=state)
+    theirs.poll(T0)
+    theirs.durable()
     with pytest.raises(ValueError, match=r"w\.json: watermark of the slurm feed, not of the kueue"):
         _feed(FakeSnapshot(), state)
     _feed(FakeSnapshot(kueue_job("u1")), state := tmp_path / "k.json", cluster="a").poll(T0)

@@ -69,6 +69,7 @@ def test_lifecycles_survive_a_restart(
 
     def poll() -> None:
         events.extend(e for e in feed.poll(time.time()) if e.job_id in ids)
+        feed.durable()  # kept in ``events``: safe, as the agent's once Kafka has them
 
     def phases(job: str) -> list[JobPhase]:
         return [e.phase for e in events if e.job_id == job]

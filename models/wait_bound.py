@@ -5,8 +5,9 @@ work keeps arriving, a 64-GPU job can wait weeks. The bound gives the VC a **wai
 limit**; a job still waiting past it is *overdue* and its hint goes to the front
 (reason ``wait_bound:overdue``), so it starts as soon as it fits, as under FIFO. One
 job at a time, the oldest overdue first; the next is promoted when it starts, or when it
-has been at the front for one more limit without starting (a job held by its user, or
-one whose end was never announced, must not keep the bound off for its VC). The limit is
+has been at the front for one more limit (at least the default factor's) without
+starting (a job held by its user, or one whose end was never announced, must not keep
+the bound off for its VC). The limit is
 
     limit = factor x (the longest wait FIFO would have given in this VC so far)
 
@@ -112,7 +113,7 @@ class WaitBound:
         overdue job at once drains the VC again and again and makes it FIFO), unless
         those at the front have all been there one more limit without starting."""
         limit = self.limit
-        if self.overdue and not self._stuck(now, limit):
+        if self.overdue and not self._stuck(now, max(limit, DEFAULT_WAIT_BOUND * self.scale)):
             return []
         out: list[str] = []
         heap = self.heap
@@ -125,11 +126,15 @@ class WaitBound:
                 out.append(jid)
         return out
 
-    def _stuck(self, now: float, limit: float) -> bool:
-        """Whether every job at the front has been there ``limit`` without starting (a
-        front restored without its time counts from ``now``)."""
+    def _stuck(self, now: float, patience: float) -> bool:
+        """Whether every job at the front has been there ``patience`` without starting
+        (a front restored without its time counts from ``now``). The patience is one
+        limit, and never less than the default factor's: under a strict factor a wide
+        promoted job can wait that long for the VC to drain for it, and promoting the
+        next one then drains the VC again (measured: ITP cluster02 at factor 2 went from
+        +309% to +344% average JCT with one limit)."""
         at = self.promoted_at
-        return all(now >= at.setdefault(jid, now) + limit for jid in self.overdue)
+        return all(now >= at.setdefault(jid, now) + patience for jid in self.overdue)
 
     def is_overdue(self, job_id: str) -> bool:
         return job_id in self.overdue

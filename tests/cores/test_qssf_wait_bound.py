@@ -248,33 +248,34 @@ def test_turning_the_bound_off_sends_the_job_at_the_front_back_to_its_rank() -> 
     assert not off.state("default", "default").bound.overdue
 
 
-def test_a_job_stuck_at_the_front_lets_the_next_overdue_job_through_after_one_limit() -> None:
+def test_a_job_stuck_at_the_front_lets_the_next_overdue_job_through_after_its_patience() -> None:
     """A job at the front that does not start (held by its user, or one whose end was
     never announced) must not keep the bound off for its VC: after one more limit at
-    the front, the next overdue job is promoted beside it (it keeps its place first)."""
+    the front, and at least the default factor's limit (16 x 10 s here, factor 2), the
+    next overdue job is promoted beside it (it keeps its place first)."""
     store, engine = _three_waiting()
     d = JobEvent(phase="submitted", job_id="d", num_gpus=1, time=121.5, submit_time=121.5)
     engine.on_job_event(d)
     assert [h.job_id for h in engine.updates] == ["a"]  # promoted at 121.5
-    engine.on_job_event(d.model_copy(update={"job_id": "e", "time": 141.0}))
-    assert engine.updates == []  # a at the front for 19.5 s < one limit: b waits
-    engine.on_job_event(d.model_copy(update={"job_id": "f", "time": 142.0}))
-    assert [h.job_id for h in engine.updates] == ["b"]  # a stuck a whole limit: b too
+    engine.on_job_event(d.model_copy(update={"job_id": "e", "time": 281.0}))
+    assert engine.updates == []  # a at the front for 159.5 s < 160 s: b waits
+    engine.on_job_event(d.model_copy(update={"job_id": "f", "time": 282.0}))
+    assert [h.job_id for h in engine.updates] == ["b"]  # a stuck 160 s: b goes too
     store.flush()
     assert [jid for jid, _ in store.queue("default", "default")][:2] == ["a", "b"]
     engine.on_job_event(
-        JobEvent(phase="started", job_id="b", num_gpus=1, time=150, submit_time=101)
+        JobEvent(phase="started", job_id="b", num_gpus=1, time=290, submit_time=101)
     )
     assert [h.job_id for h in engine.updates] == ["c"]  # a is still stuck: the next goes
     st = engine.state("default", "default")
     assert st.bound.is_overdue("a") and not st.bound.is_overdue("b")
-    assert st.bound.due(169.0) == [] and st.bound.due(170.0) == ["d"]  # c is stuck too
+    assert st.bound.due(449.0) == [] and st.bound.due(450.0) == ["d"]  # c is stuck too
 
 
 def test_a_restored_front_counts_from_its_first_check_and_the_state_stays_five_fields() -> None:
-    """Promotion times are not pickled: the state is the five fields an older worker
-    reads (a rollback loads it), and a job restored at the front counts as promoted at
-    its first check after the load."""
+    """The bound's own pickle is the five fields an older worker reads (a rollback loads
+    it; the VC's state carries the promotion times beside it), and a job restored at the
+    front without its promotion time counts as promoted at its first check."""
     b = WaitBound(factor=2.0)
     b.scale = 10.0
     b.submit("a", 0.0)
@@ -284,4 +285,4 @@ def test_a_restored_front_counts_from_its_first_check_and_the_state_stays_five_f
     assert len(state) == 5  # factor, heap, overdue, scale, submit_of: as before
     restored = pickle.loads(pickle.dumps(b))
     assert restored.is_overdue("a") and restored.due(30.0) == []
-    assert restored.due(49.0) == [] and restored.due(50.0) == ["b"]
+    assert restored.due(189.0) == [] and restored.due(190.0) == ["b"]  # 30 + 16 x 10

@@ -47,6 +47,7 @@ def sigkill_worker(chaos: ChaosHarness, timeout_s: float, kills: int = 3) -> Sce
                 break
             time.sleep(0.2 * i)  # at the first write, then a little later each time
             w.kill()
+            res.kills += 1
             seen = changes(chaos, prefix)
             w.start()
         th.join()

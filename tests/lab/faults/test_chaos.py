@@ -51,7 +51,9 @@ def test_hostile_messages_interleaved_with_a_replay(chaos: Chaos) -> None:
 
 
 def test_sigkill_of_the_worker_mid_stream(chaos: Chaos) -> None:
-    _assert_clean(chaos.run("sigkill_worker", timeout_s=240, kills=1))
+    res = chaos.run("sigkill_worker", timeout_s=240, kills=1)
+    assert res.kills == 1, res.notes  # the worker was killed (else the run proves nothing)
+    _assert_clean(res)
 
 
 def test_a_kill_storm_with_kills_during_restore(chaos: Chaos) -> None:

@@ -115,6 +115,23 @@ end
 """
 )
 
+# The write of _PUT_HINT and _UPDATE_HINT once the hint may move (``cur``: the stored
+# hint, or false), announced as ``kind`` unless it is the very hint already stored.
+_WRITE_HINT = """
+local function write(cur, kind)
+  local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+  local same = cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3])
+  if not same then
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', kind,
+               'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
+  end
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+  return same and 0 or 1
+end
+"""
+
 # KEYS: hint key, queue key, changes stream, stats hash, writer, writer's bitmap; ARGV:
 # job_id, hint JSON, priority, ttl, cluster, vc, maxlen, conflict counter, sequence
 # number, batch base. One
@@ -126,6 +143,7 @@ end
 # Returns 1 (announced), 0 (rewritten) or the owner's VC (refused).
 _PUT_HINT = (
     _OWNER
+    + _WRITE_HINT
     + """
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[2] then
@@ -135,16 +153,7 @@ if cur and cur ~= ARGV[2] then
     return other
   end
 end
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-local same = cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3])
-if not same then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint',
-             'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
-end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
-return same and 0 or 1
+return write(cur, 'hint')
 """
 )
 
@@ -177,6 +186,7 @@ return 1
 # already stored (a replayed update) is rewritten but not announced again.
 _UPDATE_HINT = (
     _OWNER
+    + _WRITE_HINT
     + """
 local cur = redis.call('GET', KEYS[1])
 if not cur then
@@ -187,16 +197,7 @@ if other then
   refused(KEYS[4], ARGV[8], KEYS[5], KEYS[6], ARGV[10], ARGV[9])
   return other
 end
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-local same = cur == ARGV[2] and score and tonumber(score) == tonumber(ARGV[3])
-if not same then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'type', 'hint_updated',
-             'cluster', ARGV[5], 'vc', ARGV[6], 'job_id', ARGV[1], 'priority', ARGV[3])
-end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
-return same and 0 or 1
+return write(cur, 'hint_updated')
 """
 )
 

@@ -162,7 +162,7 @@ def _add_scheduler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kubernetes-state",
         metavar="FILE",
-        help="Kubernetes watermark file, written after each poll that read the cluster: a "
+        help="Kubernetes watermark file, written once the events it counts are sent: a "
         "restarted agent publishes no duplicate, and a Job or pod deleted while it was down "
         "is published finished CANCELLED (default: none, a restart starts fresh)",
     )

@@ -1,8 +1,10 @@
 """A job feed's watermark: what it already published, kept across an agent restart.
 
-After every poll that read the scheduler, a :class:`WatermarkedFeed` writes its
-tracker's view (the lifecycle step published for each job it still sees) and the poll
-time to a small JSON file, atomically. A restarted feed reads it back, so it publishes
+After each poll that read the scheduler, a :class:`WatermarkedFeed` keeps its tracker's
+view (the lifecycle step published for each job it still sees) and the poll time, and
+writes them to a small JSON file (fsync'd, renamed over the old one) when its caller
+says the poll's events are safe (:meth:`WatermarkedFeed.durable`: acknowledged, or kept
+on disk). A restarted feed reads it back, so it publishes
 no duplicate, and a job in the watermark but missing from the first snapshot (it
 vanished while the agent was down) is published ``finished`` with the tracker's
 ``vanished_state``. A failed read writes nothing (no job is taken for vanished).

@@ -27,30 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuhint.cores.job_tracker import JobTracker, SchedJob, read_source
-from gpuhint.cores.job_watermark import (
-    WATERMARK_VERSION,
-    WatermarkedFeed,
-    load_tracker,
-    restore_tracker,
-    save_tracker,
-    tracker_doc,
-)
+from gpuhint.cores.job_watermark import WatermarkedFeed
 from gpuhint.slurm.jobs import SQUEUE_CMD, VcFrom, parse_slurm
 from gpuhint.wire.contract import JobState
-
-__all__ = [  # the watermark's functions: from gpuhint.cores.job_watermark (shared)
-    "LOOKUP_BATCH",
-    "SACCT_MARGIN_S",
-    "WATERMARK_VERSION",
-    "SlurmFeed",
-    "load_tracker",
-    "restore_tracker",
-    "sacct_command",
-    "sacct_lookup",
-    "save_tracker",
-    "slurm_feed",
-    "tracker_doc",
-]
 
 SACCT_MARGIN_S = 300.0
 """How far before the last poll ``sacct`` reads again; a finished job is remembered as

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpuhint.cores.job_tracker import JobTracker, SchedJob
-from gpuhint.slurm.feed import load_tracker, sacct_command, save_tracker, slurm_feed
+from gpuhint.cores.job_watermark import load_tracker, save_tracker
+from gpuhint.slurm.feed import sacct_command, slurm_feed
 from gpuhint.slurm.jobs import parse_slurm
 from gpuhint.wire.contract import JobPhase, JobState
 

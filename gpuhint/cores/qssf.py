@@ -85,11 +85,13 @@ The engine's parts: its state (:mod:`gpuhint.cores.qssf_state`: :class:`VcState`
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, MutableMapping
 
 from gpuhint.cores.qssf_reemit import Reemission
+from gpuhint.cores.qssf_roster import ROSTER_MISSES, take_part
 from gpuhint.cores.qssf_starts import StartPlumbing
 from gpuhint.cores.qssf_state import (
     RECENT_FINISHED_MAX,
@@ -101,9 +103,11 @@ from gpuhint.cores.qssf_state import (
 )
 from gpuhint.cores.qssf_updates import HintUpdates
 from gpuhint.cores.sink import HintStore
-from gpuhint.wire.contract import JobEvent, JobPhase, PriorityHint
+from gpuhint.wire.contract import JobEvent, JobPhase, JobRoster, PriorityHint
 from models.base import DurationModel
 from models.wait_bound import DEFAULT_WAIT_BOUND, WaitBound
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RECENT_FINISHED_MAX",
@@ -231,6 +235,31 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             st.applied_offset = offset
         self.states[state_key(ev.cluster, ev.vc)] = st  # mark dirty
         return hint
+
+    def on_roster(self, roster: JobRoster, offset: int | None = None) -> list[JobEvent]:
+        """Process one roster part (``offset`` as for events); return the ``finished``
+        events it retired, already applied (:mod:`gpuhint.cores.qssf_roster`)."""
+        if not roster.job_ids and state_key(roster.cluster, roster.vc) not in self.states:
+            return []  # an empty VC this core holds nothing of
+        st = self.state(roster.cluster, roster.vc)
+        if offset is not None and offset <= st.applied_offset:
+            return []  # redelivered: its retirements were applied with it
+        retired = take_part(st, roster)
+        for ev in retired:
+            log.warning(
+                "job %s/%s/%s retired: left out of %d rosters in a row by the scheduler "
+                "agent (its end was never announced)",
+                ev.cluster,
+                ev.vc,
+                ev.job_id,
+                ROSTER_MISSES,
+            )
+            self.on_job_event(ev)
+        self.stats.retired += len(retired)
+        if offset is not None:
+            st.applied_offset = offset
+        self.states[state_key(roster.cluster, roster.vc)] = st  # mark dirty
+        return retired
 
     @staticmethod
     def _is_duplicate(st: VcState, ev: JobEvent) -> bool:

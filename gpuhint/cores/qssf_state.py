@@ -144,6 +144,12 @@ class VcState:
     submit_point: dict[str, float] = field(default_factory=dict)
     """Each waiting job's point forecast at submit: what is scored when it finishes
     (its hint's ``predicted_duration_s`` moves with hint updates)."""
+    roster_epoch: tuple[float, int] = (float("-inf"), 0)
+    """The roster being received (:mod:`gpuhint.cores.qssf_roster`): its epoch, parts seen."""
+    roster_seen: dict[str, None] = field(default_factory=dict)
+    """Jobs held here that the roster being received lists."""
+    roster_missed: dict[str, int] = field(default_factory=dict)
+    """Jobs held here that the last complete rosters left out: how many in a row."""
 
     def __getstate__(self) -> dict[str, object]:
         # the bound's promotion times ride beside it: its own pickle stays the five
@@ -199,6 +205,8 @@ class EngineStats:
     """Waiting jobs the starvation bound moved to the front (``wait_bound:overdue``)."""
     redelivered: int = 0
     """Events at or below their VC's offset watermark: re-emitted, not re-applied."""
+    retired: int = 0
+    """Jobs retired as finished (UNKNOWN) because the agent's rosters left them out."""
     duplicates: int = 0
     """Resent events (a new offset, a phase its job already went through): re-emitted,
     not re-applied. Not counted in ``submitted`` / ``started`` / ``finished``."""

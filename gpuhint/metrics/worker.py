@@ -128,6 +128,12 @@ class WorkerCollector(Collector):
             s.redelivered,
         )
         yield _counter(
+            "gpuhint_jobs_retired",
+            "Jobs retired as finished (UNKNOWN): two scheduler-agent rosters in a row left "
+            "them out (their end was never announced).",
+            s.retired,
+        )
+        yield _counter(
             "gpuhint_events_duplicate",
             "Resent job events (a phase their job already went through): not re-applied.",
             s.duplicates,

@@ -198,6 +198,28 @@ class JobEvent(_Wire):
         return self
 
 
+class JobRoster(_Wire):
+    """The jobs a scheduler agent sees not finished in one VC at ``epoch`` (a poll's time).
+
+    A roster is level-triggered where job events are edge-triggered: the worker retires
+    (finished, state UNKNOWN, nothing learned) a job it holds waiting or running that
+    two complete rosters in a row left out, e.g. one that ended while a restarted agent
+    had lost its watermark. A long list comes in parts (``part`` 0, 1, ...) of one
+    ``epoch``; the one with ``last`` completes it. Keyed ``cluster/vc`` like job events.
+    """
+
+    kind: Literal["job_roster"] = "job_roster"
+    cluster: Name = "default"
+    vc: Name = "default"
+    epoch: Time
+    part: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 0
+    last: bool = True
+    job_ids: Annotated[
+        tuple[Annotated[str, Field(min_length=1, max_length=256)], ...],
+        Field(max_length=MAX_LIST),
+    ] = ()
+
+
 # NVML-sized integers, widened in place from NonNegInt (le=1e6), which real hosts exceed:
 # every message valid before is still valid, so no schema_version bump (that is for
 # breaking changes only).
@@ -388,11 +410,19 @@ class StartForecasts(_Wire):
 
 
 Message = Annotated[
-    JobEvent | GpuSample | NodeStatus | PriorityHint | PowerAdvisory | ClusterLoad,
+    JobEvent | GpuSample | NodeStatus | PriorityHint | PowerAdvisory | ClusterLoad | JobRoster,
     Field(discriminator="kind"),
 ]
 _MESSAGE: TypeAdapter[Any] = TypeAdapter(Message)
-KINDS = ("job", "gpu_sample", "node_status", "priority_hint", "power_advisory", "cluster_load")
+KINDS = (
+    "job",
+    "gpu_sample",
+    "node_status",
+    "priority_hint",
+    "power_advisory",
+    "cluster_load",
+    "job_roster",
+)
 
 
 def encode_message(msg: BaseModel) -> bytes:

@@ -33,10 +33,10 @@ from gpuhint.wire.contract import (
     InvalidMessage,
     JobEvent,
     JobPhase,
+    JobRoster,
     Limits,
     NodeStatus,
     PriorityHint,
-    decode_job_event,
     decode_message,
     encode_message,
 )
@@ -148,11 +148,13 @@ class MessageHandler:
         return Outcome(dead_letter=record, reason=reason)
 
     def job_event(self, msg: Message) -> Outcome:
-        """A record of the job-event topic (keyed ``cluster/vc``)."""
+        """A record of the job-event topic (keyed ``cluster/vc``): a job event or a roster."""
         try:
             if not msg.value:
                 raise InvalidMessage("empty message")
-            ev = decode_job_event(msg.value, self.limits)
+            ev = decode_message(msg.value, self.limits)
+            if not isinstance(ev, JobEvent | JobRoster):
+                raise InvalidMessage(f"expected kind 'job' or 'job_roster', got {ev.kind!r}")
             want = job_key(ev.cluster, ev.vc)
             if msg.key != want:
                 raise InvalidMessage(
@@ -161,6 +163,8 @@ class MessageHandler:
                 )
         except InvalidMessage as exc:
             return self._dead(msg, exc.reason)
+        if isinstance(ev, JobRoster):
+            return self._roster(msg, ev)
         try:
             hint = self.engine.on_job_event(ev, offset=msg.offset)
         except OUTAGES:  # the sink, not the event: pause the work (never dead-letter)
@@ -179,6 +183,23 @@ class MessageHandler:
             if ces.wants_jobs and hint is not None and ev.phase is JobPhase.SUBMITTED:
                 forwards += (Forward(to, key, encode_message(hint)),)  # its predicted duration
         return Outcome(hint=hint, state_key=state_key(ev.cluster, ev.vc), forwards=forwards)
+
+    def _roster(self, msg: Message, roster: JobRoster) -> Outcome:
+        """A roster part: the jobs it retires are applied, and forwarded to CES (which
+        frees their nodes) as their ``finished`` events."""
+        try:
+            retired = self.engine.on_roster(roster, offset=msg.offset)
+        except OUTAGES:
+            raise
+        except Exception as exc:
+            log.exception("roster processing failed for %s/%s", roster.cluster, roster.vc)
+            return self._dead(msg, f"processing error: {type(exc).__name__}: {exc}")
+        self.stats.processed += 1
+        forwards: tuple[Forward, ...] = ()
+        if self.ces is not None:
+            to, key = self.topics.cluster_telemetry, cluster_key(roster.cluster)
+            forwards = tuple(Forward(to, key, encode_message(ev)) for ev in retired)
+        return Outcome(state_key=state_key(roster.cluster, roster.vc), forwards=forwards)
 
     def node_status(self, msg: Message) -> Outcome:
         """A record of the node-status topic: validated, re-keyed by cluster for CES."""

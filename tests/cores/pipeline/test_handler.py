@@ -9,7 +9,7 @@ from gpuhint.cores.pipeline.cluster_load import ClusterLoadProcessor
 from gpuhint.cores.pipeline.handler import Message, MessageHandler
 from gpuhint.cores.qssf import HintEngine
 from gpuhint.cores.sink import InMemoryStore
-from gpuhint.wire.contract import JobEvent, NodeStatus, encode_message
+from gpuhint.wire.contract import JobEvent, JobRoster, NodeStatus, encode_message
 from gpuhint.wire.topics import Topics, cluster_key, job_key
 from models.history import HistoryEstimator
 
@@ -185,3 +185,46 @@ def test_dead_letter_reasons_are_counted_in_a_bounded_set_of_entries() -> None:
     assert h.stats.reasons["key b"] == 200, sorted(h.stats.reasons)
     classes = {reason_class(r) for r in h.stats.reasons}  # the metric's classes still
     assert {"wrong_key", "schema_version", "wrong_kind"} <= classes, h.stats.reasons
+
+
+def test_rosters_retire_jobs_and_forward_their_ends_to_ces() -> None:
+    h = handler()
+    h.job_event(msg(encode_message(job(num_gpus=8))))
+    out = None
+    for offset, epoch in ((10, 60.0), (11, 120.0)):
+        roster = encode_message(JobRoster(cluster="c", vc="a", epoch=epoch))
+        out = h.job_event(Message(T.job_events, 2, offset, b"c/a", roster))
+        assert out.dead_letter is None and out.state_key == "c/a"
+    assert out is not None and [f.key for f in out.forwards] == [b"c"]
+    ended = JobEvent.model_validate_json(out.forwards[0].value)
+    assert (ended.job_id, ended.phase.value, ended.state) == ("j", "finished", "UNKNOWN")
+    assert h.engine.states["c/a"].pending == {} and h.engine.states["c/a"].applied_offset == 11
+    assert handler(ces=False).job_event(msg(encode_message(job()))).forwards == ()
+
+
+def test_a_roster_keyed_by_another_vc_or_of_another_kind_is_dead_lettered() -> None:
+    h = handler()
+    roster = encode_message(JobRoster(cluster="c", vc="b", epoch=60.0))
+    assert "per-VC state" in (h.job_event(msg(roster)).reason or "")
+    ns = encode_message(NodeStatus(cluster="c", node="n1", time=0, num_gpus=8))
+    assert "expected kind 'job' or 'job_roster'" in (h.job_event(msg(ns)).reason or "")
+
+
+def test_a_retired_running_job_frees_its_nodes_in_the_job_aware_ces() -> None:
+    from gpuhint.cores.pipeline.cluster_load import make_processor
+
+    store = InMemoryStore()
+    h = MessageHandler(HintEngine(HistoryEstimator, store), T, make_processor(store, policy="jobs"))
+
+    def through(m: Message) -> None:
+        for f in h.job_event(m).forwards:  # as the worker: telemetry in turn
+            assert h.telemetry(Message(f.topic, 0, 0, f.key, f.value)).dead_letter is None
+
+    through(msg(encode_message(job(num_gpus=8))))
+    through(msg(encode_message(job("started", time=5, start_time=5, num_gpus=8, nodes=("n1",)))))
+    assert h.ces is not None and h.ces.jobs is not None
+    assert list(h.ces.jobs.cluster("c").running) == ["j"]
+    for offset, epoch in ((20, 60.0), (21, 120.0)):
+        roster = encode_message(JobRoster(cluster="c", vc="a", epoch=epoch))
+        through(Message(T.job_events, 2, offset, b"c/a", roster))
+    assert h.ces.jobs.cluster("c").running == {}  # its node is no longer held busy

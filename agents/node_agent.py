@@ -30,6 +30,7 @@ from typing import Protocol
 from agents.nvml import Nvml, NvmlError
 from agents.publisher import BufferedPublisher
 from agents.sampler import Sampler, SampleResult
+from gpuhint.cores.job_roster import DEFAULT_ROSTER_EVERY_S, RosterClock, roster_parts
 from gpuhint.cores.job_tracker import SchedulerFeed
 from gpuhint.wire.contract import NodeStatus, encode_message
 from gpuhint.wire.topics import Topics, job_key, node_key
@@ -61,6 +62,7 @@ class NodeAgent:
         node_feeds: Sequence[NodeFeed] = (),
         busy_util_pct: float = 5.0,
         clock: Callable[[], float] = time.time,
+        roster_every_s: float = DEFAULT_ROSTER_EVERY_S,
     ) -> None:
         self.nvml = nvml
         self.publisher = publisher
@@ -81,6 +83,8 @@ class NodeAgent:
         self.last_tick_at: float | None = None
         self._key = node_key(cluster, node)
         self._started = False
+        self._rosters = RosterClock(roster_every_s)
+        self.rosters_sent = 0
 
     def start(self) -> None:
         """Initialise NVML (raises :class:`~agents.nvml.NvmlUnavailable`) and XID events."""
@@ -113,6 +117,7 @@ class NodeAgent:
                         self.topics.job_events, job_key(ev.cluster, ev.vc), encode_message(ev)
                     )
                 running.update(feed.tracker.running_on(self.node))
+            self._publish_rosters(now)
             for node_feed in self.node_feeds:
                 for ns in node_feed.poll(now):
                     key = node_key(ns.cluster, ns.node)
@@ -132,6 +137,25 @@ class NodeAgent:
             self._events_safe()
         self.ticks += 1
         self.last_tick_at = now
+
+    def _publish_rosters(self, now: float) -> None:
+        """Every feed's jobs not finished, per VC, as rosters (:mod:`gpuhint.cores.job_roster`),
+        when due and only after a tick in which every feed read its scheduler: a roster
+        from a failed read would list jobs that ended since the last good one."""
+        if not self.feeds or any(f.failures for f in self.feeds):
+            return
+        if not self._rosters.due(now):
+            return
+        by_vc: dict[tuple[str, str], list[str]] = {}
+        for feed in self.feeds:
+            for vc, ids in feed.tracker.roster().items():
+                by_vc.setdefault((feed.tracker.cluster, vc), []).extend(ids)
+        for (cluster, vc), ids in by_vc.items():
+            for part in roster_parts(cluster, vc, now, ids):
+                self.publisher.publish(
+                    self.topics.job_events, job_key(cluster, vc), encode_message(part)
+                )
+        self.rosters_sent += 1
 
     def run(self, stop: threading.Event, *, max_ticks: int | None = None) -> None:
         """Tick every ``interval_s`` until ``stop`` is set (or ``max_ticks`` ticks)."""

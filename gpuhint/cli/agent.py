@@ -5,24 +5,21 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import re
-import shlex
 import signal
 import socket
 import sys
 import threading
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from gpuhint.cli.agent_feeds import add_scheduler_args, make_feeds, make_node_feeds, one_line
 from gpuhint.cli.common import UserError, add_config_args, settings_from
 
 if TYPE_CHECKING:
     from agents.node_agent import NodeAgent
     from agents.nvml import Nvml
     from agents.publisher import BufferedPublisher
-    from gpuhint.cores.job_tracker import SchedulerFeed
     from gpuhint.metrics.server import MetricsServer
     from gpuhint.wire.config import Settings
 
@@ -33,7 +30,9 @@ and XID errors, compute processes, MIG instances) and publishes one GpuSample pe
 and one NodeStatus per node to Kafka, keyed cluster/node. A GPU that falls off the bus
 is reported unhealthy in NodeStatus.gpu_health and the others keep being sampled.
 With --slurm or --kubernetes it also publishes JobEvents (submitted / started /
-finished), only when a job changes; run those on ONE host per cluster (e.g. the Slurm
+finished), only when a job changes, and every --roster-every seconds a JobRoster per VC
+(the jobs not finished): the worker retires a job that two rosters in a row leave out,
+e.g. one whose end was lost in a restart. Run those on ONE host per cluster (e.g. the Slurm
 controller), with --nvml none if it has no GPU. With --slurm-nodes sinfo that host also
 publishes every Slurm node's NodeStatus (GPUs, GPUs in use, powered down, healthy) for
 CES, so a Slurm site needs no agent on each GPU host; use one or the other per cluster.
@@ -50,6 +49,8 @@ settings (flags override GPUHINT_* env vars, which override --config FILE):
   --interval / GPUHINT_AGENT_INTERVAL_S    seconds between samples (10)
   --buffer-max / GPUHINT_AGENT_BUFFER_MAX  records buffered in memory (10000)
   --spill-dir / GPUHINT_AGENT_SPILL_DIR    spill the buffer to disk here
+  --roster-every / GPUHINT_AGENT_ROSTER_EVERY_S
+                                           seconds between job rosters (300; 0: none)
   --metrics-port / GPUHINT_METRICS_PORT    /metrics (GPUs under DCGM exporter names) and
                                            /healthz (docs/metrics.md); unset: off
   GPUHINT_TOPIC_PREFIX, GPUHINT_PARTITIONS. See docs/agent.md.
@@ -98,9 +99,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         action="store_true",
         help='print {"topic","key","message"} JSON lines to stdout instead of Kafka',
     )
-    _add_scheduler_args(p)
+    add_scheduler_args(p)
     p.add_argument("--buffer-max", type=int, metavar="N", help="records buffered in memory")
     p.add_argument("--spill-dir", metavar="DIR", help="spill the full buffer to disk here")
+    p.add_argument(
+        "--roster-every",
+        type=float,
+        metavar="SECONDS",
+        help="publish the scheduler's unfinished jobs per VC this often (300; 0: never)",
+    )
     p.add_argument(
         "--busy-util",
         type=float,
@@ -125,53 +132,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.set_defaults(handler=run)
 
 
-def _add_scheduler_args(p: argparse.ArgumentParser) -> None:
-    """Where job events come from: Slurm or Kubernetes."""
-    p.add_argument(
-        "--slurm",
-        metavar="SOURCE",
-        help="Slurm job events from: sacct (sacct --json -a -X from the watermark, else the "
-        "last hour; needs slurmdbd), squeue (squeue --all --states=all --json), cmd:COMMAND, "
-        "or a FILE re-read every interval (squeue/sacct JSON or sacct --parsable2 output)",
-    )
-    p.add_argument(
-        "--slurm-state",
-        metavar="FILE",
-        help="Slurm watermark file: a restarted agent publishes no duplicate and, with "
-        "--slurm sacct, misses no transition (default: none, a restart starts fresh)",
-    )
-    p.add_argument(
-        "--slurm-vc",
-        choices=["account", "partition"],
-        default="account",
-        help="VC of a Slurm job: its account, else its partition (default), or the reverse",
-    )
-    p.add_argument(
-        "--slurm-nodes",
-        metavar="SOURCE",
-        help="every Slurm node's NodeStatus (for CES) from: sinfo (sinfo -N --json), cmd:COMMAND, "
-        "or a FILE re-read every interval (sinfo --json output); default: none",
-    )
-    p.add_argument(
-        "--kubernetes",
-        metavar="SOURCE",
-        help="GPU job events from: kueue (Kueue-managed Jobs and their Workloads through the "
-        "API: in-cluster or $KUBECONFIG; job id = label gpuhint.io/job-id, else the Job's UID), "
-        "kubectl (pods: kubectl get pods -A -o json), cmd:COMMAND, or a FILE with a PodList JSON",
-    )
-    p.add_argument(
-        "--kubernetes-state",
-        metavar="FILE",
-        help="Kubernetes watermark file, written once the events it counts are sent: a "
-        "restarted agent publishes no duplicate, and a Job or pod deleted while it was down "
-        "is published finished CANCELLED (default: none, a restart starts fresh)",
-    )
-
-
-def _one_line(msg: str) -> str:
-    return " ".join(part.strip() for part in msg.splitlines() if part.strip())
-
-
 def run(args: argparse.Namespace) -> int:
     from agents.node_agent import NodeAgent
     from agents.nvml import NvmlUnavailable
@@ -180,10 +140,10 @@ def run(args: argparse.Namespace) -> int:
     settings = _agent_settings(args)
     node = settings.node_name or _host_node_name()
     nvml = _make_nvml(args)
-    feeds = _make_feeds(args, settings)
+    feeds = make_feeds(args, settings)
     if not args.once:  # a feed without a watermark forgets, at a restart, what it announced
         warn_without_watermark(feeds, logging.getLogger("gpuhint.agent"))
-    node_feeds = _make_node_feeds(args, settings, feeds)
+    node_feeds = make_node_feeds(args, settings, feeds)
     publisher = _make_publisher(args, settings, node)
     agent = NodeAgent(
         nvml=nvml,
@@ -195,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         feeds=feeds,
         node_feeds=node_feeds,
         busy_util_pct=args.busy_util,
+        roster_every_s=settings.agent_roster_every_s,
     )
     try:
         agent.start()
@@ -237,10 +198,11 @@ def _agent_settings(args: argparse.Namespace) -> Settings:
             agent_interval_s=args.interval,
             agent_buffer_max=args.buffer_max,
             agent_spill_dir=args.spill_dir,
+            agent_roster_every_s=args.roster_every,
             metrics_port=args.metrics_port,
         )
     except UserError as exc:
-        raise UserError(_one_line(str(exc))) from None
+        raise UserError(one_line(str(exc))) from None
 
     if args.scenario and args.nvml != "fake":
         raise UserError("--scenario needs --nvml fake")
@@ -289,57 +251,6 @@ def _make_nvml(args: argparse.Namespace) -> Nvml | None:
     elif args.nvml == "real":
         nvml = RealNvml()
     return nvml
-
-
-def _make_feeds(args: argparse.Namespace, settings: Settings) -> list[SchedulerFeed]:
-    """The scheduler event sources of ``--slurm`` and ``--kubernetes``."""
-    from gpuhint.slurm.feed import slurm_feed
-    from gpuhint.slurm.jobs import slurm_source
-
-    feeds: list[SchedulerFeed] = []
-    both = args.slurm_state and args.kubernetes_state
-    if both and Path(args.slurm_state).resolve() == Path(args.kubernetes_state).resolve():
-        raise UserError("--slurm-state and --kubernetes-state name the same file: one each")
-    if args.slurm:
-        _check_source("slurm", slurm_source(args.slurm))
-        try:
-            feeds.append(
-                slurm_feed(
-                    args.slurm,
-                    cluster=settings.cluster,
-                    state_path=Path(args.slurm_state) if args.slurm_state else None,
-                    vc_from=args.slurm_vc,
-                )
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UserError(f"--slurm-state: {exc}") from None
-    elif args.slurm_state:
-        raise UserError("--slurm-state needs --slurm")
-    if args.kubernetes:
-        feeds.append(_kubernetes_feed(args.kubernetes, args.kubernetes_state, settings.cluster))
-    elif args.kubernetes_state:
-        raise UserError("--kubernetes-state needs --kubernetes")
-    return feeds
-
-
-def _make_node_feeds(
-    args: argparse.Namespace, settings: Settings, feeds: list[SchedulerFeed]
-) -> list[Any]:
-    """``--slurm-nodes``: every Slurm node's status, with its running jobs from the job feed."""
-    from gpuhint.slurm.nodes import SlurmNodeFeed, slurm_node_source
-
-    if not args.slurm_nodes:
-        return []
-    source = slurm_node_source(args.slurm_nodes)
-    _check_source("slurm-nodes", source)
-    slurm_jobs = next((f for f in feeds if f.name == "slurm"), None)
-    return [
-        SlurmNodeFeed(
-            source,
-            cluster=settings.cluster,
-            running_on=slurm_jobs.tracker.running_on if slurm_jobs else None,
-        )
-    ]
 
 
 def _make_publisher(args: argparse.Namespace, settings: Settings, node: str) -> BufferedPublisher:
@@ -433,55 +344,6 @@ def _run_until_stopped(
         for s, h in old.items():
             signal.signal(s, h)
     return lost
-
-
-def _kubernetes_feed(spec: str, state: str | None, cluster: str) -> SchedulerFeed:
-    """The feed of ``--kubernetes SPEC`` with its ``--kubernetes-state`` watermark."""
-    from gpuhint.kueue.kube import KubeError
-    from gpuhint.kueue.pods import kubernetes_source, kueue_feed, pods_feed
-
-    state_path = Path(state) if state else None
-    try:
-        if spec == "kueue":
-            kubeconfig = os.environ.get("KUBECONFIG") or None
-            return kueue_feed(cluster=cluster, state_path=state_path, kubeconfig=kubeconfig)
-        _check_source("kubernetes", kubernetes_source(spec))
-        return pods_feed(spec, cluster=cluster, state_path=state_path)
-    except KubeError as exc:
-        raise UserError(f"--kubernetes kueue: {exc}") from None
-    except (ValueError, KeyError, TypeError) as exc:  # another cluster's file, or damaged
-        if state_path is None:
-            raise
-        raise UserError(f"--kubernetes-state: {_one_line(str(exc))}") from None
-
-
-_KNOWN_SOURCES = {
-    "slurm": "squeue, sacct, cmd:COMMAND",
-    "slurm-nodes": "sinfo, cmd:COMMAND",
-    "kubernetes": "kueue, kubectl, cmd:COMMAND",
-}
-"""What each source flag takes besides a file (its error message)."""
-
-
-def _check_source(name: str, source: str | tuple[str, ...]) -> None:
-    import shutil
-
-    if isinstance(source, tuple):
-        if shutil.which(source[0]) is None:
-            raise UserError(f"--{name}: {source[0]} is not on PATH")
-    elif source.startswith("cmd:"):
-        argv = shlex.split(source[4:])
-        if not argv:
-            raise UserError(f"--{name}: cmd: needs a command")
-        if shutil.which(argv[0]) is None:
-            raise UserError(f"--{name}: {argv[0]} is not on PATH")
-    elif not Path(source).is_file():
-        raise UserError(
-            f"--{name}: {source} is neither a file nor a known source "
-            f"({_KNOWN_SOURCES.get(name, 'cmd:COMMAND')})"
-        )
-    elif not os.access(source, os.R_OK):
-        raise UserError(f"--{name}: {source} is not readable")
 
 
 def _topic_creator(settings: Any) -> Any:

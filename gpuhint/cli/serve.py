@@ -380,11 +380,11 @@ def _one_process(settings: Any, local: Any, store: Any, ces: bool) -> Any:
 
 
 def _feed(args: argparse.Namespace, settings: Any, ss: Any) -> Any:
-    from gpuhint.cli.agent import _check_source
+    from gpuhint.cli.agent_feeds import check_source
     from gpuhint.slurm.feed import slurm_feed
     from gpuhint.slurm.jobs import slurm_source
 
-    _check_source("slurm", slurm_source(args.slurm))
+    check_source("slurm", slurm_source(args.slurm))
     return slurm_feed(args.slurm, cluster=settings.cluster, vc_from=args.slurm_vc)
 
 
@@ -432,11 +432,11 @@ def _priority_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any, m
 
 
 def _node_feed(args: argparse.Namespace, settings: Any, feed: Any) -> Any:
-    from gpuhint.cli.agent import _check_source
+    from gpuhint.cli.agent_feeds import check_source
     from gpuhint.slurm.nodes import SlurmNodeFeed, slurm_node_source
 
     source = slurm_node_source(args.nodes)
-    _check_source("nodes", source)
+    check_source("nodes", source)
     return SlurmNodeFeed(source, cluster=settings.cluster, running_on=feed.tracker.running_on)
 
 

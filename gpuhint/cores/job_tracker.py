@@ -104,12 +104,23 @@ class JobTracker:
         self._missed: dict[str, int] = {}  # job -> snapshots missed in a row
         self._step: dict[str, int] = {}
         self._jobs: dict[str, SchedJob] = {}
+        self._vcs: set[str] = set()  # every VC a job was seen in since start
+
+    def roster(self) -> dict[str, list[str]]:
+        """The jobs not yet seen finished, by VC; every VC seen since start is listed,
+        an empty one too (its roster retires what a consumer still holds there)."""
+        out: dict[str, list[str]] = {vc: [] for vc in sorted(self._vcs)}
+        for job_id, job in self._jobs.items():
+            if self._step.get(job_id, 2) < 2:
+                out.setdefault(_vc(job), []).append(job_id)
+        return out
 
     def update(self, jobs: Iterable[SchedJob], now: float) -> list[JobEvent]:
         events: list[JobEvent] = []
         seen: set[str] = set()
         for job in jobs:
             seen.add(job.job_id)
+            self._vcs.add(_vc(job))
             self._missed.pop(job.job_id, None)
             prev = self._step.get(job.job_id, -1)
             before = self._jobs.get(job.job_id)

@@ -243,6 +243,9 @@ class Settings(BaseSettings):
     agent_interval_s: float = Field(10.0, gt=0, le=3600, description="agent: sampling interval")
     agent_buffer_max: int = Field(10_000, ge=10, description="agent: records buffered in memory")
     agent_spill_dir: Path | None = Field(None, description="agent: spill the buffer to disk here")
+    agent_roster_every_s: float = Field(
+        300.0, ge=0, le=86400, description="agent: seconds between job rosters (0: none)"
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="serve /metrics and /healthz here (unset: off)"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuhint.cli import main
-from gpuhint.wire.contract import GpuSample, JobEvent, NodeStatus, decode_message
+from gpuhint.wire.contract import GpuSample, JobEvent, JobRoster, NodeStatus, decode_message
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -99,10 +99,12 @@ def test_once_dry_run_prints_decodable_messages(capsys: pytest.CaptureFixture[st
     assert rc == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     msgs = [(x["topic"], x["key"], decode_message(x["message"])) for x in lines]
-    jobs = [m for t, _, m in msgs if t == "gpuhint.job-events"]
+    on_topic = [m for t, _, m in msgs if t == "gpuhint.job-events"]
     samples = [m for t, k, m in msgs if t == "gpuhint.gpu-samples" and k == "venus/gpu01"]
     (status,) = [m for t, _, m in msgs if t == "gpuhint.node-status"]
-    assert len(jobs) == 7 and all(isinstance(j, JobEvent) for j in jobs)
+    jobs, rosters = on_topic[:7], on_topic[7:]
+    assert all(isinstance(j, JobEvent) for j in jobs)
+    assert rosters and all(isinstance(r, JobRoster) for r in rosters)  # after the events
     assert len(samples) == 7 and all(isinstance(s, GpuSample) for s in samples)
     assert isinstance(status, NodeStatus) and not status.healthy and status.num_gpus == 8
 

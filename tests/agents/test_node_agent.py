@@ -16,7 +16,7 @@ from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, MemoryTransport
 from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
 from gpuhint.slurm.jobs import parse_slurm
-from gpuhint.wire.contract import GpuSample, JobEvent, NodeStatus, decode_message
+from gpuhint.wire.contract import GpuSample, JobEvent, JobRoster, NodeStatus, decode_message
 from gpuhint.wire.topics import Topics
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -75,9 +75,11 @@ def test_slurm_feed_publishes_job_events_and_running_jobs(tmp_path: Path) -> Non
     a = agent_with(t, feeds=[feed])
     a.start()
     a.tick()
-    jobs = [r for r in t.records if r.topic == "tp.job-events"]
+    on_topic = [r for r in t.records if r.topic == "tp.job-events"]
+    jobs = [r for r in on_topic if isinstance(decode_message(r.value), JobEvent)]
     assert len(jobs) == 7 and jobs[0].key == b"venus/vcA"
-    assert all(isinstance(decode_message(r.value), JobEvent) for r in jobs)
+    rosters = [decode_message(r.value) for r in on_topic[len(jobs) :]]
+    assert all(isinstance(r, JobRoster) for r in rosters) and rosters  # after the events
     status = [decode_message(r.value) for r in t.records if r.topic == "tp.node-status"][-1]
     assert isinstance(status, NodeStatus) and status.running_jobs == ("1002",)
     n = len(t.records)
@@ -202,6 +204,55 @@ def test_a_feed_watermark_is_written_only_once_its_events_are_sent(tmp_path: Pat
     t.down = False
     a.publisher._next_try = 0.0  # no back-off wait in the test
     a.tick()
-    assert sum(r.topic == "tp.job-events" for r in t.records) == 7 and state.exists()
+    events = [decode_message(r.value) for r in t.records if r.topic == "tp.job-events"]
+    assert sum(isinstance(e, JobEvent) for e in events) == 7 and state.exists()
     restarted = slurm_feed(str(snap), cluster="venus", state_path=state)
     assert restarted.poll(200.0) == []  # all 7 were announced and are known
+
+
+def test_rosters_list_each_vcs_unfinished_jobs_and_only_after_a_good_read(
+    tmp_path: Path,
+) -> None:
+    snap = tmp_path / "squeue.json"
+    snap.write_text((DATA / "slurm" / "squeue_1.json").read_text())
+    feed = SchedulerFeed("slurm", str(snap), parse_slurm, JobTracker(cluster="venus"))
+    now = [100.0]
+    t = MemoryTransport()
+    a = agent_with(t, feeds=[feed], clock=lambda: now[0], roster_every_s=300.0)
+    a.start()
+
+    def rosters(since: int) -> list[JobRoster]:
+        out = [decode_message(r.value) for r in t.records[since:] if r.topic == "tp.job-events"]
+        return [r for r in out if isinstance(r, JobRoster)]
+
+    a.tick()
+    first = rosters(0)
+    listed = {(r.vc, j) for r in first for j in r.job_ids}
+    unfinished = {(vc, j) for vc, ids in feed.tracker.roster().items() for j in ids}
+    assert listed == unfinished and listed  # every VC's unfinished jobs, nothing else
+    assert all(r.cluster == "venus" and r.epoch == 100.0 and r.last for r in first)
+    n = len(t.records)
+    now[0] = 200.0
+    a.tick()
+    assert rosters(n) == []  # not due yet
+    snap.write_text("{broken")
+    now[0] = 500.0
+    a.tick()
+    assert feed.failures == 1 and rosters(n) == []  # a failed read sends no roster
+    snap.write_text((DATA / "slurm" / "squeue_1.json").read_text())
+    now[0] = 510.0
+    a.tick()
+    assert [r.epoch for r in rosters(n)][:1] == [510.0] and a.rosters_sent == 2
+
+
+def test_no_roster_when_turned_off_or_without_a_scheduler_feed(tmp_path: Path) -> None:
+    snap = tmp_path / "squeue.json"
+    snap.write_text((DATA / "slurm" / "squeue_1.json").read_text())
+    feed = SchedulerFeed("slurm", str(snap), parse_slurm, JobTracker(cluster="venus"))
+    for agent in (
+        agent_with(MemoryTransport(), feeds=[feed], roster_every_s=0.0),
+        agent_with(MemoryTransport()),
+    ):
+        agent.start()
+        agent.tick()
+        assert agent.rosters_sent == 0

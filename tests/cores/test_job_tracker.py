@@ -66,3 +66,15 @@ def test_a_job_with_a_name_longer_than_the_contract_takes_is_published() -> None
     (ev,) = t.update([job], now=2.0)
     assert ev.phase.value == "submitted" and ev.name == "x" * 256
     assert ev.user == "u" * 256 and ev.partition == "p" * 256
+
+
+def test_the_roster_lists_unfinished_jobs_by_vc_and_keeps_a_vc_that_emptied() -> None:
+    tracker = JobTracker(cluster="c")
+    a1 = SchedJob("1", "pending", submit_time=0.0, vc="a")
+    a2 = SchedJob("2", "running", submit_time=0.0, start_time=1.0, vc="a")
+    b3 = SchedJob("3", "pending", submit_time=0.0, vc="b")
+    tracker.update([a1, a2, b3], 10.0)
+    assert tracker.roster() == {"a": ["1", "2"], "b": ["3"]}
+    done = SchedJob("2", "finished", submit_time=0.0, start_time=1.0, end_time=20.0, vc="a")
+    tracker.update([a1, done], 30.0)  # 3 vanished, 2 finished
+    assert tracker.roster() == {"a": ["1"], "b": []}  # b is listed empty: it retires there

@@ -1,0 +1,64 @@
+"""A scheduler agent's rosters: the jobs it sees not finished, per VC, as messages.
+
+:meth:`~gpuhint.cores.job_tracker.JobTracker.roster` says which jobs; this splits each
+VC's list into :class:`~gpuhint.wire.contract.JobRoster` parts that fit the contract
+(at most ``MAX_LIST`` ids and about :data:`PART_BYTES` a part) and says when the next
+roster is due. The worker's side is :mod:`gpuhint.cores.qssf_roster`.
+
+>>> parts = roster_parts("c", "a", 60.0, [str(i) for i in range(5000)])
+>>> [(p.part, len(p.job_ids), p.last) for p in parts]
+[(0, 4096, False), (1, 904, True)]
+>>> roster_parts("c", "a", 60.0, [])[0].job_ids
+()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuhint.wire.contract import MAX_LIST, JobRoster
+
+PART_BYTES = 128 * 1024
+"""About the most id bytes one part carries: half the worker's default message limit."""
+
+DEFAULT_ROSTER_EVERY_S = 300.0
+"""How often an agent publishes its rosters by default (``GPUHINT_AGENT_ROSTER_EVERY_S``):
+a job whose end was lost is retired two rosters, 5 to 10 minutes, after it ended."""
+
+
+def roster_parts(cluster: str, vc: str, epoch: float, job_ids: Sequence[str]) -> list[JobRoster]:
+    """One VC's roster at ``epoch`` in parts (one part, maybe empty, at least)."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for job_id in job_ids:
+        cost = len(job_id.encode()) + 3  # quotes and a comma
+        if len(chunks[-1]) >= MAX_LIST or (chunks[-1] and size + cost > PART_BYTES):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(job_id)
+        size += cost
+    last = len(chunks) - 1
+    return [
+        JobRoster(cluster=cluster, vc=vc, epoch=epoch, part=i, last=i == last, job_ids=tuple(c))
+        for i, c in enumerate(chunks)
+    ]
+
+
+class RosterClock:
+    """When rosters are due: at the first chance, then every ``every_s`` (0: never).
+
+    >>> c = RosterClock(300.0)
+    >>> c.due(0.0), c.due(10.0), c.due(300.0)
+    (True, False, True)
+    """
+
+    def __init__(self, every_s: float = DEFAULT_ROSTER_EVERY_S) -> None:
+        self.every_s = every_s
+        self.last: float | None = None
+
+    def due(self, now: float) -> bool:
+        """Whether a roster is due at ``now``; if so, it counts as sent."""
+        if self.every_s <= 0 or (self.last is not None and now - self.last < self.every_s):
+            return False
+        self.last = now
+        return True

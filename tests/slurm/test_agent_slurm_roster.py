@@ -1,0 +1,127 @@
+"""On the real Slurm: jobs that ended while an agent without its watermark was down are
+retired by the restarted agent's rosters (the worker's message path in-process)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.node_agent import NodeAgent
+from agents.publisher import BufferedPublisher, MemoryTransport
+from gpuhint.cores.pipeline.cluster_load import make_processor
+from gpuhint.cores.pipeline.handler import Message, MessageHandler
+from gpuhint.cores.qssf import HintEngine
+from gpuhint.cores.sink import InMemoryStore
+from gpuhint.lab.local.slurm_site import sbatch, until
+from gpuhint.slurm.commands import SlurmCli
+from gpuhint.slurm.feed import slurm_feed
+from gpuhint.wire.contract import JobEvent, JobPhase, JobState, decode_message
+from gpuhint.wire.topics import Topics
+from models.history import HistoryEstimator
+
+pytestmark = pytest.mark.integration
+
+# squeue's jobs less the ended ones: an ended job is gone at once, as once Slurm's
+# MinJobAge (squeue) or the agent's sacct window has passed during a long downtime.
+# (Slurm 22.05's squeue --json ignores --states: the filter is done here.)
+ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+FILTER = f"""
+import json, subprocess, sys
+snap = json.loads(subprocess.run(["squeue", "--all", "--json"], check=True,
+                                 capture_output=True, text=True).stdout)
+snap["jobs"] = [j for j in snap["jobs"] if j["job_state"] not in {ENDED!r}]
+json.dump(snap, sys.stdout)
+"""
+
+
+class _Worker:
+    """The worker's message path over what the agents published (in order, one partition)."""
+
+    def __init__(self) -> None:
+        store = InMemoryStore()
+        self.handler = MessageHandler(
+            HintEngine(HistoryEstimator, store), Topics(), make_processor(store, policy="jobs")
+        )
+        self.offset = 0
+        self.ended: list[JobEvent] = []  # the finished events forwarded to CES
+
+    def take(self, transport: MemoryTransport) -> None:
+        records, transport.records[:] = list(transport.records), []
+        for r in records:
+            if r.topic != self.handler.topics.job_events:
+                continue
+            out = self.handler.job_event(Message(r.topic, 0, self.offset, r.key, r.value))
+            assert out.dead_letter is None, out.reason
+            self.offset += 1
+            for f in out.forwards:
+                fwd = decode_message(f.value)
+                if isinstance(fwd, JobEvent) and fwd.phase is JobPhase.FINISHED:
+                    self.ended.append(fwd)
+                tele = Message(f.topic, 0, 0, f.key, f.value)
+                assert self.handler.telemetry(tele).dead_letter is None
+
+    def holds(self, job_id: str) -> bool:
+        return any(
+            job_id in st.pending or job_id in st.running
+            for st in self.handler.engine.states.values()
+        )
+
+
+def _agent(transport: MemoryTransport, source: str) -> NodeAgent:
+    feed = slurm_feed(source, cluster="test")  # no watermark: a restart starts fresh
+    agent = NodeAgent(
+        nvml=None,
+        publisher=BufferedPublisher(transport),
+        cluster="test",
+        node="ctl",
+        feeds=[feed],
+        roster_every_s=1.0,
+    )
+    agent.start()
+    return agent
+
+
+def test_jobs_that_ended_while_the_agent_was_down_are_retired(
+    slurm_conf: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    script = tmp_path / "active_jobs.py"
+    script.write_text(FILTER)
+    source = f"cmd:{sys.executable} {script}"
+    cli = SlurmCli(slurm_conf)
+    common = ["--account", "research", "-G", "2", "-t", "5"]
+    running = sbatch(cli, *common, "-J", "run", "--wrap", "sleep 300")
+    held = sbatch(cli, *common, "-H", "-J", "held", "--wrap", "sleep 1")
+    stays = sbatch(cli, *common, "-H", "-J", "stays", "--wrap", "sleep 1")
+    worker, transport = _Worker(), MemoryTransport()
+    agent = _agent(transport, source)
+
+    def tick() -> None:
+        agent.tick()
+        worker.take(transport)
+
+    until("the worker to see the job run", lambda: (tick(), worker.holds(running))[1], 60)
+    until("... and the held ones wait", lambda: (tick(), worker.holds(stays))[1], 30)
+    assert worker.holds(held)
+    agent.close()  # the agent goes down, its tracker with it
+    cli.run(["scancel", running, held])
+    until("Slurm to stop listing them", lambda: "run" not in cli.run(["squeue", "-h"]), 60)
+    agent = _agent(transport, source)  # restarted without a watermark: it never saw them end
+    tick()
+    assert worker.holds(running) and worker.holds(held)  # one roster: not yet
+    time.sleep(1.1)
+    tick()
+    stats = worker.handler.engine.stats
+    assert not worker.holds(running) and not worker.holds(held)
+    assert worker.holds(stays) and stats.retired == 2 and stats.learned == 0
+    ces = worker.handler.ces
+    assert ces is not None and ces.jobs is not None
+    assert running not in ces.jobs.cluster("test").running  # its nodes freed for CES
+    ends = {e.job_id: e for e in worker.ended if e.job_id in (running, held)}
+    assert set(ends) == {running, held}  # announced to CES too
+    assert {e.state for e in ends.values()} == {JobState.UNKNOWN}
+    cli.run(["scancel", stays])
+    agent.close()

@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -135,7 +136,7 @@ def restore_tracker(
         raise ValueError(f"{where}: not a gpuhint watermark (version {WATERMARK_VERSION})")
     got = doc.get("kind")
     if kind is not None and (got != kind if got is not None else not untagged):
-        theirs = f"the {got} feed" if got is not None else "no named feed (a Slurm one)"
+        theirs = f"the {_shown(got)} feed" if got is not None else "no named feed (a Slurm one)"
         raise ValueError(f"{where}: watermark of {theirs}, not of the {kind} feed")
     if doc.get("cluster") != tracker.cluster:
         raise ValueError(
@@ -151,6 +152,14 @@ def restore_tracker(
         tracker._jobs[job.job_id] = job
     polled = doc.get("polled_at")
     return float(polled) if isinstance(polled, int | float) else None
+
+
+def _shown(kind: Any) -> str:
+    """A feed name from a file, as an error message may print it: a plain name as is,
+    anything else (newlines, escapes, a long string, not a string) quoted and cut."""
+    if isinstance(kind, str) and re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", kind):
+        return kind
+    return repr(kind)[:64]
 
 
 def _job_json(job: SchedJob) -> dict[str, Any]:

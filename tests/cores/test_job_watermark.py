@@ -147,3 +147,13 @@ def test_the_watermark_waits_until_the_events_are_safe(tmp_path: Path) -> None:
     fresh = WatermarkedFeed("test", str(src), _parse, JobTracker(cluster="c"), kind="pods",
                             state_path=state)  # fmt: skip
     assert fresh.poll(30.0) == []
+
+
+def test_a_feed_name_with_odd_characters_is_quoted_in_the_error(tmp_path: Path) -> None:
+    src, state = tmp_path / "snap.json", tmp_path / "w.json"
+    _snapshot(src, RUNNING)
+    save_tracker(JobTracker(cluster="c"), state, 1.0, "x\nERROR: forged log line" + "y" * 500)
+    with pytest.raises(ValueError) as err:
+        _feed(src, state)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 200
+    assert "watermark of the 'x\\nERROR: forged log line" in str(err.value)

@@ -142,7 +142,9 @@ class NodeAgent:
         """Every feed's jobs not finished, per VC, as rosters (:mod:`gpuhint.cores.job_roster`),
         when due and only after a tick in which every feed read its scheduler: a roster
         from a failed read would list jobs that ended since the last good one."""
-        if not self.feeds or any(f.failures for f in self.feeds):
+        if not self.feeds or any(
+            f.failures or not f.lists_every_unfinished_job() for f in self.feeds
+        ):
             return
         if not self._rosters.due(now):
             return

@@ -14,6 +14,7 @@ roster is due. The worker's side is :mod:`gpuhint.cores.qssf_roster`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from gpuhint.wire.contract import MAX_LIST, JobRoster
@@ -31,7 +32,7 @@ def roster_parts(cluster: str, vc: str, epoch: float, job_ids: Sequence[str]) ->
     chunks: list[list[str]] = [[]]
     size = 0
     for job_id in job_ids:
-        cost = len(job_id.encode()) + 3  # quotes and a comma
+        cost = len(json.dumps(job_id, ensure_ascii=False).encode()) + 1  # as sent, a comma
         if len(chunks[-1]) >= MAX_LIST or (chunks[-1] and size + cost > PART_BYTES):
             chunks.append([])
             size = 0

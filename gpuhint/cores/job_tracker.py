@@ -345,6 +345,10 @@ class SchedulerFeed:
         )
         return [] if jobs is None else self.tracker.update(jobs, now)
 
+    def lists_every_unfinished_job(self) -> bool:
+        """Whether each read lists every job not finished (what a roster needs)."""
+        return True
+
     def durable(self) -> None:
         """The events of the polls so far are safe (acknowledged, or kept on disk): a
         feed with a watermark writes it now (this one keeps none)."""

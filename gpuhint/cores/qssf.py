@@ -103,7 +103,7 @@ from gpuhint.cores.qssf_state import (
 )
 from gpuhint.cores.qssf_updates import HintUpdates
 from gpuhint.cores.sink import HintStore
-from gpuhint.wire.contract import JobEvent, JobPhase, JobRoster, PriorityHint
+from gpuhint.wire.contract import JobEvent, JobPhase, JobRoster, PriorityHint, encode_message
 from models.base import DurationModel
 from models.wait_bound import DEFAULT_WAIT_BOUND, WaitBound
 
@@ -243,7 +243,9 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             return []  # an empty VC this core holds nothing of
         st = self.state(roster.cluster, roster.vc)
         if offset is not None and offset <= st.applied_offset:
-            return []  # redelivered: its retirements were applied with it
+            # redelivered: applied already, but its forwards may have been lost
+            done_at, done = st.roster_retired
+            return [JobEvent.model_validate_json(e) for e in done] if offset == done_at else []
         retired = take_part(st, roster)
         for ev in retired:
             log.warning(
@@ -255,9 +257,14 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
                 ROSTER_MISSES,
             )
             self.on_job_event(ev)
+            # not a finish the agent announced: should it list or announce the job
+            # again (a false retirement), its events are applied, not taken as resends
+            st.recent_finished.pop(ev.job_id, None)
         self.stats.retired += len(retired)
         if offset is not None:
             st.applied_offset = offset
+            if retired:
+                st.roster_retired = (offset, tuple(encode_message(e) for e in retired))
         self.states[state_key(roster.cluster, roster.vc)] = st  # mark dirty
         return retired
 
@@ -306,12 +313,15 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
                 # job that ran before this core did; running, so that its submit and a
                 # resent start are duplicates. No submit-time forecast to score (NaN).
                 st.running[ev.job_id] = math.nan
+                start = ev.start_time if ev.start_time is not None else ev.time
+                st.started_unseen[ev.job_id] = (start, ev.num_gpus)
             _observe_start(st.model, ev)
             st.running_gpus += ev.num_gpus
             return None
         s.finished += 1
         job = st.pending.pop(ev.job_id, None)
         was_running = ev.job_id in st.running
+        st.started_unseen.pop(ev.job_id, None)
         predicted = st.running.pop(ev.job_id, None)
         if predicted is not None and math.isnan(predicted):
             predicted = None  # started without a submit seen: nothing to score

@@ -45,6 +45,8 @@ def take_part(st: VcState, roster: JobRoster) -> list[JobEvent]:
     """Apply one roster part to ``st``; at a complete roster's last part, the ``finished``
     events of the jobs to retire (not yet applied: the engine applies them)."""
     epoch, parts = st.roster_epoch
+    if roster.epoch == epoch and parts < 0:  # that roster is done: a resend of a part
+        return []
     if roster.epoch != epoch:  # a new roster: the stamps of an unfinished one are void
         st.roster_seen, epoch, parts = {}, roster.epoch, 0
     st.roster_epoch = (epoch, parts + 1)
@@ -55,7 +57,7 @@ def take_part(st: VcState, roster: JobRoster) -> list[JobEvent]:
     if not roster.last:
         return []
     complete = parts == roster.part  # parts 0 .. part - 1 came before this one
-    st.roster_seen, st.roster_epoch = {}, (roster.epoch, 0)
+    st.roster_seen, st.roster_epoch = {}, (roster.epoch, -1)  # done: resends ignored
     if not complete:
         return []
     missed: dict[str, int] = {}
@@ -78,7 +80,10 @@ def _since(st: VcState, job_id: str) -> float:
     if waiting is not None:
         return waiting.event.submit_time
     run = st.starts.running.get(job_id)
-    return run.start if run is not None else float("-inf")
+    if run is not None:
+        return run.start
+    unseen = st.started_unseen.get(job_id)
+    return unseen[0] if unseen is not None else float("-inf")
 
 
 def _retired(st: VcState, job_id: str, roster: JobRoster) -> JobEvent:
@@ -90,13 +95,17 @@ def _retired(st: VcState, job_id: str, roster: JobRoster) -> JobEvent:
         update = {**ended, "time": max(roster.epoch, ev.time), "start_time": None, "nodes": ()}
         return ev.model_copy(update=update)
     run = st.starts.running.get(job_id)
-    start = run.start if run is not None else roster.epoch
+    start, gpus = (
+        (run.start, run.gpus)
+        if run is not None
+        else st.started_unseen.get(job_id, (roster.epoch, 0))
+    )
     return JobEvent(
         phase=JobPhase.FINISHED,
         job_id=job_id,
         cluster=roster.cluster,
         vc=roster.vc,
-        num_gpus=run.gpus if run is not None else 0,
+        num_gpus=gpus,
         time=max(roster.epoch, start),
         submit_time=start,
         start_time=start,

@@ -150,6 +150,11 @@ class VcState:
     """Jobs held here that the roster being received lists."""
     roster_missed: dict[str, int] = field(default_factory=dict)
     """Jobs held here that the last complete rosters left out: how many in a row."""
+    roster_retired: tuple[int, tuple[bytes, ...]] = (-1, ())
+    """The input offset of the last roster part that retired jobs, and their encoded
+    ``finished`` events (a redelivery of that part forwards them again)."""
+    started_unseen: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """Running jobs never seen waiting (no start-book entry): their start and GPUs."""
 
     def __getstate__(self) -> dict[str, object]:
         # the bound's promotion times ride beside it: its own pickle stays the five

@@ -76,6 +76,12 @@ class SlurmFeed(WatermarkedFeed):
             return SQUEUE_CMD
         return self.spec
 
+    def lists_every_unfinished_job(self) -> bool:
+        """sacct's window leaves out pending jobs that are not eligible (held, a begin
+        time, a dependency); only those its tracker knows are looked up: without a
+        watermark, a restarted agent does not know the ones announced before."""
+        return self.spec != "sacct" or self.state_path is not None
+
     def _read(self, now: float) -> list[SchedJob]:
         text = read_source(self.command(now), timeout_s=self.timeout_s)
         jobs = parse_slurm(text, self.vc_from)

@@ -199,14 +199,10 @@ class JobEvent(_Wire):
 
 
 class JobRoster(_Wire):
-    """The jobs a scheduler agent sees not finished in one VC at ``epoch`` (a poll's time).
-
-    A roster is level-triggered where job events are edge-triggered: the worker retires
-    (finished, state UNKNOWN, nothing learned) a job it holds waiting or running that
-    two complete rosters in a row left out, e.g. one that ended while a restarted agent
-    had lost its watermark. A long list comes in parts (``part`` 0, 1, ...) of one
-    ``epoch``; the one with ``last`` completes it. Keyed ``cluster/vc`` like job events.
-    """
+    """The jobs a scheduler agent sees not finished in one VC at ``epoch`` (a poll's time),
+    keyed ``cluster/vc`` like job events; a long list in parts (``part`` 0, 1, ..., the
+    ``last`` completes it). The worker retires a job two complete rosters in a row leave
+    out (:mod:`gpuhint.cores.qssf_roster`; docs/operations.md, "Rosters")."""
 
     kind: Literal["job_roster"] = "job_roster"
     cluster: Name = "default"
@@ -218,6 +214,13 @@ class JobRoster(_Wire):
         tuple[Annotated[str, Field(min_length=1, max_length=256)], ...],
         Field(max_length=MAX_LIST),
     ] = ()
+
+    @model_validator(mode="after")
+    def _not_ahead(self, info: ValidationInfo) -> Self:
+        lim = _limits(info)
+        if lim is not None and self.epoch > lim.clock() + lim.max_future_s:
+            raise ValueError(f"epoch {self.epoch:.0f} is more than {lim.max_future_s:.0f} s ahead")
+        return self
 
 
 # NVML-sized integers, widened in place from NonNegInt (le=1e6), which real hosts exceed:

@@ -122,3 +122,13 @@ def test_a_state_pickled_before_rosters_loads_with_empty_bookkeeping() -> None:
     fresh.__setstate__(old)
     assert fresh.roster_missed == {} and fresh.roster_seen == {}
     assert fresh.roster_epoch[1] == 0
+
+
+def test_a_job_retired_by_mistake_comes_back_when_announced_again() -> None:
+    engine, _ = _engine()
+    _waiting_and_running(engine)
+    engine.on_roster(_roster(60, "w2", "r"))
+    assert [e.job_id for e in engine.on_roster(_roster(120, "w2", "r"))] == ["w"]
+    # the agent lists or announces w again (it was alive): applied, not taken as a resend
+    assert engine.on_job_event(_ev("submitted", "w", 130)) is not None
+    assert "w" in engine.states["default/a"].pending

@@ -27,6 +27,7 @@ kcache="${XDG_CACHE_HOME:-$HOME/.cache}/gpuhint/k8s"
 echo "# $(date -u +%F) $(uname -m) $(nproc) cores $($py --version)"
 run "embedded core" $py bench/bench_core.py
 run "duration models" $py bench/bench_models.py --repeat 5
+run "job rosters" $py bench/bench_roster.py
 if [ -d "$traces" ]; then
   run "simulator" $py bench/bench_simulator.py "$traces/philly/philly_sampled_jobs.json"
   run "CES" $py bench/bench_ces.py --series "$traces/ces/philly_node_sequence.csv.gz"

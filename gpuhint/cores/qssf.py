@@ -247,15 +247,19 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             done_at, done = st.roster_retired
             return [JobEvent.model_validate_json(e) for e in done] if offset == done_at else []
         retired = take_part(st, roster)
-        for ev in retired:
+        if retired:  # one line a roster, however many (a long outage retires thousands)
+            names = ", ".join(ev.job_id for ev in retired[:10])
             log.warning(
-                "job %s/%s/%s retired: left out of %d rosters in a row by the scheduler "
-                "agent (its end was never announced)",
-                ev.cluster,
-                ev.vc,
-                ev.job_id,
+                "%s/%s: %d job(s) retired, left out of %d rosters in a row by the scheduler "
+                "agent (their end was never announced): %s%s",
+                roster.cluster,
+                roster.vc,
+                len(retired),
                 ROSTER_MISSES,
+                names,
+                ", ..." if len(retired) > 10 else "",
             )
+        for ev in retired:
             self.on_job_event(ev)
             # not a finish the agent announced: should it list or announce the job
             # again (a false retirement), its events are applied, not taken as resends

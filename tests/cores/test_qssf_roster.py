@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
+
+import pytest
 
 from gpuhint.cores.qssf import HintEngine
 from gpuhint.cores.sink import InMemoryStore
@@ -132,3 +135,14 @@ def test_a_job_retired_by_mistake_comes_back_when_announced_again() -> None:
     # the agent lists or announces w again (it was alive): applied, not taken as a resend
     assert engine.on_job_event(_ev("submitted", "w", 130)) is not None
     assert "w" in engine.states["default/a"].pending
+
+
+def test_a_roster_that_retires_many_jobs_logs_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    engine, _ = _engine()
+    for i in range(30):
+        engine.on_job_event(_ev("submitted", f"w{i}", i, submit_time=float(i)))
+    engine.on_roster(_roster(60))
+    with caplog.at_level(logging.WARNING, logger="gpuhint.cores.qssf"):
+        assert len(engine.on_roster(_roster(120))) == 30
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("default/a: 30 job(s) retired") and line.endswith("w9, ...")

@@ -75,4 +75,4 @@ def test_two_rosters_without_a_job_retire_it_in_redis(
             worker.wait(30)
         except subprocess.TimeoutExpired:
             worker.kill()
-    assert "retired: left out of 2 rosters" in log.read_text(errors="replace")
+    assert "v: 2 job(s) retired, left out of 2 rosters" in log.read_text(errors="replace")

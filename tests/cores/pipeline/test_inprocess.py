@@ -110,3 +110,60 @@ def test_without_the_watermark_a_crash_would_change_priorities(events: list[JobE
     ref = pipeline(events)
     ref.run(workers=1)
     assert p.pending_hints() != ref.pending_hints()
+
+
+def _unfinished(events: list[JobEvent]) -> dict[tuple[str, str], dict[str, None]]:
+    """Each VC's jobs submitted and not finished after ``events``, in order."""
+    from gpuhint.wire.contract import JobPhase
+
+    out: dict[tuple[str, str], dict[str, None]] = {}
+    for ev in events:
+        jobs = out.setdefault((ev.cluster, ev.vc), {})
+        if ev.phase is JobPhase.FINISHED:
+            jobs.pop(ev.job_id, None)
+        else:
+            jobs[ev.job_id] = None
+    return out
+
+
+def _with_rosters(events: list[JobEvent]) -> tuple[InProcessPipeline, set[str]]:
+    """Half the events; a roster per VC that leaves every 5th unfinished job out (its
+    end "lost": none of its later events is published); a tenth more events; a second
+    roster, as of then; the rest."""
+    from gpuhint.cores.job_roster import roster_parts
+    from gpuhint.wire.contract import encode_message
+    from gpuhint.wire.topics import job_key
+
+    cuts = (len(events) // 2, len(events) * 6 // 10)
+    lost = {
+        j
+        for jobs in _unfinished(events[: cuts[0]]).values()
+        for k, j in enumerate(jobs)
+        if k % 5 == 0
+    }
+    p = InProcessPipeline(MODEL, partitions=4, batch_max=40)
+    for a, b in ((0, cuts[0]), (cuts[0], cuts[1])):
+        p.publish(ev for ev in events[a:b] if ev.job_id not in lost or a == 0)
+        for (cluster, vc), jobs in _unfinished(events[:b]).items():
+            listed = [j for j in jobs if j not in lost]
+            for part in roster_parts(cluster, vc, events[b - 1].time, listed):
+                p.publish_raw(job_key(cluster, vc), encode_message(part))
+    p.publish(ev for ev in events[cuts[1] :] if ev.job_id not in lost)
+    return p, lost
+
+
+@pytest.mark.parametrize("crash", ["after_handle", "after_flush", "after_save"])
+def test_rosters_retire_the_same_jobs_whatever_the_crashes_and_workers(
+    events: list[JobEvent], crash: str
+) -> None:
+    ref, lost = _with_rosters(events)
+    ref.run(workers=1)
+    assert lost and not {j for _, j in ref.redis.hints} & lost  # every lost job retired
+    waiting_at_cut = pipeline(events[: len(events) // 2])
+    waiting_at_cut.run(workers=1)
+    assert {j for _, j in waiting_at_cut.redis.hints} & lost  # some were waiting: can fail
+    for at_batch in (10, 18, 21):  # the batches with the second rosters of p2, p0, p3
+        p, _ = _with_rosters(events)
+        p.run(workers=1, max_batches=at_batch, crash=crash)  # type: ignore[arg-type]
+        p.run(workers=2)
+        same(p, ref)

@@ -11,16 +11,11 @@ import pytest
 
 from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, MemoryTransport
-from gpuhint.cores.pipeline.cluster_load import make_processor
-from gpuhint.cores.pipeline.handler import Message, MessageHandler
-from gpuhint.cores.qssf import HintEngine
-from gpuhint.cores.sink import InMemoryStore
 from gpuhint.lab.local.slurm_site import sbatch, until
 from gpuhint.slurm.commands import SlurmCli
 from gpuhint.slurm.feed import slurm_feed
-from gpuhint.wire.contract import JobEvent, JobPhase, JobState, decode_message
-from gpuhint.wire.topics import Topics
-from models.history import HistoryEstimator
+from gpuhint.wire.contract import JobState
+from tests.roster_worker import HandlerWorker
 
 pytestmark = pytest.mark.integration
 
@@ -35,39 +30,6 @@ snap = json.loads(subprocess.run(["squeue", "--all", "--json"], check=True,
 snap["jobs"] = [j for j in snap["jobs"] if j["job_state"] not in {ENDED!r}]
 json.dump(snap, sys.stdout)
 """
-
-
-class _Worker:
-    """The worker's message path over what the agents published (in order, one partition)."""
-
-    def __init__(self) -> None:
-        store = InMemoryStore()
-        self.handler = MessageHandler(
-            HintEngine(HistoryEstimator, store), Topics(), make_processor(store, policy="jobs")
-        )
-        self.offset = 0
-        self.ended: list[JobEvent] = []  # the finished events forwarded to CES
-
-    def take(self, transport: MemoryTransport) -> None:
-        records, transport.records[:] = list(transport.records), []
-        for r in records:
-            if r.topic != self.handler.topics.job_events:
-                continue
-            out = self.handler.job_event(Message(r.topic, 0, self.offset, r.key, r.value))
-            assert out.dead_letter is None, out.reason
-            self.offset += 1
-            for f in out.forwards:
-                fwd = decode_message(f.value)
-                if isinstance(fwd, JobEvent) and fwd.phase is JobPhase.FINISHED:
-                    self.ended.append(fwd)
-                tele = Message(f.topic, 0, 0, f.key, f.value)
-                assert self.handler.telemetry(tele).dead_letter is None
-
-    def holds(self, job_id: str) -> bool:
-        return any(
-            job_id in st.pending or job_id in st.running
-            for st in self.handler.engine.states.values()
-        )
 
 
 def _agent(transport: MemoryTransport, source: str) -> NodeAgent:
@@ -96,7 +58,7 @@ def test_jobs_that_ended_while_the_agent_was_down_are_retired(
     running = sbatch(cli, *common, "-J", "run", "--wrap", "sleep 300")
     held = sbatch(cli, *common, "-H", "-J", "held", "--wrap", "sleep 1")
     stays = sbatch(cli, *common, "-H", "-J", "stays", "--wrap", "sleep 1")
-    worker, transport = _Worker(), MemoryTransport()
+    worker, transport = HandlerWorker(), MemoryTransport()
     agent = _agent(transport, source)
 
     def tick() -> None:

@@ -19,7 +19,7 @@ def _ev(phase: str, jid: str, t: float, **kw: object) -> JobEvent:
         job_id=jid,
         vc="a",
         user="u",
-        num_gpus=8,
+        num_gpus=kw.pop("num_gpus", 8),  # type: ignore[arg-type]
         time=t,
         submit_time=kw.pop("submit_time", 0.0),  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]

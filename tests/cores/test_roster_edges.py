@@ -23,23 +23,7 @@ from gpuhint.wire.contract import (
 )
 from gpuhint.wire.topics import Topics, job_key
 from models.history import HistoryEstimator
-
-
-def _ev(phase: str, jid: str, t: float, **kw: object) -> JobEvent:
-    return JobEvent(
-        phase=phase,  # type: ignore[arg-type]
-        job_id=jid,
-        vc="a",
-        user="u",
-        num_gpus=kw.pop("num_gpus", 8),  # type: ignore[arg-type]
-        time=t,
-        submit_time=kw.pop("submit_time", 0.0),  # type: ignore[arg-type]
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-def _roster(epoch: float, *ids: str, part: int = 0, last: bool = True) -> JobRoster:
-    return JobRoster(vc="a", epoch=epoch, part=part, last=last, job_ids=ids)
+from tests.cores.test_qssf_roster import _ev, _roster
 
 
 def _engine() -> HintEngine:

@@ -17,20 +17,11 @@ from gpuhint.wire.contract import JobEvent, JobRoster, encode_message
 from gpuhint.wire.keys import RedisKeys
 from gpuhint.wire.topics import Topics, job_key
 from streams.kafka_io import ensure_topics
+from tests.streams.test_pipeline_e2e import _wait
 
 pytestmark = pytest.mark.integration
 
 CLUSTER, VC = "c", "v"
-
-
-def _wait(what: str, cond, timeout: float, log: Path) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.5)
-    tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\nworker log:\n{tail}")
 
 
 def test_two_rosters_without_a_job_retire_it_in_redis(
@@ -61,11 +52,11 @@ def test_two_rosters_without_a_job_retire_it_in_redis(
         def queue() -> set[str]:
             return {m.decode() for m in r.zrange(keys.queue(CLUSTER, VC), 0, -1)}
 
-        _wait("three hints", lambda: queue() == {"j0", "j1", "j2"}, 180, log)
+        _wait(lambda: queue() == {"j0", "j1", "j2"}, 180, "three hints", log)
         # the agent's rosters list only j1: j0 and j2 ended unannounced
         send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now - 60, job_ids=("j1",)))
         send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now, job_ids=("j1",)))
-        _wait("j0 and j2 retired", lambda: queue() == {"j1"}, 120, log)
+        _wait(lambda: queue() == {"j1"}, 120, "j0 and j2 retired", log)
         assert r.get(keys.hint(CLUSTER, "j0")) is None and r.get(keys.hint(CLUSTER, "j1"))
         assert int(r.hget(keys.stats, "dead_letter") or 0) == 0
     finally:

@@ -345,6 +345,11 @@ class SchedulerFeed:
         )
         return [] if jobs is None else self.tracker.update(jobs, now)
 
+    def vcs(self) -> list[str]:
+        """The VCs the scheduler defines, rostered even when none of their jobs is seen
+        (a VC emptied while a restarted agent was away is reconciled too); none here."""
+        return []
+
     def lists_every_unfinished_job(self) -> bool:
         """Whether each read lists every job not finished (what a roster needs)."""
         return True

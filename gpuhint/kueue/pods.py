@@ -342,12 +342,27 @@ class KueueFeed(WatermarkedFeed):
         self, tracker: JobTracker, snapshot: KueueSnapshot, state_path: Path | None = None
     ) -> None:
         self.snapshot = snapshot
+        self._queues: list[str] = []
         super().__init__(
             "kubernetes", "kueue", parse_kueue, tracker, kind="kueue", state_path=state_path
         )
 
     def _read(self, now: float) -> list[SchedJob]:
-        return parse_kueue(self.snapshot.read())
+        doc = self.snapshot.read()
+        jobs = parse_kueue(doc)
+        self._queues = sorted(
+            {
+                str(target)
+                for q in doc.get("localqueues") or []
+                if (target := (q.get("spec") or {}).get("clusterQueue"))
+            }
+        )
+        return jobs
+
+    def vcs(self) -> list[str]:
+        """The ClusterQueues the LocalQueues of the last read point at (a job's VC): an
+        empty one is rostered too."""
+        return list(self._queues)
 
 
 def kueue_feed(

@@ -22,12 +22,14 @@ acknowledged, or kept in ``--spill-dir``); a clean stop (SIGTERM) flushes them f
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuhint.cores.job_tracker import JobTracker, SchedJob, read_source
+from gpuhint.cores.job_tracker import JobTracker, SchedJob, SchedulerError, read_source
 from gpuhint.cores.job_watermark import WatermarkedFeed
+from gpuhint.slurm.fields import vc_name
 from gpuhint.slurm.jobs import SQUEUE_CMD, VcFrom, parse_slurm
 from gpuhint.wire.contract import JobState
 
@@ -44,6 +46,14 @@ def sacct_command(window_s: float) -> tuple[str, ...]:
 
 LOOKUP_BATCH = 500
 """Job ids per ``sacct --jobs`` lookup of jobs the window left out."""
+
+_VC_SOURCES = (
+    ("partition", ("sinfo", "--noheader", "--format=%R")),
+    ("account", ("sacctmgr", "--noheader", "--parsable2", "show", "account", "format=Account")),
+)
+"""Where the VC names rosters list come from (``vcs``): Slurm's partitions and accounts."""
+
+log = logging.getLogger(__name__)
 
 
 def sacct_lookup(job_ids: Sequence[str]) -> tuple[str, ...]:
@@ -67,6 +77,7 @@ class SlurmFeed(WatermarkedFeed):
     lookback_s: float = 3600.0
     margin_s: float = SACCT_MARGIN_S
     accept: Callable[[str], bool] | None = None  # job ids to follow (None: all)
+    _vc_warned: set[str] = field(default_factory=set, repr=False)
 
     def command(self, now: float) -> str | Sequence[str]:
         if self.spec == "sacct":
@@ -75,6 +86,26 @@ class SlurmFeed(WatermarkedFeed):
         if self.spec == "squeue":
             return SQUEUE_CMD
         return self.spec
+
+    def vcs(self) -> list[str]:
+        """Every partition and (VCs by account) every account Slurm defines, named as
+        jobs' VCs are: an empty one is rostered too. A source that is a file has none;
+        a command that fails (no slurmdbd for ``sacctmgr``) is logged once and skipped."""
+        if self.spec not in ("squeue", "sacct") and not self.spec.startswith("cmd:"):
+            return []
+        names: set[str] = set()
+        for what, argv in _VC_SOURCES:
+            if what == "account" and self.vc_from == "partition":
+                continue
+            try:
+                text = read_source(argv, timeout_s=self.timeout_s)
+            except SchedulerError as exc:
+                if what not in self._vc_warned:
+                    self._vc_warned.add(what)
+                    log.warning("slurm: cannot list the %ss for rosters: %s", what, exc)
+                continue
+            names.update(vc_name(n.strip(), None) for n in text.splitlines() if n.strip())
+        return sorted(names)
 
     def lists_every_unfinished_job(self) -> bool:
         """sacct's window leaves out pending jobs that are not eligible (held, a begin

@@ -256,3 +256,22 @@ def test_no_roster_when_turned_off_or_without_a_scheduler_feed(tmp_path: Path) -
         agent.start()
         agent.tick()
         assert agent.rosters_sent == 0
+
+
+def test_a_vc_the_scheduler_defines_gets_an_empty_roster(tmp_path: Path) -> None:
+    snap = tmp_path / "squeue.json"
+    snap.write_text((DATA / "slurm" / "squeue_1.json").read_text())
+
+    class Defined(SchedulerFeed):
+        def vcs(self) -> list[str]:
+            return ["quiet", "bad name"]  # the second is no VC name: skipped, logged
+
+    feed = Defined("slurm", str(snap), parse_slurm, JobTracker(cluster="venus"))
+    t = MemoryTransport()
+    agent = agent_with(t, feeds=[feed])
+    agent.start()
+    agent.tick()
+    rosters = [decode_message(r.value) for r in t.records if r.topic == "tp.job-events"]
+    by_vc = {r.vc: r for r in rosters if isinstance(r, JobRoster)}
+    assert by_vc["quiet"].job_ids == () and by_vc["quiet"].last
+    assert "bad name" not in by_vc and set(by_vc) > {"quiet"}  # the others still sent

@@ -35,11 +35,11 @@ def _agent(transport: MemoryTransport, kubeconfig: str) -> NodeAgent:
 def test_a_job_deleted_while_the_agent_was_down_is_retired(
     kubeconfig: str, kueue_env: Callable[..., KueueEnv]
 ) -> None:
-    env = kueue_env(gpus=8, hold=True)
-    gone, stays = f"{env.id}-gone", f"{env.id}-stays"
-    env.job("gone", gpus=4, job_id=gone)
-    env.job("stays", gpus=4, job_id=stays)
-    wait_for("2 Workloads", lambda: len(env.workloads()) == 2)
+    env, other = kueue_env(gpus=8, hold=True), kueue_env(gpus=8, hold=True)
+    gone, stays = f"{env.id}-gone", f"{other.id}-stays"
+    env.job("gone", gpus=4, job_id=gone)  # alone in its ClusterQueue (VC): after the
+    other.job("stays", gpus=4, job_id=stays)  # restart only its LocalQueue names that VC
+    wait_for("the Workloads", lambda: len(env.workloads()) == len(other.workloads()) == 1)
     worker, transport = HandlerWorker(), MemoryTransport()
     agent = _agent(transport, kubeconfig)
 

@@ -105,3 +105,20 @@ def test_a_slurm_or_another_clusters_watermark_is_refused(tmp_path: Path) -> Non
     _feed(FakeSnapshot(kueue_job("u1")), state := tmp_path / "k.json", cluster="a").poll(T0)
     with pytest.raises(ValueError, match=r"k\.json: watermark of cluster 'a', not 'k8s'"):
         _feed(FakeSnapshot(), state)
+
+
+def test_the_feed_names_every_cluster_queue_a_local_queue_points_at() -> None:
+    class WithQueues(FakeSnapshot):
+        def read(self) -> dict[str, Any]:
+            doc = super().read()
+            doc["localqueues"] = [
+                {"metadata": {"namespace": "ml", "name": "lq"}, "spec": {"clusterQueue": "cq-a"}},
+                {"metadata": {"namespace": "cv", "name": "lq"}, "spec": {"clusterQueue": "cq-b"}},
+                {"metadata": {"namespace": "x", "name": "lq"}, "spec": {}},
+            ]
+            return doc
+
+    feed = KueueFeed(JobTracker(cluster="k8s"), WithQueues())
+    assert feed.vcs() == []  # nothing read yet
+    feed.poll(T0)
+    assert feed.vcs() == ["cq-a", "cq-b"]  # rostered even with no job of theirs

@@ -12,7 +12,7 @@ import pytest
 from agents.node_agent import NodeAgent
 from agents.publisher import BufferedPublisher, MemoryTransport
 from gpuhint.lab.local.slurm_site import sbatch, until
-from gpuhint.slurm.commands import SlurmCli
+from gpuhint.slurm.commands import SlurmCli, SlurmCommandError
 from gpuhint.slurm.feed import slurm_feed
 from gpuhint.wire.contract import JobState
 from tests.roster_worker import HandlerWorker
@@ -54,10 +54,16 @@ def test_jobs_that_ended_while_the_agent_was_down_are_retired(
     script.write_text(FILTER)
     source = f"cmd:{sys.executable} {script}"
     cli = SlurmCli(slurm_conf)
-    common = ["--account", "research", "-G", "2", "-t", "5"]
-    running = sbatch(cli, *common, "-J", "run", "--wrap", "sleep 300")
-    held = sbatch(cli, *common, "-H", "-J", "held", "--wrap", "sleep 1")
-    stays = sbatch(cli, *common, "-H", "-J", "stays", "--wrap", "sleep 1")
+    # the two jobs that end unannounced are the only ones of their account (VC): after
+    # the restart only Slurm's own list of accounts (sacctmgr) gets that VC a roster
+    cli.run(["sacctmgr", "-i", "add", "account", "quiet"], check=False)
+    cli.run(["sacctmgr", "-i", "add", "user", "root", "account=quiet"], check=False)
+    quiet = ["--account", "quiet", "-G", "2", "-t", "5"]
+    until("the new account to be usable", lambda: _submits(cli, quiet), 30, step=1.0)
+    running = sbatch(cli, *quiet, "-J", "run", "--wrap", "sleep 300")
+    held = sbatch(cli, *quiet, "-H", "-J", "held", "--wrap", "sleep 1")
+    research = ["--account", "research", "-G", "2", "-t", "5"]
+    stays = sbatch(cli, *research, "-H", "-J", "stays", "--wrap", "sleep 1")
     worker, transport = HandlerWorker(), MemoryTransport()
     agent = _agent(transport, source)
 
@@ -77,7 +83,7 @@ def test_jobs_that_ended_while_the_agent_was_down_are_retired(
     time.sleep(1.1)
     tick()
     stats = worker.handler.engine.stats
-    assert not worker.holds(running) and not worker.holds(held)
+    assert not worker.holds(running) and not worker.holds(held)  # their VC had no roster
     assert worker.holds(stays) and stats.retired == 2 and stats.learned == 0
     ces = worker.handler.ces
     assert ces is not None and ces.jobs is not None
@@ -87,3 +93,13 @@ def test_jobs_that_ended_while_the_agent_was_down_are_retired(
     assert {e.state for e in ends.values()} == {JobState.UNKNOWN}
     cli.run(["scancel", stays])
     agent.close()
+
+
+def _submits(cli: SlurmCli, args: list[str]) -> bool:
+    """Whether Slurm takes a job with ``args`` (held, then cancelled at once)."""
+    try:
+        job = sbatch(cli, *args, "-H", "-J", "probe", "--wrap", "true")
+    except SlurmCommandError:
+        return False
+    cli.run(["scancel", job])
+    return True

@@ -82,3 +82,28 @@ def test_sacct_window_starts_at_the_watermark(tmp_path: Path) -> None:
     feed = slurm_feed("sacct", cluster="c", state_path=path)
     assert feed.command(10_100.0) == sacct_command(400.0)  # 100 s + the 300 s margin
     assert slurm_feed("sacct", cluster="c").command(5000.0) == sacct_command(3600.0)
+
+
+def test_the_feed_names_every_partition_and_account_as_vcs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gpuhint.slurm.feed as feed_mod
+    from gpuhint.cores.job_tracker import SchedulerError
+
+    out = {"sinfo": "gpu\ndebug\n", "sacctmgr": "nlp\nvision lab\n"}
+
+    def fake(source: object, timeout_s: float = 60.0) -> str:
+        assert isinstance(source, tuple)
+        if out.get(source[0]) is None:
+            raise SchedulerError(f"{source[0]}: command not found")
+        return out[source[0]]
+
+    monkeypatch.setattr(feed_mod, "read_source", fake)
+    assert slurm_feed("squeue", cluster="c").vcs() == ["debug", "gpu", "nlp", "vision_lab"]
+    assert slurm_feed("squeue", cluster="c", vc_from="partition").vcs() == ["debug", "gpu"]
+    assert slurm_feed("tests/data/slurm/squeue_1.json", cluster="c").vcs() == []  # a file
+    out["sacctmgr"] = None  # type: ignore[assignment]  # no slurmdbd
+    feed = slurm_feed("cmd:squeue --json", cluster="c")
+    with caplog.at_level("WARNING"):
+        assert feed.vcs() == ["debug", "gpu"] and feed.vcs() == ["debug", "gpu"]
+    assert sum("cannot list the accounts" in r.getMessage() for r in caplog.records) == 1

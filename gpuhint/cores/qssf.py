@@ -239,8 +239,15 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
     def on_roster(self, roster: JobRoster, offset: int | None = None) -> list[JobEvent]:
         """Process one roster part (``offset`` as for events); return the ``finished``
         events it retired, already applied (:mod:`gpuhint.cores.qssf_roster`)."""
-        if not roster.job_ids and state_key(roster.cluster, roster.vc) not in self.states:
-            return []  # an empty VC this core holds nothing of
+        if not roster.job_ids and roster.part == 0 and roster.last:
+            held = self.states.get(state_key(roster.cluster, roster.vc))
+            if held is None or (
+                not held.pending
+                and not held.running
+                and not held.roster_missed
+                and (offset is None or offset > held.applied_offset)
+            ):
+                return []  # an empty roster of a VC holding no job: nothing to save
         st = self.state(roster.cluster, roster.vc)
         if offset is not None and offset <= st.applied_offset:
             # redelivered: applied already, but its forwards may have been lost

@@ -53,6 +53,9 @@ _VC_SOURCES = (
 )
 """Where the VC names rosters list come from (``vcs``): Slurm's partitions and accounts."""
 
+VC_LIST_TIMEOUT_S = 10.0
+"""How long ``sinfo`` / ``sacctmgr`` may take to list the VC names (once a roster)."""
+
 log = logging.getLogger(__name__)
 
 
@@ -97,13 +100,16 @@ class SlurmFeed(WatermarkedFeed):
         for what, argv in _VC_SOURCES:
             if what == "account" and self.vc_from == "partition":
                 continue
-            try:
-                text = read_source(argv, timeout_s=self.timeout_s)
+            try:  # a short timeout: a hung slurmdbd must not stall the agent's loop long
+                text = read_source(argv, timeout_s=min(self.timeout_s, VC_LIST_TIMEOUT_S))
             except SchedulerError as exc:
-                if what not in self._vc_warned:
+                if what not in self._vc_warned:  # once per outage
                     self._vc_warned.add(what)
                     log.warning("slurm: cannot list the %ss for rosters: %s", what, exc)
                 continue
+            if what in self._vc_warned:
+                self._vc_warned.discard(what)
+                log.warning("slurm: the %ss are listed again for rosters", what)
             names.update(vc_name(n.strip(), None) for n in text.splitlines() if n.strip())
         return sorted(names)
 

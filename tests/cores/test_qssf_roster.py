@@ -146,3 +146,20 @@ def test_a_roster_that_retires_many_jobs_logs_one_line(caplog: pytest.LogCapture
         assert len(engine.on_roster(_roster(120))) == 30
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("default/a: 30 job(s) retired") and line.endswith("w9, ...")
+
+
+def test_an_empty_roster_of_a_vc_holding_no_job_writes_nothing() -> None:
+    """Every VC the scheduler defines gets a roster each period: one that holds no job
+    (or none at all) must not be rewritten to the changelog for it."""
+    from gpuhint.cores.pipeline.state_table import TableStates
+
+    table: dict[str, bytes] = {}
+    states = TableStates(table)
+    engine = HintEngine(HistoryEstimator, InMemoryStore(), clock=lambda: 0.0, states=states)
+    assert engine.on_roster(JobRoster(vc="quiet", epoch=60), offset=5) == []
+    assert list(states) == [] and not states.dirty and table == {}
+    engine.on_job_event(_ev("submitted", "1", 0), offset=1)
+    engine.on_job_event(_ev("finished", "1", 5, state="COMPLETED", duration_s=5.0), offset=2)
+    states.save_dirty()
+    engine.on_roster(_roster(600), offset=3)
+    assert not states.dirty

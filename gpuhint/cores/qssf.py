@@ -253,6 +253,7 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             # redelivered: applied already, but its forwards may have been lost
             done_at, done = st.roster_retired
             return [JobEvent.model_validate_json(e) for e in done] if offset == done_at else []
+        self.stats.rosters += 1
         retired = take_part(st, roster)
         if retired:  # one line a roster, however many (a long outage retires thousands)
             names = ", ".join(ev.job_id for ev in retired[:10])

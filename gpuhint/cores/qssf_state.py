@@ -210,6 +210,8 @@ class EngineStats:
     """Waiting jobs the starvation bound moved to the front (``wait_bound:overdue``)."""
     redelivered: int = 0
     """Events at or below their VC's offset watermark: re-emitted, not re-applied."""
+    rosters: int = 0
+    """Roster parts applied (redelivered ones not counted)."""
     retired: int = 0
     """Jobs retired as finished (UNKNOWN) because the agent's rosters left them out."""
     duplicates: int = 0

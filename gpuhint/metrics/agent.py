@@ -130,6 +130,12 @@ class AgentCollector(Collector):
             "Failed send attempts to Kafka.",
             value=float(pub.failures),
         )
+        yield CounterMetricFamily(
+            "gpuhint_agent_rosters_sent",
+            "Rounds of job rosters published (each VC's unfinished jobs; 0 without a "
+            "scheduler feed, with --roster-every 0, or while a feed cannot be read).",
+            value=float(getattr(a, "rosters_sent", 0)),
+        )
         yield GaugeMetricFamily(
             "gpuhint_agent_buffered_records",
             "Records waiting to be sent.",

@@ -128,6 +128,12 @@ class WorkerCollector(Collector):
             s.redelivered,
         )
         yield _counter(
+            "gpuhint_rosters",
+            "Job roster parts applied (a scheduler agent's unfinished jobs of one VC): "
+            "flat while agents run means rosters are off or not arriving.",
+            s.rosters,
+        )
+        yield _counter(
             "gpuhint_jobs_retired",
             "Jobs retired as finished (UNKNOWN): two scheduler-agent rosters in a row left "
             "them out (their end was never announced).",

@@ -57,6 +57,7 @@ def test_a_job_left_out_of_two_rosters_in_a_row_is_retired_as_unknown() -> None:
     store.flush()
     assert [j for j, _ in store.queue("default", "a")] == ["w2"]  # w's hint removed
     assert engine.stats.retired == 2 and engine.stats.learned == 0
+    assert engine.stats.rosters == 2
 
 
 def test_a_job_listed_in_between_starts_counting_again() -> None:

@@ -102,6 +102,7 @@ def test_health_and_collector_in_process() -> None:
     gpus = {dict(lab)["gpu"] for n, lab in got if n == "DCGM_FI_DEV_GPU_UTIL"}
     assert len(gpus) == 7 and "2" not in gpus  # GPU 2 fell off the bus: no made-up values
     assert value(got, "gpuhint_agent_gpus", state="unhealthy") == 1
+    assert value(got, "gpuhint_agent_rosters_sent_total") == 0  # no scheduler feed
     agent.close()
 
 
@@ -121,3 +122,21 @@ def test_taken_port_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> No
     err = capsys.readouterr().err
     assert rc == 2 and f"cannot serve metrics on 0.0.0.0:{port}" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_rosters_sent_are_counted() -> None:
+    from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
+    from gpuhint.slurm.jobs import parse_slurm
+
+    snapshot = Path(__file__).resolve().parents[1] / "data" / "slurm" / "squeue_1.json"
+    feed = SchedulerFeed("slurm", str(snapshot), parse_slurm, JobTracker(cluster="c"))
+    agent = NodeAgent(
+        nvml=None, publisher=BufferedPublisher(MemoryTransport()), cluster="c", node="n1",
+        feeds=[feed],
+    )  # fmt: skip
+    reg = CollectorRegistry()
+    reg.register(AgentCollector(agent))
+    agent.start()
+    agent.tick()
+    got = samples(dcgm_exposition(reg).decode())
+    assert value(got, "gpuhint_agent_rosters_sent_total") == 1

@@ -268,6 +268,7 @@ def _check_worker(
     assert value(got, "gpuhint_events_redelivered_total") == 0  # one clean run: none seen twice
     assert value(got, "gpuhint_events_duplicate_total") == 0
     assert value(got, "gpuhint_jobs_retired_total") == 0  # every end was announced
+    assert value(got, "gpuhint_rosters_total") == 0  # a replay: no agent, no roster
     assert value(got, "gpuhint_offset_gaps_total") == 0  # contiguous offsets: nothing sought
     assert value(got, "gpuhint_partitions_sought_after_flow_resumed_total") >= 0
     assert value(got, "gpuhint_events_delivered_again_total") >= 0

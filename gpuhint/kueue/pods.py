@@ -279,6 +279,17 @@ def kueue_job(
     )
 
 
+def local_queue_targets(doc: dict[str, Any]) -> dict[str, str]:
+    """``namespace/name`` of each LocalQueue of a Kueue snapshot -> its ClusterQueue."""
+    lqs = {}
+    for q in doc.get("localqueues") or []:
+        m = q.get("metadata") or {}
+        target = (q.get("spec") or {}).get("clusterQueue")
+        if target:
+            lqs[f"{m.get('namespace')}/{m.get('name')}"] = str(target)
+    return lqs
+
+
 def parse_kueue(doc: str | dict[str, Any], resource: str = GPU_RESOURCE) -> list[SchedJob]:
     """GPU Jobs of a Kueue snapshot: ``{"jobs": [...], "workloads": [...], "localqueues":
     [...]}`` (JSON text or parsed; each list as the API's ``items``)."""
@@ -294,12 +305,7 @@ def parse_kueue(doc: str | dict[str, Any], resource: str = GPU_RESOURCE) -> list
         for o in (wl.get("metadata") or {}).get("ownerReferences") or []:
             if o.get("kind") == "Job" and o.get("uid"):
                 by_owner[str(o["uid"])] = wl
-    lqs = {}
-    for q in doc.get("localqueues") or []:
-        m = q.get("metadata") or {}
-        target = (q.get("spec") or {}).get("clusterQueue")
-        if target:
-            lqs[f"{m.get('namespace')}/{m.get('name')}"] = str(target)
+    lqs = local_queue_targets(doc)
     out = []
     for job in doc["jobs"]:
         if not isinstance(job, dict):
@@ -350,13 +356,7 @@ class KueueFeed(WatermarkedFeed):
     def _read(self, now: float) -> list[SchedJob]:
         doc = self.snapshot.read()
         jobs = parse_kueue(doc)
-        self._queues = sorted(
-            {
-                str(target)
-                for q in doc.get("localqueues") or []
-                if (target := (q.get("spec") or {}).get("clusterQueue"))
-            }
-        )
+        self._queues = sorted(set(local_queue_targets(doc).values()))
         return jobs
 
     def vcs(self) -> list[str]:

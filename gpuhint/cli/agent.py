@@ -13,8 +13,8 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from gpuhint.cli.agent_feeds import add_scheduler_args, make_feeds, make_node_feeds, one_line
-from gpuhint.cli.common import UserError, add_config_args, settings_from
+from gpuhint.cli.agent_feeds import add_scheduler_args, make_feeds, make_node_feeds
+from gpuhint.cli.common import UserError, add_config_args, one_line, settings_from
 
 if TYPE_CHECKING:
     from agents.node_agent import NodeAgent

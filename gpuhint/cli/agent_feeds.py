@@ -9,15 +9,11 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuhint.cli.common import UserError
+from gpuhint.cli.common import UserError, one_line
 
 if TYPE_CHECKING:
     from gpuhint.cores.job_tracker import SchedulerFeed
     from gpuhint.wire.config import Settings
-
-
-def one_line(msg: str) -> str:
-    return " ".join(part.strip() for part in msg.splitlines() if part.strip())
 
 
 def add_scheduler_args(p: argparse.ArgumentParser) -> None:
@@ -35,12 +31,7 @@ def add_scheduler_args(p: argparse.ArgumentParser) -> None:
         help="Slurm watermark file: a restarted agent publishes no duplicate and, with "
         "--slurm sacct, misses no transition (default: none, a restart starts fresh)",
     )
-    p.add_argument(
-        "--slurm-vc",
-        choices=["account", "partition"],
-        default="account",
-        help="VC of a Slurm job: its account, else its partition (default), or the reverse",
-    )
+    add_slurm_vc_arg(p)
     p.add_argument(
         "--slurm-nodes",
         metavar="SOURCE",
@@ -60,6 +51,16 @@ def add_scheduler_args(p: argparse.ArgumentParser) -> None:
         help="Kubernetes watermark file, written once the events it counts are sent: a "
         "restarted agent publishes no duplicate, and a Job or pod deleted while it was down "
         "is published finished CANCELLED (default: none, a restart starts fresh)",
+    )
+
+
+def add_slurm_vc_arg(p: argparse.ArgumentParser) -> None:
+    """``--slurm-vc``: which of a Slurm job's account and partition is its VC."""
+    p.add_argument(
+        "--slurm-vc",
+        choices=["account", "partition"],
+        default="account",
+        help="VC of a Slurm job: its account, else its partition (default), or the reverse",
     )
 
 

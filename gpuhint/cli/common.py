@@ -23,6 +23,11 @@ class UserError(Exception):
     """A mistake of the user's (bad file, bad flag): printed as one line, exit code 2."""
 
 
+def one_line(msg: str) -> str:
+    """A multi-line message (a pydantic error, say) as one line for a one-line error."""
+    return " ".join(part.strip() for part in msg.splitlines() if part.strip())
+
+
 def add_fallback_args(p: argparse.ArgumentParser, what: str) -> None:
     """An applier's options for jobs without a (fresh) hint (docs/operations.md,
     *gpuhint is down*); ``what`` is the value it sets, e.g. ``factor``."""

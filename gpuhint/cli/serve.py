@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuhint.cli.agent_feeds import add_slurm_vc_arg, check_source
 from gpuhint.cli.common import UserError, add_config_args, add_fallback_args, redis_store
 
 log = logging.getLogger("gpuhint.serve")
@@ -64,12 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         help="job events from: sacct (default; needs slurmdbd, misses no transition across "
         "a restart), squeue, cmd:COMMAND, or a FILE of squeue/sacct output",
     )
-    p.add_argument(
-        "--slurm-vc",
-        choices=["account", "partition"],
-        default="account",
-        help="a job's VC: its account (default) or its partition",
-    )
+    add_slurm_vc_arg(p)
     p.add_argument(
         "--nodes",
         default="sinfo",
@@ -380,7 +376,6 @@ def _one_process(settings: Any, local: Any, store: Any, ces: bool) -> Any:
 
 
 def _feed(args: argparse.Namespace, settings: Any, ss: Any) -> Any:
-    from gpuhint.cli.agent_feeds import check_source
     from gpuhint.slurm.feed import slurm_feed
     from gpuhint.slurm.jobs import slurm_source
 
@@ -432,7 +427,6 @@ def _priority_pass(args: argparse.Namespace, settings: Any, ss: Any, cli: Any, m
 
 
 def _node_feed(args: argparse.Namespace, settings: Any, feed: Any) -> Any:
-    from gpuhint.cli.agent_feeds import check_source
     from gpuhint.slurm.nodes import SlurmNodeFeed, slurm_node_source
 
     source = slurm_node_source(args.nodes)

@@ -91,7 +91,7 @@ import time
 from collections.abc import Callable, MutableMapping
 
 from gpuhint.cores.qssf_reemit import Reemission
-from gpuhint.cores.qssf_roster import ROSTER_MISSES, take_part
+from gpuhint.cores.qssf_roster import ROSTER_MISSES, nothing_to_reconcile, take_part
 from gpuhint.cores.qssf_starts import StartPlumbing
 from gpuhint.cores.qssf_state import (
     RECENT_FINISHED_MAX,
@@ -239,15 +239,9 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
     def on_roster(self, roster: JobRoster, offset: int | None = None) -> list[JobEvent]:
         """Process one roster part (``offset`` as for events); return the ``finished``
         events it retired, already applied (:mod:`gpuhint.cores.qssf_roster`)."""
-        if not roster.job_ids and roster.part == 0 and roster.last:
-            held = self.states.get(state_key(roster.cluster, roster.vc))
-            if held is None or (
-                not held.pending
-                and not held.running
-                and not held.roster_missed
-                and (offset is None or offset > held.applied_offset)
-            ):
-                return []  # an empty roster of a VC holding no job: nothing to save
+        key = state_key(roster.cluster, roster.vc)
+        if nothing_to_reconcile(self.states.get(key), roster, offset):
+            return []
         st = self.state(roster.cluster, roster.vc)
         if offset is not None and offset <= st.applied_offset:
             # redelivered: applied already, but its forwards may have been lost
@@ -277,7 +271,7 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             st.applied_offset = offset
             if retired:
                 st.roster_retired = (offset, tuple(encode_message(e) for e in retired))
-        self.states[state_key(roster.cluster, roster.vc)] = st  # mark dirty
+        self.states[key] = st  # mark dirty
         return retired
 
     @staticmethod

@@ -41,6 +41,19 @@ ROSTER_MISSES = 2
 absorbs a roster that raced the job's own events (a resend reordered on the way)."""
 
 
+def nothing_to_reconcile(held: VcState | None, roster: JobRoster, offset: int | None) -> bool:
+    """Whether ``roster`` is an empty, whole roster of a VC that holds no job (or is not
+    held here at all): applying it would only rewrite the VC's bookkeeping, a changelog
+    record per period for every VC the scheduler defines. A redelivery still counts (it
+    may have forwards to repeat), and so do miss counts still pending."""
+    if roster.job_ids or roster.part != 0 or not roster.last:
+        return False
+    if held is None:
+        return True
+    redelivered = offset is not None and offset <= held.applied_offset
+    return not (held.pending or held.running or held.roster_missed or redelivered)
+
+
 def take_part(st: VcState, roster: JobRoster) -> list[JobEvent]:
     """Apply one roster part to ``st``; at a complete roster's last part, the ``finished``
     events of the jobs to retire (not yet applied: the engine applies them)."""

@@ -22,6 +22,7 @@ ones rather than bursting); :meth:`NodeAgent.run` returns when its stop event is
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +31,12 @@ from typing import Protocol
 from agents.nvml import Nvml, NvmlError
 from agents.publisher import BufferedPublisher
 from agents.sampler import Sampler, SampleResult
-from gpuhint.cores.job_roster import DEFAULT_ROSTER_EVERY_S, RosterClock, roster_parts
+from gpuhint.cores.job_roster import (
+    DEFAULT_ROSTER_EVERY_S,
+    RosterClock,
+    agent_identity,
+    roster_parts,
+)
 from gpuhint.cores.job_tracker import SchedulerFeed
 from gpuhint.wire.contract import NodeStatus, encode_message
 from gpuhint.wire.topics import Topics, job_key, node_key
@@ -85,6 +91,9 @@ class NodeAgent:
         self._started = False
         self._rosters = RosterClock(roster_every_s)
         self.rosters_sent = 0
+        reads = [f"{f.tracker.cluster}|{f.name}|{f.source!r}" for f in self.feeds]
+        self.identity = agent_identity(socket.gethostname(), reads)
+        """Who sends this agent's rosters (the worker counts misses per agent)."""
 
     def start(self) -> None:
         """Initialise NVML (raises :class:`~agents.nvml.NvmlUnavailable`) and XID events."""
@@ -156,7 +165,7 @@ class NodeAgent:
                 by_vc.setdefault((feed.tracker.cluster, vc), []).extend(ids)
         for (cluster, vc), ids in by_vc.items():
             try:
-                parts = roster_parts(cluster, vc, now, ids)
+                parts = roster_parts(cluster, vc, now, ids, self.identity)
             except ValueError as exc:  # a VC name the contract refuses: not this one
                 log.warning("no roster for VC %r: %s", vc, str(exc).splitlines()[0])
                 continue

@@ -14,7 +14,9 @@ roster is due. The worker's side is :mod:`gpuhint.cores.qssf_roster`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Sequence
 
 from gpuhint.wire.contract import MAX_LIST, JobRoster
@@ -27,8 +29,11 @@ DEFAULT_ROSTER_EVERY_S = 300.0
 a job whose end was lost is retired two rosters, 5 to 10 minutes, after it ended."""
 
 
-def roster_parts(cluster: str, vc: str, epoch: float, job_ids: Sequence[str]) -> list[JobRoster]:
-    """One VC's roster at ``epoch`` in parts (one part, maybe empty, at least)."""
+def roster_parts(
+    cluster: str, vc: str, epoch: float, job_ids: Sequence[str], agent: str | None = None
+) -> list[JobRoster]:
+    """One VC's roster at ``epoch`` in parts (one part, maybe empty, at least), sent by
+    ``agent`` (:func:`agent_identity`)."""
     chunks: list[list[str]] = [[]]
     size = 0
     for job_id in job_ids:
@@ -40,9 +45,33 @@ def roster_parts(cluster: str, vc: str, epoch: float, job_ids: Sequence[str]) ->
         size += cost
     last = len(chunks) - 1
     return [
-        JobRoster(cluster=cluster, vc=vc, epoch=epoch, part=i, last=i == last, job_ids=tuple(c))
+        JobRoster(
+            cluster=cluster,
+            vc=vc,
+            epoch=epoch,
+            part=i,
+            last=i == last,
+            job_ids=tuple(c),
+            agent=agent,
+        )
         for i, c in enumerate(chunks)
     ]
+
+
+def agent_identity(host: str, reads: Sequence[str]) -> str:
+    """A roster's ``agent``: this host's name and a digest of what the agent reads (its
+    feeds' cluster, kind and source), made a valid contract name (no ':', no whitespace,
+    at most 128 characters). An agent restarted on its host with the same feeds is the
+    same agent; two agents that read different schedulers differ, even on one host.
+
+    >>> agent_identity("gpu-07.example.org", ["venus|slurm|squeue"])
+    'gpu-07.example.org/b13fe4d5'
+    >>> agent_identity("odd host:1", [])
+    'odd_host_1/e3b0c442'
+    """
+    digest = hashlib.sha256("\n".join(reads).encode()).hexdigest()[:8]
+    name = re.sub(r"[:\s]", "_", host)[:119] or "agent"
+    return f"{name}/{digest}"
 
 
 class RosterClock:

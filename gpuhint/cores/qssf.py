@@ -171,6 +171,7 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
         self.clock = clock
         self.stats = EngineStats()
         self.keep_pct_errors = keep_pct_errors
+        self._two_agents_said = -math.inf  # roster epoch of the last such warning
 
     def state(self, cluster: str, vc: str) -> VcState:
         """The VC's state, created (with a fresh model) on first use."""
@@ -248,7 +249,9 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             done_at, done = st.roster_retired
             return [JobEvent.model_validate_json(e) for e in done] if offset == done_at else []
         self.stats.rosters += 1
-        retired = take_part(st, roster)
+        retired, switched_back = take_part(st, roster)
+        if switched_back:
+            self._two_agents(roster)
         if retired:  # one line a roster, however many (a long outage retires thousands)
             names = ", ".join(ev.job_id for ev in retired[:10])
             log.warning(
@@ -273,6 +276,21 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
                 st.roster_retired = (offset, tuple(encode_message(e) for e in retired))
         self.states[key] = st  # mark dirty
         return retired
+
+    def _two_agents(self, roster: JobRoster) -> None:
+        """Count a roster whose agent took its VC back from another one; warn at most
+        hourly (of roster time): one line, however many VCs the two agents share."""
+        self.stats.roster_switchbacks += 1
+        if roster.epoch - self._two_agents_said < 3600.0:
+            return
+        self._two_agents_said = roster.epoch
+        log.warning(
+            "%s/%s: rosters alternate between two scheduler agents (now %s): run one agent "
+            "per cluster name (GPUHINT_CLUSTER); until then their rosters retire no job there",
+            roster.cluster,
+            roster.vc,
+            roster.agent,
+        )
 
     @staticmethod
     def _is_duplicate(st: VcState, ev: JobEvent) -> bool:

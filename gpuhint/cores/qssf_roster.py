@@ -8,6 +8,13 @@ A job the VC holds that :data:`ROSTER_MISSES` complete rosters in a row leave ou
 retired: announced finished with state UNKNOWN and no run time (nothing learned),
 through the same path as any other event.
 
+Misses count across the rosters of one ``agent`` (the sending process) only while no
+other agent's roster came since that agent's roster before last: two agents publishing
+under one cluster name (each listing only its own jobs) retire nothing there, whatever
+the order their rosters arrive in; their alternation is reported (``switched_back``).
+A handover (an agent moved to another host, or given other feeds: a new identity) costs
+two rosters more; a restart keeps the identity (:func:`~gpuhint.cores.job_roster.agent_identity`).
+
 A roster in parts counts only when every part of its epoch arrived (a part lost on the
 way, e.g. dropped by a full agent buffer, makes that roster incomplete: no job misses
 it). Jobs submitted (or started) after the roster's epoch never miss it. The roster's
@@ -21,15 +28,17 @@ a rolled-back worker ignores them).
 >>> st = VcState(model=HistoryEstimator())
 >>> ev = JobEvent(phase="submitted", job_id="7", vc="a", num_gpus=1, time=0, submit_time=0)
 >>> st.pending["7"] = PendingJob(ev, None)  # what the engine holds for a waiting job
->>> take_part(st, JobRoster(vc="a", epoch=60))        # missed once: not yet
+>>> take_part(st, JobRoster(vc="a", epoch=60)).retired        # missed once: not yet
 []
->>> [(e.job_id, e.phase.value, e.state.value) for e in take_part(st, JobRoster(vc="a", epoch=120))]
+>>> [(e.job_id, e.phase.value, e.state.value)
+...  for e in take_part(st, JobRoster(vc="a", epoch=120)).retired]
 [('7', 'finished', 'UNKNOWN')]
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuhint.wire.contract import JobEvent, JobPhase, JobRoster, JobState
 
@@ -54,37 +63,72 @@ def nothing_to_reconcile(held: VcState | None, roster: JobRoster, offset: int | 
     return not (held.pending or held.running or held.roster_missed or redelivered)
 
 
-def take_part(st: VcState, roster: JobRoster) -> list[JobEvent]:
+class Taken(NamedTuple):
+    """What one roster part did: the jobs to retire, and whether its agent took the VC
+    back from another one (two agents publishing under one cluster name)."""
+
+    retired: list[JobEvent]
+    switched_back: bool = False
+
+
+def take_part(st: VcState, roster: JobRoster) -> Taken:
     """Apply one roster part to ``st``; at a complete roster's last part, the ``finished``
     events of the jobs to retire (not yet applied: the engine applies them)."""
     epoch, parts = st.roster_epoch
-    if roster.epoch == epoch and parts < 0:  # that roster is done: a resend of a part
-        return []
-    if roster.epoch != epoch:  # a new roster: the stamps of an unfinished one are void
+    same = roster.epoch == epoch and roster.agent == st.roster_from
+    if same and parts < 0:  # that roster is done: a resend of a part
+        return Taken([])
+    if not same:  # a new roster: the stamps of an unfinished one are void
         st.roster_seen, epoch, parts = {}, roster.epoch, 0
+        st.roster_from = roster.agent
     st.roster_epoch = (epoch, parts + 1)
     seen = st.roster_seen
     for job_id in roster.job_ids:
         if job_id in st.pending or job_id in st.running:
             seen[job_id] = None
     if not roster.last:
-        return []
+        return Taken([])
     complete = parts == roster.part  # parts 0 .. part - 1 came before this one
     st.roster_seen, st.roster_epoch = {}, (roster.epoch, -1)  # done: resends ignored
     if not complete:
-        return []
+        return Taken([])
+    carried, switched_back = _carried(st, roster.agent, roster.epoch)
     missed: dict[str, int] = {}
     retire: list[str] = []
+    if carried is None:  # another agent's rosters are interleaved: none counts
+        st.roster_missed = missed
+        return Taken([], switched_back)
     for job_id in [*st.pending, *st.running]:
         if job_id in seen or _since(st, job_id) > roster.epoch:
             continue
-        n = st.roster_missed.get(job_id, 0) + 1
+        n = carried.get(job_id, 0) + 1
         if n >= ROSTER_MISSES:
             retire.append(job_id)
         else:
             missed[job_id] = n
     st.roster_missed = missed
-    return [_retired(st, job_id, roster) for job_id in retire]
+    return Taken([_retired(st, job_id, roster) for job_id in retire], switched_back)
+
+
+MAX_AGENTS = 8
+"""Agents remembered per VC (the most recent); more is a misconfiguration anyway."""
+
+
+def _carried(st: VcState, agent: str | None, epoch: float) -> tuple[dict[str, int] | None, bool]:
+    """The miss counts a complete roster of ``agent`` at ``epoch`` goes on from, or None
+    when another agent sent a roster since this one's roster before last (two agents
+    under one cluster name, or a handover still settling): each lists only its own
+    jobs, so no job misses such a roster. Also whether the other agent's roster came
+    since this agent's last one (they alternate: reported)."""
+    agents = st.roster_agents
+    before_last, last = agents.get(agent, (-math.inf, -math.inf))
+    others = [t for a, t in agents.items() if a != agent]
+    agents[agent] = (last, epoch)
+    if len(agents) > MAX_AGENTS:
+        del agents[min(agents, key=lambda a: agents[a][1])]
+    if any(other_last > before_last for _, other_last in others):
+        return None, any(other_last > last > -math.inf for _, other_last in others)
+    return st.roster_missed, False
 
 
 def _since(st: VcState, job_id: str) -> float:

@@ -146,6 +146,11 @@ class VcState:
     (its hint's ``predicted_duration_s`` moves with hint updates)."""
     roster_epoch: tuple[float, int] = (float("-inf"), 0)
     """The roster being received (:mod:`gpuhint.cores.qssf_roster`): its epoch, parts seen."""
+    roster_from: str | None = None
+    """The agent that sent the roster being received (its parts go together)."""
+    roster_agents: dict[str | None, tuple[float, float]] = field(default_factory=dict)
+    """Agents that sent complete rosters here -> the epochs of their last two (misses
+    count only while one agent's rosters come alone)."""
     roster_seen: dict[str, None] = field(default_factory=dict)
     """Jobs held here that the roster being received lists."""
     roster_missed: dict[str, int] = field(default_factory=dict)
@@ -214,6 +219,9 @@ class EngineStats:
     """Roster parts applied (redelivered ones not counted)."""
     retired: int = 0
     """Jobs retired as finished (UNKNOWN) because the agent's rosters left them out."""
+    roster_switchbacks: int = 0
+    """Complete rosters whose agent took a VC back from another one: two agents publish
+    under one cluster name (neither retires anything there)."""
     duplicates: int = 0
     """Resent events (a new offset, a phase its job already went through): re-emitted,
     not re-applied. Not counted in ``submitted`` / ``started`` / ``finished``."""

@@ -140,6 +140,12 @@ class WorkerCollector(Collector):
             s.retired,
         )
         yield _counter(
+            "gpuhint_roster_agent_switchbacks",
+            "Job rosters whose scheduler agent took a VC back from another agent: two agents "
+            "publish under one cluster name (their rosters retire no job there).",
+            s.roster_switchbacks,
+        )
+        yield _counter(
             "gpuhint_events_duplicate",
             "Resent job events (a phase their job already went through): not re-applied.",
             s.duplicates,

@@ -55,6 +55,7 @@ MAX_LIST = 4096
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^:\s]+$")]
 """A cluster, VC or node name: it goes into Redis keys, so no ':' and no whitespace."""
+JobId = Annotated[str, Field(min_length=1, max_length=256)]
 TEXT_MAX = 256
 """The longest free-form label (a job name, a user) the contract takes."""
 Text = Annotated[str, Field(max_length=TEXT_MAX)]
@@ -155,7 +156,7 @@ class JobEvent(_Wire):
 
     kind: Literal["job"] = "job"
     phase: JobPhase
-    job_id: Annotated[str, Field(min_length=1, max_length=256)]
+    job_id: JobId
     cluster: Name = "default"
     vc: Name = "default"
     user: Text | None = None
@@ -201,8 +202,9 @@ class JobEvent(_Wire):
 class JobRoster(_Wire):
     """The jobs a scheduler agent sees not finished in one VC at ``epoch`` (a poll's time),
     keyed ``cluster/vc`` like job events; a long list in parts (``part`` 0, 1, ..., the
-    ``last`` completes it). The worker retires a job two complete rosters in a row leave
-    out (:mod:`gpuhint.cores.qssf_roster`; docs/operations.md, "Rosters")."""
+    ``last`` completes it). The worker retires a job two complete rosters in a row of one
+    ``agent`` (the sending process) leave out (:mod:`gpuhint.cores.qssf_roster`;
+    docs/operations.md, "Rosters")."""
 
     kind: Literal["job_roster"] = "job_roster"
     cluster: Name = "default"
@@ -210,10 +212,8 @@ class JobRoster(_Wire):
     epoch: Time
     part: Annotated[int, Field(ge=0, le=MAX_COUNT)] = 0
     last: bool = True
-    job_ids: Annotated[
-        tuple[Annotated[str, Field(min_length=1, max_length=256)], ...],
-        Field(max_length=MAX_LIST),
-    ] = ()
+    job_ids: Annotated[tuple[JobId, ...], Field(max_length=MAX_LIST)] = ()
+    agent: Name | None = None
 
     @model_validator(mode="after")
     def _not_ahead(self, info: ValidationInfo) -> Self:
@@ -317,7 +317,7 @@ class PriorityHint(_Wire):
     """
 
     kind: Literal["priority_hint"] = "priority_hint"
-    job_id: Annotated[str, Field(min_length=1, max_length=256)]
+    job_id: JobId
     cluster: Name = "default"
     vc: Name = "default"
     user: Text | None = None
@@ -392,7 +392,7 @@ class ClusterLoad(_Wire):
 class ExpectedStart(_Wire):
     """One waiting job's expected start and its 80% band (UNIX seconds)."""
 
-    job_id: Annotated[str, Field(min_length=1, max_length=256)]
+    job_id: JobId
     expected: Time
     low: Time
     high: Time

@@ -231,6 +231,7 @@ def test_rosters_list_each_vcs_unfinished_jobs_and_only_after_a_good_read(
     unfinished = {(vc, j) for vc, ids in feed.tracker.roster().items() for j in ids}
     assert listed == unfinished and listed  # every VC's unfinished jobs, nothing else
     assert all(r.cluster == "venus" and r.epoch == 100.0 and r.last for r in first)
+    assert {r.agent for r in first} == {a.identity}  # misses count per agent
     n = len(t.records)
     now[0] = 200.0
     a.tick()

@@ -22,7 +22,6 @@ ones rather than bursting); :meth:`NodeAgent.run` returns when its stop event is
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -91,8 +90,7 @@ class NodeAgent:
         self._started = False
         self._rosters = RosterClock(roster_every_s)
         self.rosters_sent = 0
-        reads = [f"{f.tracker.cluster}|{f.name}|{f.source!r}" for f in self.feeds]
-        self.identity = agent_identity(socket.gethostname(), reads)
+        self.identity = agent_identity(node, [f.identity() for f in self.feeds])
         """Who sends this agent's rosters (the worker counts misses per agent)."""
 
     def start(self) -> None:

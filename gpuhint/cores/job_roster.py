@@ -58,19 +58,21 @@ def roster_parts(
     ]
 
 
-def agent_identity(host: str, reads: Sequence[str]) -> str:
-    """A roster's ``agent``: this host's name and a digest of what the agent reads (its
-    feeds' cluster, kind and source), made a valid contract name (no ':', no whitespace,
-    at most 128 characters). An agent restarted on its host with the same feeds is the
-    same agent; two agents that read different schedulers differ, even on one host.
+def agent_identity(node: str, reads: Sequence[str]) -> str:
+    """A roster's ``agent``: the agent's node name (``--node``, stable across restarts
+    and pod re-creations) and a digest of what its feeds read (cluster, source, VC
+    mapping, the scheduler's address: :meth:`SchedulerFeed.identity`), made a valid
+    contract name (no ':', no whitespace, at most 128 characters). An agent restarted
+    with the same node name and feeds is the same agent; two agents that read different
+    schedulers differ, even on one host.
 
-    >>> agent_identity("gpu-07.example.org", ["venus|slurm|squeue"])
-    'gpu-07.example.org/b13fe4d5'
-    >>> agent_identity("odd host:1", [])
-    'odd_host_1/e3b0c442'
+    >>> agent_identity("gpu-07", ["venus|slurm|squeue"])
+    'gpu-07/b13fe4d5'
+    >>> agent_identity("odd node:1", [])
+    'odd_node_1/e3b0c442'
     """
     digest = hashlib.sha256("\n".join(reads).encode()).hexdigest()[:8]
-    name = re.sub(r"[:\s]", "_", host)[:119] or "agent"
+    name = re.sub(r"[:\s]", "_", node)[:119] or "agent"
     return f"{name}/{digest}"
 
 

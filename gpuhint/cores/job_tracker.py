@@ -354,6 +354,11 @@ class SchedulerFeed:
         """Whether each read lists every job not finished (what a roster needs)."""
         return True
 
+    def identity(self) -> str:
+        """What this feed reads, for the agent's roster identity: two feeds that read
+        different schedulers (or map their jobs to VCs differently) differ."""
+        return f"{self.tracker.cluster}|{self.name}|{self.source!r}"
+
     def durable(self) -> None:
         """The events of the polls so far are safe (acknowledged, or kept on disk): a
         feed with a watermark writes it now (this one keeps none)."""

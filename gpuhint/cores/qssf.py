@@ -91,7 +91,7 @@ import time
 from collections.abc import Callable, MutableMapping
 
 from gpuhint.cores.qssf_reemit import Reemission
-from gpuhint.cores.qssf_roster import ROSTER_MISSES, nothing_to_reconcile, take_part
+from gpuhint.cores.qssf_roster import ROSTER_MISSES, hear, nothing_to_reconcile, take_part
 from gpuhint.cores.qssf_starts import StartPlumbing
 from gpuhint.cores.qssf_state import (
     RECENT_FINISHED_MAX,
@@ -171,7 +171,10 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
         self.clock = clock
         self.stats = EngineStats()
         self.keep_pct_errors = keep_pct_errors
-        self._two_agents_said = -math.inf  # roster epoch of the last such warning
+        self._two_agents_said = -math.inf  # clock time of the last such warning
+        self._roster_heard: dict[str, dict[str | None, float]] = {}
+        """Per VC, the agents heard from and their latest roster epoch (in memory: a
+        restart or a rebalance forgets it until each agent's next roster)."""
 
     def state(self, cluster: str, vc: str) -> VcState:
         """The VC's state, created (with a fresh model) on first use."""
@@ -241,6 +244,8 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
         """Process one roster part (``offset`` as for events); return the ``finished``
         events it retired, already applied (:mod:`gpuhint.cores.qssf_roster`)."""
         key = state_key(roster.cluster, roster.vc)
+        heard = self._roster_heard.setdefault(key, {})
+        hear(heard, roster)
         if nothing_to_reconcile(self.states.get(key), roster, offset):
             return []
         st = self.state(roster.cluster, roster.vc)
@@ -249,7 +254,7 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
             done_at, done = st.roster_retired
             return [JobEvent.model_validate_json(e) for e in done] if offset == done_at else []
         self.stats.rosters += 1
-        retired, switched_back = take_part(st, roster)
+        retired, switched_back = take_part(st, roster, heard)
         if switched_back:
             self._two_agents(roster)
         if retired:  # one line a roster, however many (a long outage retires thousands)
@@ -279,11 +284,12 @@ class HintEngine(HintUpdates, StartPlumbing, Reemission):
 
     def _two_agents(self, roster: JobRoster) -> None:
         """Count a roster whose agent took its VC back from another one; warn at most
-        hourly (of roster time): one line, however many VCs the two agents share."""
+        hourly: one line, however many VCs the two agents share."""
         self.stats.roster_switchbacks += 1
-        if roster.epoch - self._two_agents_said < 3600.0:
+        now = self.clock()
+        if now - self._two_agents_said < 3600.0:
             return
-        self._two_agents_said = roster.epoch
+        self._two_agents_said = now
         log.warning(
             "%s/%s: rosters alternate between two scheduler agents (now %s): run one agent "
             "per cluster name (GPUHINT_CLUSTER); until then their rosters retire no job there",

@@ -12,8 +12,10 @@ Misses count across the rosters of one ``agent`` (the sending process) only whil
 other agent's roster came since that agent's roster before last: two agents publishing
 under one cluster name (each listing only its own jobs) retire nothing there, whatever
 the order their rosters arrive in; their alternation is reported (``switched_back``).
-A handover (an agent moved to another host, or given other feeds: a new identity) costs
-two rosters more; a restart keeps the identity (:func:`~gpuhint.cores.job_roster.agent_identity`).
+Which agents sent parts for a VC is also noted in memory (:func:`hear`), rosters skipped
+as nothing to reconcile and incomplete ones too. A handover (an agent given another node
+name or other feeds: a new identity) costs two rosters more; a restart keeps the
+identity (:func:`~gpuhint.cores.job_roster.agent_identity`).
 
 A roster in parts counts only when every part of its epoch arrived (a part lost on the
 way, e.g. dropped by a full agent buffer, makes that roster incomplete: no job misses
@@ -38,6 +40,8 @@ a rolled-back worker ignores them).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpuhint.wire.contract import JobEvent, JobPhase, JobRoster, JobState
@@ -71,9 +75,12 @@ class Taken(NamedTuple):
     switched_back: bool = False
 
 
-def take_part(st: VcState, roster: JobRoster) -> Taken:
+def take_part(
+    st: VcState, roster: JobRoster, heard: Mapping[str | None, float] = MappingProxyType({})
+) -> Taken:
     """Apply one roster part to ``st``; at a complete roster's last part, the ``finished``
-    events of the jobs to retire (not yet applied: the engine applies them)."""
+    events of the jobs to retire (not yet applied: the engine applies them). ``heard``:
+    the latest epoch of any roster part each agent sent for this VC (:func:`hear`)."""
     epoch, parts = st.roster_epoch
     same = roster.epoch == epoch and roster.agent == st.roster_from
     if same and parts < 0:  # that roster is done: a resend of a part
@@ -92,7 +99,7 @@ def take_part(st: VcState, roster: JobRoster) -> Taken:
     st.roster_seen, st.roster_epoch = {}, (roster.epoch, -1)  # done: resends ignored
     if not complete:
         return Taken([])
-    carried, switched_back = _carried(st, roster.agent, roster.epoch)
+    carried, switched_back = _carried(st, roster.agent, roster.epoch, heard)
     missed: dict[str, int] = {}
     retire: list[str] = []
     if carried is None:  # another agent's rosters are interleaved: none counts
@@ -114,7 +121,9 @@ MAX_AGENTS = 8
 """Agents remembered per VC (the most recent); more is a misconfiguration anyway."""
 
 
-def _carried(st: VcState, agent: str | None, epoch: float) -> tuple[dict[str, int] | None, bool]:
+def _carried(
+    st: VcState, agent: str | None, epoch: float, heard: Mapping[str | None, float]
+) -> tuple[dict[str, int] | None, bool]:
     """The miss counts a complete roster of ``agent`` at ``epoch`` goes on from, or None
     when another agent sent a roster since this one's roster before last (two agents
     under one cluster name, or a handover still settling): each lists only its own
@@ -122,13 +131,25 @@ def _carried(st: VcState, agent: str | None, epoch: float) -> tuple[dict[str, in
     since this agent's last one (they alternate: reported)."""
     agents = st.roster_agents
     before_last, last = agents.get(agent, (-math.inf, -math.inf))
-    others = [t for a, t in agents.items() if a != agent]
+    others = {a: t for a, (_, t) in agents.items() if a != agent}
+    for a, t in heard.items():
+        if a != agent:
+            others[a] = max(others.get(a, -math.inf), t)
     agents[agent] = (last, epoch)
     if len(agents) > MAX_AGENTS:
         del agents[min(agents, key=lambda a: agents[a][1])]
-    if any(other_last > before_last for _, other_last in others):
-        return None, any(other_last > last > -math.inf for _, other_last in others)
+    if any(other_last > before_last for other_last in others.values()):
+        return None, any(other_last > last > -math.inf for other_last in others.values())
     return st.roster_missed, False
+
+
+def hear(heard: dict[str | None, float], roster: JobRoster) -> None:
+    """Note that ``roster.agent`` sent a part at ``roster.epoch`` (any part, a roster the
+    engine skips as nothing to reconcile too): another agent's complete rosters then
+    count no miss for a while, even if this agent's own never completes here."""
+    heard[roster.agent] = max(heard.get(roster.agent, -math.inf), roster.epoch)
+    if len(heard) > MAX_AGENTS:
+        del heard[min(heard, key=heard.__getitem__)]
 
 
 def _since(st: VcState, job_id: str) -> float:

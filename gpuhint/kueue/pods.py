@@ -359,6 +359,11 @@ class KueueFeed(WatermarkedFeed):
         self._queues = sorted(set(local_queue_targets(doc).values()))
         return jobs
 
+    def identity(self) -> str:
+        """The API server it reads (from the kubeconfig, its context, or in-cluster)."""
+        host = getattr(getattr(self.snapshot.api.client, "configuration", None), "host", "")
+        return f"{super().identity()}|{host}"
+
     def vcs(self) -> list[str]:
         """The ClusterQueues the LocalQueues of the last read point at (a job's VC): an
         empty one is rostered too."""

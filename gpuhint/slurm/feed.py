@@ -23,6 +23,7 @@ acknowledged, or kept in ``--spill-dir``); a clean stop (SIGTERM) flushes them f
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,11 @@ class SlurmFeed(WatermarkedFeed):
         if self.spec == "squeue":
             return SQUEUE_CMD
         return self.spec
+
+    def identity(self) -> str:
+        """The source, the VC mapping and the Slurm configuration it reads (``SLURM_CONF``)."""
+        conf = os.environ.get("SLURM_CONF", "")
+        return f"{super().identity()}|{self.spec}|{self.vc_from}|{conf}"
 
     def vcs(self) -> list[str]:
         """Every partition and (VCs by account) every account Slurm defines, named as

@@ -1,0 +1,69 @@
+"""The agent's roster identity: stable across restarts, distinct between schedulers."""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from agents.node_agent import NodeAgent
+from agents.publisher import BufferedPublisher, MemoryTransport
+from gpuhint.cores.job_roster import agent_identity
+from gpuhint.cores.job_tracker import JobTracker, SchedulerFeed
+from gpuhint.kueue.pods import KueueFeed
+from gpuhint.slurm.feed import slurm_feed
+from gpuhint.wire.contract import JobRoster
+
+
+def _agent(*feeds: SchedulerFeed, node: str = "ctl") -> NodeAgent:
+    return NodeAgent(
+        nvml=None,
+        publisher=BufferedPublisher(MemoryTransport()),
+        cluster="default",
+        node=node,
+        feeds=list(feeds),
+    )
+
+
+def _kueue(server: str) -> KueueFeed:
+    """A Kueue feed whose API client points at ``server`` (no request is made)."""
+    api = SimpleNamespace(client=SimpleNamespace(configuration=SimpleNamespace(host=server)))
+    return KueueFeed(JobTracker(cluster="default"), SimpleNamespace(api=api))  # type: ignore[arg-type]
+
+
+def test_a_restart_with_the_same_node_name_and_feeds_keeps_the_identity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shipped Kueue agent is a Deployment: its host name is the pod's, new at every
+    re-creation; its ``--node`` is not (review 2026-12-08)."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpuhint-kueue-agent-6d4f9c7b8-x2k9p")
+    before = _agent(_kueue("https://k8s.east:6443"), node="kueue-source").identity
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpuhint-kueue-agent-6d4f9c7b8-q7w3z")
+    after = _agent(_kueue("https://k8s.east:6443"), node="kueue-source").identity
+    assert before == after
+
+
+def test_agents_of_two_kueue_clusters_on_one_host_differ() -> None:
+    """Both under cluster name ``default``: what tells them apart is the API server their
+    kubeconfig points at (review 2026-12-08: the source string is the constant 'kueue')."""
+    east = _agent(_kueue("https://k8s.east:6443")).identity
+    west = _agent(_kueue("https://k8s.west:6443")).identity
+    assert east != west
+
+
+def test_slurm_agents_differ_by_slurm_conf_and_vc_mapping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/a.conf")
+    a = _agent(slurm_feed("squeue", cluster="default")).identity
+    assert a == _agent(slurm_feed("squeue", cluster="default")).identity
+    by_partition = _agent(slurm_feed("squeue", cluster="default", vc_from="partition")).identity
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/b.conf")
+    b = _agent(slurm_feed("squeue", cluster="default")).identity
+    assert len({a, by_partition, b}) == 3
+
+
+def test_the_identity_is_a_valid_contract_name_whatever_the_node_name() -> None:
+    for node in ("gpu-07", "odd node:1", "n" * 300, ""):
+        JobRoster(epoch=0, agent=agent_identity(node, ["x"]))

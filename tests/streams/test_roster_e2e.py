@@ -1,5 +1,6 @@
 """On real services: a job whose end never comes is retired by two rosters, through
-Kafka, the Faust worker and Redis (the worker's own message path)."""
+Kafka, the Faust worker and Redis (the worker's own message path); a second agent's
+rosters in between stop that."""
 
 from __future__ import annotations
 
@@ -54,10 +55,18 @@ def test_two_rosters_without_a_job_retire_it_in_redis(
 
         _wait(lambda: queue() == {"j0", "j1", "j2"}, 180, "three hints", log)
         # the agent's rosters list only j1: j0 and j2 ended unannounced
-        send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now - 60, job_ids=("j1",)))
-        send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now, job_ids=("j1",)))
+        send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now - 60, job_ids=("j1",), agent="A"))
+        send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now, job_ids=("j1",), agent="A"))
         _wait(lambda: queue() == {"j1"}, 120, "j0 and j2 retired", log)
         assert r.get(keys.hint(CLUSTER, "j0")) is None and r.get(keys.hint(CLUSTER, "j1"))
+        # a second agent under the same cluster name: A's rosters that leave j1 out
+        # (it is B's, say) count no miss while B's come between them; the worker warns
+        send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now + 1, agent="B"))
+        send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now + 2, agent="A"))
+        send(JobRoster(cluster=CLUSTER, vc=VC, epoch=now + 3, agent="A"))
+        _wait(lambda: "rosters alternate" in log.read_text(errors="replace"), 120, "warn", log)
+        time.sleep(2.0)  # A's last roster is applied in the same batch, or just after
+        assert queue() == {"j1"}
         assert int(r.hget(keys.stats, "dead_letter") or 0) == 0
     finally:
         producer.close()

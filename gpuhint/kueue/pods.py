@@ -325,6 +325,11 @@ class KueueSnapshot:
 
         self.api = KubeApi(api_client(kubeconfig, context))
 
+    @property
+    def server(self) -> str:
+        """The API server's address (the agent's roster identity tells clusters apart by it)."""
+        return str(getattr(getattr(self.api.client, "configuration", None), "host", ""))
+
     def read(self) -> dict[str, Any]:
         from gpuhint.kueue.kube import PATHS, KubeError
         from gpuhint.kueue.objects import QUEUE_NAME_LABEL
@@ -361,8 +366,7 @@ class KueueFeed(WatermarkedFeed):
 
     def identity(self) -> str:
         """The API server it reads (from the kubeconfig, its context, or in-cluster)."""
-        host = getattr(getattr(self.snapshot.api.client, "configuration", None), "host", "")
-        return f"{super().identity()}|{host}"
+        return f"{super().identity()}|{getattr(self.snapshot, 'server', '')}"
 
     def vcs(self) -> list[str]:
         """The ClusterQueues the LocalQueues of the last read point at (a job's VC): an

@@ -27,9 +27,8 @@ def _agent(*feeds: SchedulerFeed, node: str = "ctl") -> NodeAgent:
 
 
 def _kueue(server: str) -> KueueFeed:
-    """A Kueue feed whose API client points at ``server`` (no request is made)."""
-    api = SimpleNamespace(client=SimpleNamespace(configuration=SimpleNamespace(host=server)))
-    return KueueFeed(JobTracker(cluster="default"), SimpleNamespace(api=api))  # type: ignore[arg-type]
+    """A Kueue feed whose snapshot reads the API server ``server`` (no request is made)."""
+    return KueueFeed(JobTracker(cluster="default"), SimpleNamespace(server=server))  # type: ignore[arg-type]
 
 
 def test_a_restart_with_the_same_node_name_and_feeds_keeps_the_identity(

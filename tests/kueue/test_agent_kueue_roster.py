@@ -29,6 +29,8 @@ def _agent(transport: MemoryTransport, kubeconfig: str) -> NodeAgent:
         roster_every_s=1.0,
     )
     agent.start()
+    # the roster identity tells clusters apart by the API server the kubeconfig names
+    assert agent.feeds[0].snapshot.server.startswith("http")  # type: ignore[attr-defined]
     return agent
 
 

@@ -19,6 +19,7 @@ from gpuhint.cli.common import (
     settings_from,
 )
 from gpuhint.cli.evaluate import plot_target
+from gpuhint.cli.evaluate_qssf_text import print_text
 
 HELP = "simulate FIFO/SJF/SRTF/QSSF on a job trace with gpuhint's online hints"
 
@@ -109,7 +110,10 @@ share_off_2x_expected (the same for the expected duration the priority ranks by)
 The starvation bound, top level: wait_bound (the factor used; null in open loop) and
 overdue (waiting jobs it moved to the front in the qssf run), overdue_easy (the same
 in the qssf+easy run, which in the closed loop has its own hints and bound; null
-without that policy).
+without that policy). With --wait-bound-curve, wait_bound_curve: a list of {factor,
+avg_jct_s, avg_jct_change (against factor 0, the bound off), max_wait_s, p99_wait_s,
+p99_bounded_slowdown, share_jct_over_2x_fifo, share_jct_over_10x_fifo,
+max_wait_over_fifo, p99_wait_over_fifo, overdue}; null without it.
 Expected starts (closed loop; null in open loop), top level expected_start:
 jobs_waited (jobs that waited >= 1 min), jobs_forecast (of those, named by a forecast
 before they started), median_rel_error (median |expected - actual start| / wait of the
@@ -172,15 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
         help="learn from the trace's own timeline instead of the simulated schedule, no "
         "hint updates (the artifact's evaluation; for comparison)",
     )
-    p.add_argument(
-        "--wait-bound",
-        type=float,
-        default=None,
-        metavar="F",
-        help="starvation bound (closed loop): a job that has waited over F x the longest "
-        "wait arrival order (FIFO) gave in its VC so far goes to the front, one at a time; "
-        "0 turns it off (default: GPUHINT_QSSF_WAIT_BOUND, else 16; docs/qssf.md)",
-    )
+    _add_bound_args(p)
     p.add_argument(
         "--plot",
         metavar="PNG",
@@ -192,6 +188,30 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=_quiet_if_asked(run))
+
+
+def _add_bound_args(p: argparse.ArgumentParser) -> None:
+    """The starvation bound's flags: its factor, and the curve along it."""
+    p.add_argument(
+        "--wait-bound",
+        type=float,
+        default=None,
+        metavar="F",
+        help="starvation bound (closed loop): a job that has waited over F x the longest "
+        "wait arrival order (FIFO) gave in its VC so far goes to the front, one at a time; "
+        "0 turns it off (default: GPUHINT_QSSF_WAIT_BOUND, else 16; docs/qssf.md)",
+    )
+    p.add_argument(
+        "--wait-bound-curve",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="F,F,...",
+        help="also run the closed-loop qssf policy at each of these bound factors (default "
+        "list: 1,2,4,8,12,16; off and this run's factor are always added) and show its "
+        "trade-off: average JCT against the longest and p99 waits over FIFO's, to choose "
+        "GPUHINT_QSSF_WAIT_BOUND on your own trace (plot: <plot>_wait_bound.png)",
+    )
 
 
 _QUIET = False
@@ -218,6 +238,35 @@ def _wait_bound(args: argparse.Namespace) -> float:
     return flag
 
 
+def _curve_factors(args: argparse.Namespace) -> tuple[float, ...]:
+    """``--wait-bound-curve``'s factors (none when not given; closed loop only)."""
+    from gpuhint.lab.evaluation.qssf_curve import DEFAULT_CURVE, parse_factors
+
+    if args.wait_bound_curve is None:
+        return ()
+    if args.open_loop:
+        raise UserError("--wait-bound-curve needs the closed loop (the bound acts there)")
+    if not args.wait_bound_curve.strip():
+        return DEFAULT_CURVE
+    try:
+        return parse_factors(args.wait_bound_curve)
+    except ValueError as exc:
+        raise UserError(f"--wait-bound-curve: {exc}") from None
+
+
+def _curve_plot(report: Any, plot: str, name: str) -> Path:
+    from gpuhint.lab.evaluation.qssf_curve import plot_bound_curve
+
+    path = Path(plot)
+    target = path.with_name(f"{path.stem}_wait_bound{path.suffix or '.png'}")
+    try:
+        return plot_bound_curve(
+            report.wait_bound_curve, target, f"{name}: starvation bound"
+        ).resolve()
+    except OSError as exc:
+        raise UserError(f"cannot write the plot to {target}: {exc}") from None
+
+
 def _progress(msg: str) -> None:
     if not _QUIET:
         print(msg, file=sys.stderr, flush=True)
@@ -240,6 +289,9 @@ def run(args: argparse.Namespace) -> int:
     if args.priority_times_gpus and not args.priorities:
         raise UserError("--priority-times-gpus needs --priorities")
     wait_bound = _wait_bound(args)  # a bad value said before the trace is read
+    curve = _curve_factors(args)
+    if curve:  # this run's own factor is a point of its curve
+        curve = tuple(sorted({*curve, wait_bound}))
     t0 = time.perf_counter()
     try:
         vc_nodes = read_vc_config(args.vc_config) if args.vc_config else None
@@ -261,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
             loop="open" if args.open_loop else "closed",
             progress=_progress,
             wait_bound=wait_bound,
+            bound_curve=curve,
         )
     except InputError as exc:
         msg = str(exc).replace("VC config", args.vc_config or "VC sizes")
@@ -276,6 +329,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UserError(f"cannot write the plot to {args.plot}: {exc}") from None
         _progress(f"plot written to {written}")
+        if report.wait_bound_curve:
+            curve_png = _curve_plot(report, args.plot, Path(args.trace).name)
+            _progress(f"wait-bound curve written to {curve_png}")
     elapsed = time.perf_counter() - t0
     if args.json:
         out: dict[str, Any] = {
@@ -288,176 +344,5 @@ def run(args: argparse.Namespace) -> int:
         out["seconds"]["command"] = round(elapsed, 3)
         print(json_text(out, indent=2))
         return 0
-    _print_text(args, read.fmt, report, written, elapsed)
+    print_text(args, read.fmt, report, written, elapsed)
     return 0
-
-
-def _fmt_ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _fmt_hours(seconds: float) -> str:
-    """``12.3 h``; ``0.43 h`` below an hour (``-`` for NaN)."""
-    if not math.isfinite(seconds):
-        return "-"
-    h = seconds / 3600
-    return f"{h:,.1f} h" if h >= 1 else f"{h:.2f} h"
-
-
-def _fmt_share(x: float) -> str:
-    """A share as a percentage: ``12.3%``, ``<0.1%`` for a small non-zero share."""
-    if not math.isfinite(x):
-        return "-"
-    if 0 < x < 0.001:
-        return "<0.1%"
-    return f"{100 * x:.1f}%"
-
-
-def _fmt_num(x: float) -> str:
-    return "-" if not math.isfinite(x) else f"{x:,.1f}"
-
-
-def _print_tails(report: Any) -> None:
-    print("tails (waits in hours; bsld = JCT / max(duration, 60 s); jobs over 2x / 10x")
-    print("their own JCT under FIFO):")
-    head = (
-        f"{'policy':<22} {'max wait':>10} {'p99 wait':>10} {'p99 bsld':>10} "
-        f"{'>2x FIFO':>9} {'>10x FIFO':>10}"
-    )
-    print(head)
-    print("-" * len(head))
-    for name, res in report.policies.items():
-        t = res.tails
-        if t is None:
-            continue
-        print(
-            f"{name:<22} {_fmt_hours(t.max_wait_s):>10} {_fmt_hours(t.p99_wait_s):>10} "
-            f"{_fmt_num(t.p99_bounded_slowdown):>10} {_fmt_share(t.share_jct_over_2x_fifo):>9} "
-            f"{_fmt_share(t.share_jct_over_10x_fifo):>10}"
-        )
-    b = report.band
-    if b is not None and b.jobs:
-        print("QSSF hints as written at submit, against the true durations:")
-        if b.band_jobs:
-            print(
-                f"  inside the 80% band (p10..p90): {_fmt_share(b.band_coverage)} "
-                f"of {b.band_jobs:,} jobs"
-            )
-        else:
-            print("  no 80% band from this model")
-        print(
-            f"  off by 2x or more: {_fmt_share(b.share_off_2x)} (point forecast), "
-            f"{_fmt_share(b.share_off_2x_expected)} (expected duration, as ranked)"
-        )
-    _print_starts(report.expected_start)
-
-
-def _print_starts(es: dict[str, Any] | None) -> None:
-    """The expected starts' accuracy (closed loop), beside squeue --start's estimates."""
-    if not es or not es.get("jobs_forecast"):
-        return
-    print(
-        f"expected starts (first forecast of {es['jobs_forecast']:,} of the "
-        f"{es['jobs_waited']:,} jobs that waited >= 1 min): median |error| "
-        f"{_fmt_share(es['median_rel_error'])} of the wait, inside the 80% band "
-        f"{_fmt_share(es['band_coverage'])}"
-    )
-    if es.get("exact_median_rel_error") is not None:
-        print(
-            f"  squeue --start with exact limits (the true durations, no arrivals): "
-            f"{_fmt_share(es['exact_median_rel_error'])}"
-        )
-    if es.get("limit_median_rel_error") is not None:
-        print(
-            f"  squeue --start on the requested limits: {_fmt_share(es['limit_median_rel_error'])}"
-            f" (gpuhint on the same {es['limit_jobs']:,} jobs: "
-            f"{_fmt_share(es['median_rel_error_limit_jobs'])})"
-        )
-
-
-def _print_text(
-    args: argparse.Namespace, fmt: str, report: Any, plot_path: Path | None, elapsed: float
-) -> None:
-    r = report
-    p = r.predictions
-    print(
-        f"{args.trace} ({fmt}): {r.jobs_total:,} jobs, {r.jobs_simulated:,} GPU jobs scheduled"
-        + (
-            f", {r.jobs_without_gpus:,} without GPUs (predictor only)"
-            if r.jobs_without_gpus
-            else ""
-        )
-    )
-    sizes = ", ".join(f"{vc} {n}" for vc, n in r.vc_sizes.items())
-    how = sorted(set(r.vc_sizing.values()))
-    print(f"VC sizes (8-GPU nodes, {sum(r.vc_sizes.values())} in all; {' / '.join(how)}): {sizes}")
-    loop = (
-        f"closed loop: learns in the simulated schedule, {p.hint_updates:,} hint updates"
-        if r.loop == "closed"
-        else "open loop: learns at the trace's finish times, no hint updates"
-    )
-    print(f"predictor {p.model} v{p.model_version} ({loop})")
-    if p.mae_log is not None:
-        print(
-            f"  MAE(log duration) {p.mae_log:.3f}, "
-            f"median |error| {100 * (p.median_abs_pct_error or 0):.0f}% over {p.scored:,} "
-            f"finished jobs"
-        )
-    if r.given is not None:
-        print(
-            f"given priorities ({args.priorities}"
-            + (", x GPUs" if r.given["times_gpus"] else "")
-            + f"): {r.given['missing']:,} scheduled jobs missing, {r.given['missing_treatment']}"
-        )
-    print()
-    head = (
-        f"{'policy':<22} {'avg JCT s':>11} {'avg queue s':>12} {'p50 JCT':>10} "
-        f"{'p95 JCT':>10} {'p99 JCT':>10} {'xFIFO':>6} {'xoracle':>7}"
-    )
-    print(head)
-    print("-" * len(head))
-    for name, res in r.policies.items():
-        s = res.summary
-        print(
-            f"{name:<22} {s.avg_jct_s:>11,.0f} {s.avg_queue_s:>12,.0f} {s.p50_jct_s:>10,.0f} "
-            f"{s.p95_jct_s:>10,.0f} {s.p99_jct_s:>10,.0f} {_fmt_ratio(r.ratio(name, 'fifo')):>6} "
-            f"{_fmt_ratio(r.ratio(name, 'qssf-oracle')):>7}"
-        )
-    print()
-    buckets = list(r.policies["fifo"].summary.by_gpus)
-    print("average JCT (s) by GPUs per job:")
-    print(f"{'policy':<22}" + "".join(f"{b:>10}" for b in buckets))
-    jobs_row = r.policies["fifo"].summary.by_gpus
-    print(f"{'(jobs)':<22}" + "".join(f"{jobs_row[b].jobs:>10,}" for b in buckets))
-    for name, res in r.policies.items():
-        by = res.summary.by_gpus
-        print(f"{name:<22}" + "".join(f"{by[b].avg_jct_s:>10,.0f}" for b in buckets))
-    print()
-    _print_tails(r)
-    print()
-    fq, qs, qo = (
-        r.ratio("fifo", "qssf"),
-        r.ratio("qssf", "sjf"),
-        r.ratio("qssf", "qssf-oracle"),
-    )
-    print(
-        f"QSSF with gpuhint hints: {_fmt_ratio(fq)}x better than FIFO, "
-        f"{_fmt_ratio(qs)}x SJF's JCT, {_fmt_ratio(qo)}x the oracle's"
-    )
-    if plot_path:
-        print(f"JCT CDF plot: {plot_path}")
-    _print_time(r, elapsed)
-
-
-def _print_time(r: Any, elapsed: float) -> None:
-    sec = r.seconds
-    if r.loop == "closed":  # the hint core runs inside the qssf simulations
-        print(
-            f"time: simulations {sec['simulate']:.2f} s (the hint core's share "
-            f"{sec['predict']:.2f} s), whole command {elapsed:.2f} s"
-        )
-    else:
-        print(
-            f"time: predictions {sec['predict']:.2f} s, simulations {sec['simulate']:.2f} s, "
-            f"whole command {elapsed:.2f} s"
-        )

@@ -31,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuhint.lab.evaluation.qssf_curve import BoundPoint
 from gpuhint.lab.evaluation.qssf_inputs import (
     GPUS_PER_NODE,
     MAX_NODES,
@@ -102,13 +103,16 @@ def evaluate_qssf(
     loop: Loop = "closed",
     progress: Progress | None = None,
     wait_bound: float | None = None,
+    bound_curve: Sequence[float] = (),
 ) -> QssfReport:
     """Run the online predictor over ``jobs`` and simulate every policy on each VC.
 
     ``loop="closed"``: the QSSF runs learn and re-rank inside the simulated schedule
     (module docstring); ``"open"``: hints from the trace's own timeline.
     ``wait_bound``: the starvation bound's factor in the closed loop (None: the
-    default, :data:`models.wait_bound.DEFAULT_WAIT_BOUND`; 0: off).
+    default, :data:`models.wait_bound.DEFAULT_WAIT_BOUND`; 0: off). ``bound_curve``:
+    factors to run the closed-loop ``qssf`` policy at as well (the report's
+    ``wait_bound_curve``; :mod:`gpuhint.lab.evaluation.qssf_curve`).
     """
     from models.wait_bound import DEFAULT_WAIT_BOUND
 
@@ -138,6 +142,7 @@ def evaluate_qssf(
     fifo_jct = results["fifo"].jct
     for r in results.values():
         r.tails = tail_stats(r.wait, r.jct, durations, fifo_jct)
+    curve = _bound_curve(runs, bound_curve, results, durations, say) if loop == "closed" else None
     if preds is None:
         preds = merge_predictions(len(jobs), list(runs.loop_preds.values()), model)
     band = score_hints(jobs, gpu_idx, preds)
@@ -163,7 +168,36 @@ def evaluate_qssf(
         wait_bound=bound if loop == "closed" else None,
         overdue=runs.overdue,
         overdue_easy=runs.overdue_easy if "qssf+easy" in results and loop == "closed" else None,
+        wait_bound_curve=curve,
     )
+
+
+def _bound_curve(
+    runs: _Runs,
+    factors: Sequence[float],
+    results: Mapping[str, PolicyResult],
+    durations: list[float],
+    say: Progress,
+) -> list[BoundPoint] | None:
+    """The closed-loop ``qssf`` policy at each factor (the run at ``runs.bound`` reused);
+    None for no factors."""
+    if not factors:
+        return None
+    spec = results["qssf"].spec
+    fifo = results["fifo"]
+    assert fifo.tails is not None
+    points = []
+    for f in factors:
+        if f == runs.bound:
+            r, overdue = results["qssf"], runs.overdue
+        else:
+            again = _Runs(runs.jobs, runs.by_vc, runs.sizes, runs.model, f)
+            r = again.policy(spec)
+            overdue = again.overdue
+        tails = tail_stats(r.wait, r.jct, durations, fifo.jct)
+        points.append(BoundPoint(f, r.summary.avg_jct_s, tails, overdue, fifo.tails))
+        say(f"  wait bound {f:>5g}: avg JCT {r.summary.avg_jct_s:,.0f} s, {overdue} overdue")
+    return points
 
 
 def _predict_open(jobs: Sequence[TraceJob], model: str, say: Progress) -> OnlinePredictions:

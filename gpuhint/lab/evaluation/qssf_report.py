@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gpuhint.lab.evaluation.qssf_curve import BoundPoint, curve_dicts
 from gpuhint.lab.evaluation.qssf_inputs import GPUS_PER_NODE
 from gpuhint.lab.evaluation.qssf_online import OnlinePredictions
 from gpuhint.lab.traces.readers import TraceJob
@@ -136,6 +137,7 @@ class QssfReport:
     wait_bound: float | None = None  # the starvation bound's factor (closed loop; 0: off)
     overdue: int = 0  # waiting jobs the bound moved to the front (qssf, closed loop)
     overdue_easy: int | None = None  # the same in the closed-loop qssf+easy run, if any
+    wait_bound_curve: list[BoundPoint] | None = None  # qssf at each factor, if asked
 
     def avg(self, name: str) -> float:
         return self.policies[name].summary.avg_jct_s
@@ -177,6 +179,9 @@ class QssfReport:
             "wait_bound": self.wait_bound,
             "overdue": self.overdue,
             "overdue_easy": self.overdue_easy,
+            "wait_bound_curve": (
+                curve_dicts(self.wait_bound_curve) if self.wait_bound_curve is not None else None
+            ),
         }
 
 

@@ -22,6 +22,7 @@ snapshot with the last one and emits only the lifecycle steps that changed, as
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -356,8 +357,12 @@ class SchedulerFeed:
 
     def identity(self) -> str:
         """What this feed reads, for the agent's roster identity: two feeds that read
-        different schedulers (or map their jobs to VCs differently) differ."""
-        return f"{self.tracker.cluster}|{self.name}|{self.source!r}"
+        different schedulers (or map their jobs to VCs differently) differ. A file is
+        named by its absolute path (the same file from another working directory)."""
+        src = self.source
+        if isinstance(src, str) and not src.startswith("cmd:") and os.path.exists(src):
+            src = os.path.abspath(src)
+        return f"{self.tracker.cluster}|{self.name}|{src!r}"
 
     def durable(self) -> None:
         """The events of the polls so far are safe (acknowledged, or kept on disk): a

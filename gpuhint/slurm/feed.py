@@ -92,9 +92,10 @@ class SlurmFeed(WatermarkedFeed):
         return self.spec
 
     def identity(self) -> str:
-        """The source, the VC mapping and the Slurm configuration it reads (``SLURM_CONF``)."""
+        """The source (its ``spec``), the VC mapping and the Slurm configuration it reads
+        (``SLURM_CONF``)."""
         conf = os.environ.get("SLURM_CONF", "")
-        return f"{super().identity()}|{self.spec}|{self.vc_from}|{conf}"
+        return f"{super().identity()}|{self.vc_from}|{conf}"
 
     def vcs(self) -> list[str]:
         """Every partition and (VCs by account) every account Slurm defines, named as

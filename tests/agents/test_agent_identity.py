@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -66,3 +67,14 @@ def test_slurm_agents_differ_by_slurm_conf_and_vc_mapping(
 def test_the_identity_is_a_valid_contract_name_whatever_the_node_name() -> None:
     for node in ("gpu-07", "odd node:1", "n" * 300, ""):
         JobRoster(epoch=0, agent=agent_identity(node, ["x"]))
+
+
+def test_a_file_source_is_the_same_from_another_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "squeue.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    here = _agent(slurm_feed("squeue.json", cluster="default")).identity
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert _agent(slurm_feed("../squeue.json", cluster="default")).identity == here

@@ -79,20 +79,25 @@ def _print_curve(report: Any) -> None:
     print()
     print("starvation bound along its knob (qssf, closed loop; waits over FIFO's):")
     head = (
-        f"{'factor':<14} {'avg JCT s':>11} {'vs off':>8} {'max wait':>9} {'p99 wait':>9} "
+        f"{'factor':<20} {'avg JCT s':>11} {'vs off':>8} {'max wait':>9} {'p99 wait':>9} "
         f"{'>2x FIFO':>9} {'overdue':>8}"
     )
     print(head)
     print("-" * len(head))
     for d in curve_dicts(report.wait_bound_curve):
         f = d["factor"]
-        name = "off" if f == 0 else f"{f:g}" + (" (this run)" if f == report.wait_bound else "")
+        name = ("off" if f == 0 else f"{f:g}") + (" (this run)" if f == report.wait_bound else "")
         change = "-" if d["avg_jct_change"] is None else f"{100 * d['avg_jct_change']:+.1f}%"
         print(
-            f"{name:<14} {d['avg_jct_s']:>11,.0f} {change:>8} "
-            f"{_fmt_ratio(d['max_wait_over_fifo']):>8}x {_fmt_ratio(d['p99_wait_over_fifo']):>8}x "
+            f"{name[:20]:<20} {d['avg_jct_s']:>11,.0f} {change:>8} "
+            f"{_times(d['max_wait_over_fifo']):>9} {_times(d['p99_wait_over_fifo']):>9} "
             f"{_fmt_share(d['share_jct_over_2x_fifo']):>9} {d['overdue']:>8,}"
         )
+
+
+def _times(x: float | None) -> str:
+    """A ratio to FIFO's: ``1.94x`` (``-`` for none)."""
+    return "-" if x is None else f"{x:.2f}x"
 
 
 def _print_starts(es: dict[str, Any] | None) -> None:

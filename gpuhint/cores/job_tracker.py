@@ -357,12 +357,17 @@ class SchedulerFeed:
 
     def identity(self) -> str:
         """What this feed reads, for the agent's roster identity: two feeds that read
-        different schedulers (or map their jobs to VCs differently) differ. A file is
-        named by its absolute path (the same file from another working directory)."""
+        different schedulers (or map their jobs to VCs differently) differ."""
+        return f"{self.tracker.cluster}|{self.name}|{self.named_source()}"
+
+    def named_source(self) -> str:
+        """The source as the identity names it: a file by its absolute path (the same
+        file from another working directory, whether it exists yet or not), a command
+        as given."""
         src = self.source
-        if isinstance(src, str) and not src.startswith("cmd:") and os.path.exists(src):
-            src = os.path.abspath(src)
-        return f"{self.tracker.cluster}|{self.name}|{src!r}"
+        if isinstance(src, str) and not src.startswith("cmd:"):
+            return os.path.abspath(src)
+        return repr(src)
 
     def durable(self) -> None:
         """The events of the polls so far are safe (acknowledged, or kept on disk): a

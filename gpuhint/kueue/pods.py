@@ -37,7 +37,9 @@ ClusterQueue (the admission's, else the LocalQueue's), else the namespace; GPUs 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -327,8 +329,12 @@ class KueueSnapshot:
 
     @property
     def server(self) -> str:
-        """The API server's address (the agent's roster identity tells clusters apart by it)."""
-        return str(getattr(getattr(self.api.client, "configuration", None), "host", ""))
+        """The API server's address and a digest of its CA certificate: the agent's
+        roster identity tells clusters apart by them (in a pod, every cluster's API is
+        the same service address; its CA is not)."""
+        cfg = getattr(self.api.client, "configuration", None)
+        host = str(getattr(cfg, "host", ""))
+        return f"{host}|{file_digest(getattr(cfg, 'ssl_ca_cert', None))}"
 
     def read(self) -> dict[str, Any]:
         from gpuhint.kueue.kube import PATHS, KubeError
@@ -364,6 +370,9 @@ class KueueFeed(WatermarkedFeed):
         self._queues = sorted(set(local_queue_targets(doc).values()))
         return jobs
 
+    def named_source(self) -> str:
+        return "kueue"  # the API, not a file
+
     def identity(self) -> str:
         """The API server it reads (from the kubeconfig, its context, or in-cluster)."""
         return f"{super().identity()}|{getattr(self.snapshot, 'server', '')}"
@@ -384,11 +393,34 @@ def kueue_feed(
     return KueueFeed(tracker, KueueSnapshot(kubeconfig), state_path)
 
 
+IN_CLUSTER_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+"""The service account's CA certificate in a pod (which cluster's API it is)."""
+
+
+def file_digest(path: object) -> str:
+    """The first 8 hex digits of a file's SHA-256 ("" for no file, or one unreadable)."""
+    if not isinstance(path, str) or not path:
+        return ""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:8]
+    except OSError:
+        return ""
+
+
+class PodsFeed(WatermarkedFeed):
+    """The pods feed; its identity names the cluster ``kubectl`` reads: ``KUBECONFIG``
+    and, in a pod, the service account's CA certificate."""
+
+    def identity(self) -> str:
+        where = f"{os.environ.get('KUBECONFIG', '')}|{file_digest(IN_CLUSTER_CA)}"
+        return f"{super().identity()}|{where}"
+
+
 def pods_feed(spec: str, *, cluster: str, state_path: Path | None = None) -> WatermarkedFeed:
     """The feed of ``gpuhint agent --kubernetes kubectl|cmd:...|FILE``: GPU pods, one
     job each, a pod gone before it finished is finished CANCELLED; ``state_path`` keeps
     a watermark across restarts (None: none)."""
-    return WatermarkedFeed(
+    return PodsFeed(
         "kubernetes",
         kubernetes_source(spec),
         parse_pods,

@@ -91,6 +91,10 @@ class SlurmFeed(WatermarkedFeed):
             return SQUEUE_CMD
         return self.spec
 
+    def named_source(self) -> str:
+        """``squeue`` and ``sacct`` are Slurm's commands, not files."""
+        return self.spec if self.spec in ("squeue", "sacct") else super().named_source()
+
     def identity(self) -> str:
         """The source (its ``spec``), the VC mapping and the Slurm configuration it reads
         (``SLURM_CONF``)."""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from gpuhint.cli import main
+from gpuhint.cli.evaluate_qssf_text import _print_curve
+from gpuhint.lab.evaluation.qssf_curve import BoundPoint
+from models.simulator.metrics import Tails
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -87,3 +91,31 @@ def test_text_reports_the_expected_starts_beside_exact_limits(
     assert int(m.group(1).replace(",", "")) <= int(m.group(2).replace(",", ""))
     assert re.search(r"squeue --start with exact limits \(the true durations, no arrivals\): ", out)
     assert "on the requested limits" not in out  # this trace has no limits
+
+
+# --wait-bound-curve's table (review 2026-12-08) ------------------------------------
+FIFO = Tails(100.0, 50.0, 3.0, 0.0, 0.0)
+
+
+def _rows(capsys: pytest.CaptureFixture[str], own: float, factors: list[float]) -> list[str]:
+    pts = [BoundPoint(f, 1000.0 + f, Tails(100.0, 50.0, 3.0, 0.0, 0.0), 1, FIFO) for f in factors]
+    _print_curve(SimpleNamespace(wait_bound_curve=pts, wait_bound=own))
+    return capsys.readouterr().out.splitlines()[2:]
+
+
+@pytest.mark.parametrize("own", [0.25, 1.25, 1000.0])
+def test_curve_rows_stay_aligned_with_the_run_marker(
+    capsys: pytest.CaptureFixture[str], own: float
+) -> None:
+    """`--wait-bound 0.25 --wait-bound-curve`: '0.25 (this run)' is 15 characters in a
+    14-wide column, so that row's columns shift one to the right."""
+    lines = _rows(capsys, own, [0.0, 1.0, own])
+    assert len({len(line) for line in lines}) == 1, "\n".join(lines)
+
+
+def test_the_off_row_says_this_run_when_the_run_has_the_bound_off(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--wait-bound 0 --wait-bound-curve`: every other own factor is marked '(this run)'."""
+    lines = _rows(capsys, 0.0, [0.0, 1.0, 2.0])
+    assert any("this run" in line for line in lines), "\n".join(lines)

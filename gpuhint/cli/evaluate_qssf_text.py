@@ -34,6 +34,12 @@ def _fmt_num(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{x:,.1f}"
 
 
+def _print_head(head: str) -> None:
+    """A table's header line and its rule."""
+    print(head)
+    print("-" * len(head))
+
+
 def _print_tails(report: Any) -> None:
     print("tails (waits in hours; bsld = JCT / max(duration, 60 s); jobs over 2x / 10x")
     print("their own JCT under FIFO):")
@@ -41,8 +47,7 @@ def _print_tails(report: Any) -> None:
         f"{'policy':<22} {'max wait':>10} {'p99 wait':>10} {'p99 bsld':>10} "
         f"{'>2x FIFO':>9} {'>10x FIFO':>10}"
     )
-    print(head)
-    print("-" * len(head))
+    _print_head(head)
     for name, res in report.policies.items():
         t = res.tails
         if t is None:
@@ -82,8 +87,7 @@ def _print_curve(report: Any) -> None:
         f"{'factor':<20} {'avg JCT s':>11} {'vs off':>8} {'max wait':>9} {'p99 wait':>9} "
         f"{'>2x FIFO':>9} {'overdue':>8}"
     )
-    print(head)
-    print("-" * len(head))
+    _print_head(head)
     for d in curve_dicts(report.wait_bound_curve):
         f = d["factor"]
         name = ("off" if f == 0 else f"{f:g}") + (" (this run)" if f == report.wait_bound else "")
@@ -162,8 +166,7 @@ def print_text(
         f"{'policy':<22} {'avg JCT s':>11} {'avg queue s':>12} {'p50 JCT':>10} "
         f"{'p95 JCT':>10} {'p99 JCT':>10} {'xFIFO':>6} {'xoracle':>7}"
     )
-    print(head)
-    print("-" * len(head))
+    _print_head(head)
     for name, res in r.policies.items():
         s = res.summary
         print(

@@ -113,7 +113,8 @@ in the qssf+easy run, which in the closed loop has its own hints and bound; null
 without that policy). With --wait-bound-curve, wait_bound_curve: a list of {factor,
 avg_jct_s, avg_jct_change (against factor 0, the bound off), max_wait_s, p99_wait_s,
 p99_bounded_slowdown, share_jct_over_2x_fifo, share_jct_over_10x_fifo,
-max_wait_over_fifo, p99_wait_over_fifo, overdue}; null without it.
+max_wait_over_fifo, p99_wait_over_fifo, overdue}, and seconds.curve (the time of its
+extra runs); null (no seconds.curve) without it.
 Expected starts (closed loop; null in open loop), top level expected_start:
 jobs_waited (jobs that waited >= 1 min), jobs_forecast (of those, named by a forecast
 before they started), median_rel_error (median |expected - actual start| / wait of the

@@ -188,14 +188,15 @@ def _bound_curve(
     assert fifo.tails is not None
     points = []
     for f in factors:
+        secs = 0.0
         if f == runs.bound:
             r, overdue = results["qssf"], runs.overdue
         else:
             again = _Runs(runs.jobs, runs.by_vc, runs.sizes, runs.model, f)
             r = again.policy(spec)
-            overdue = again.overdue
+            overdue, secs = again.overdue, r.seconds
         tails = tail_stats(r.wait, r.jct, durations, fifo.jct)
-        points.append(BoundPoint(f, r.summary.avg_jct_s, tails, overdue, fifo.tails))
+        points.append(BoundPoint(f, r.summary.avg_jct_s, tails, overdue, fifo.tails, secs))
         say(f"  wait bound {f:>5g}: avg JCT {r.summary.avg_jct_s:,.0f} s, {overdue} overdue")
     return points
 

@@ -36,6 +36,8 @@ class BoundPoint:
     tails: Tails
     overdue: int
     fifo: Tails
+    seconds: float = 0.0
+    """Time this point's run took (0 for the run the report made anyway, reused)."""
 
     def as_dict(self, off: BoundPoint | None) -> dict[str, Any]:
         """The point's figures; ``avg_jct_change`` against ``off`` (None: no such run)."""

@@ -148,6 +148,12 @@ class QssfReport:
         d = self.avg(den)
         return self.avg(num) / d if d > 0 else None
 
+    def _seconds(self) -> dict[str, float]:
+        """``seconds``, with ``curve`` (the extra runs of ``--wait-bound-curve``) if any."""
+        if not self.wait_bound_curve:
+            return self.seconds
+        return {**self.seconds, "curve": sum(p.seconds for p in self.wait_bound_curve)}
+
     def as_dict(self) -> dict[str, Any]:
         p = self.predictions
         return {
@@ -171,7 +177,7 @@ class QssfReport:
             "jct_ratio_qssf_over_sjf": self.ratio("qssf", "sjf"),
             "jct_ratio_qssf_over_oracle": self.ratio("qssf", "qssf-oracle"),
             "given_priorities": self.given,
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "seconds": {k: round(v, 3) for k, v in self._seconds().items()},
             # the qssf policy's hints as written at submit (band_coverage, band_jobs,
             # share_off_2x, share_off_2x_expected): top level, beside mae_log
             **(self.band.as_dict() if self.band is not None else BandStats.empty()),

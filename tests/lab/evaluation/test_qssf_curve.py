@@ -54,7 +54,8 @@ def test_each_point_is_the_qssf_run_at_that_factor() -> None:
 
 def test_no_curve_unless_asked_and_none_in_the_open_loop() -> None:
     jobs = read_trace(TRACE).jobs
-    assert evaluate_qssf(jobs, model="history").as_dict()["wait_bound_curve"] is None
+    plain = evaluate_qssf(jobs, model="history").as_dict()
+    assert plain["wait_bound_curve"] is None and "curve" not in plain["seconds"]
     opened = evaluate_qssf(jobs, model="history", loop="open", bound_curve=(1.0,))
     assert opened.wait_bound_curve is None
 
@@ -84,7 +85,9 @@ def test_cli_table_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert (tmp_path / "q_wait_bound.png").stat().st_size > 10_000
     rc, out, err = _cli(capsys, "--wait-bound-curve", "--no-plot", "--json", "--no-progress")
     assert rc == 0, err
-    curve = json.loads(out)["wait_bound_curve"]
+    doc = json.loads(out)
+    curve = doc["wait_bound_curve"]
+    assert doc["seconds"]["curve"] > 0  # six more runs
     assert [p["factor"] for p in curve] == [0.0, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0]
     keys = {"factor", "avg_jct_s", "avg_jct_change", "max_wait_s", "p99_wait_s",
             "p99_bounded_slowdown", "share_jct_over_2x_fifo", "share_jct_over_10x_fifo",

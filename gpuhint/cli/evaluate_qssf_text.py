@@ -204,8 +204,7 @@ def _print_time(r: Any, elapsed: float) -> None:
     sec = r.seconds
     if r.wait_bound_curve:
         more = sum(1 for p in r.wait_bound_curve if p.factor != r.wait_bound)
-        curve = sum(p.seconds for p in r.wait_bound_curve)
-        print(f"time: the wait-bound curve's {more} more runs {curve:.2f} s")
+        print(f"time: the wait-bound curve's {more} more runs {r.curve_seconds:.2f} s")
     if r.loop == "closed":  # the hint core runs inside the qssf simulations
         print(
             f"time: simulations {sec['simulate']:.2f} s (the hint core's share "

@@ -8,7 +8,7 @@ A job the VC holds that :data:`ROSTER_MISSES` complete rosters in a row leave ou
 retired: announced finished with state UNKNOWN and no run time (nothing learned),
 through the same path as any other event.
 
-Misses count across the rosters of one ``agent`` (the sending process) only while no
+Misses count across the rosters of one ``agent`` (its node name and feeds) only while no
 other agent's roster came since that agent's roster before last: two agents publishing
 under one cluster name (each listing only its own jobs) retire nothing there, whatever
 the order their rosters arrive in; their alternation is reported (``switched_back``).

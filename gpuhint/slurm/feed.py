@@ -54,6 +54,9 @@ _VC_SOURCES = (
 )
 """Where the VC names rosters list come from (``vcs``): Slurm's partitions and accounts."""
 
+SLURM_COMMANDS = ("squeue", "sacct")
+"""The ``--slurm`` specs that name Slurm's own commands (anything else is cmd: or a file)."""
+
 VC_LIST_TIMEOUT_S = 10.0
 """How long ``sinfo`` / ``sacctmgr`` may take to list the VC names (once a roster)."""
 
@@ -93,7 +96,7 @@ class SlurmFeed(WatermarkedFeed):
 
     def named_source(self) -> str:
         """``squeue`` and ``sacct`` are Slurm's commands, not files."""
-        return self.spec if self.spec in ("squeue", "sacct") else super().named_source()
+        return self.spec if self.spec in SLURM_COMMANDS else super().named_source()
 
     def identity(self) -> str:
         """The source (its ``spec``), the VC mapping and the Slurm configuration it reads
@@ -105,7 +108,7 @@ class SlurmFeed(WatermarkedFeed):
         """Every partition and (VCs by account) every account Slurm defines, named as
         jobs' VCs are: an empty one is rostered too. A source that is a file has none;
         a command that fails (no slurmdbd for ``sacctmgr``) is logged once and skipped."""
-        if self.spec not in ("squeue", "sacct") and not self.spec.startswith("cmd:"):
+        if self.spec not in SLURM_COMMANDS and not self.spec.startswith("cmd:"):
             return []
         names: set[str] = set()
         for what, argv in _VC_SOURCES:

@@ -203,7 +203,7 @@ class JobRoster(_Wire):
     """The jobs a scheduler agent sees not finished in one VC at ``epoch`` (a poll's time),
     keyed ``cluster/vc`` like job events; a long list in parts (``part`` 0, 1, ..., the
     ``last`` completes it). The worker retires a job two complete rosters in a row of one
-    ``agent`` (the sending process) leave out (:mod:`gpuhint.cores.qssf_roster`;
+    ``agent`` (who sent it: node name and feeds) leave out (:mod:`gpuhint.cores.qssf_roster`;
     docs/operations.md, "Rosters")."""
 
     kind: Literal["job_roster"] = "job_roster"

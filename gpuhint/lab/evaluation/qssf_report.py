@@ -148,11 +148,17 @@ class QssfReport:
         d = self.avg(den)
         return self.avg(num) / d if d > 0 else None
 
-    def _seconds(self) -> dict[str, float]:
-        """``seconds``, with ``curve`` (the extra runs of ``--wait-bound-curve``) if any."""
+    @property
+    def curve_seconds(self) -> float | None:
+        """Time of the extra runs of ``--wait-bound-curve`` (None: no curve)."""
         if not self.wait_bound_curve:
-            return self.seconds
-        return {**self.seconds, "curve": sum(p.seconds for p in self.wait_bound_curve)}
+            return None
+        return sum(p.seconds for p in self.wait_bound_curve)
+
+    def _seconds(self) -> dict[str, float]:
+        """``seconds``, with ``curve`` if there is one."""
+        curve = self.curve_seconds
+        return self.seconds if curve is None else {**self.seconds, "curve": curve}
 
     def as_dict(self) -> dict[str, Any]:
         p = self.predictions
